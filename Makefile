@@ -1,0 +1,49 @@
+# Amber — developer entry points. `make run` and `make test` work on a fresh machine:
+# they install the system libraries Qt needs (Debian/Ubuntu, as root), create .venv, install Amber
+# with pinned dependencies, and prepare the default model once.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.amber-installed
+# Tests and benchmarks keep their default model and scratch data inside the checkout.
+DEV_HOME := $(CURDIR)/.amber-dev
+export PYTHONUNBUFFERED := 1
+
+.PHONY: run test test-fast bench lint screenshots package package-test sysdeps default-model clean
+
+$(STAMP): pyproject.toml
+	bash packaging/linux/install-sysdeps.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	touch $@
+
+sysdeps:
+	bash packaging/linux/install-sysdeps.sh
+
+# Runs the app on the default model (prepared once in the user data directory).
+run: $(STAMP)
+	$(BIN)/amber-engine fetch-default
+	$(BIN)/amber
+
+default-model: $(STAMP)
+	AMBER_HOME=$(DEV_HOME) $(BIN)/amber-engine fetch-default
+
+lint: $(STAMP)
+	$(BIN)/lint-imports
+
+test: $(STAMP) default-model lint
+	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m pytest -q
+
+# Tests that do not need the real default model.
+test-fast: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(STAMP) default-model
+	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench
+
+screenshots: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q tests/gui -k screenshot --screenshots=screenshots
+
+clean:
+	rm -rf $(VENV) $(DEV_HOME) build dist *.egg-info

