@@ -1,0 +1,141 @@
+"""Plain data types shared by the engine, the CLI and the GUI (no behaviour, no Qt)."""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator, Protocol, Sequence
+
+
+class SessionKind(str, enum.Enum):
+    PINNED = "pinned"        # transcript + KV on disk, resumes without prefill
+    REGULAR = "regular"      # KV in memory (and the shared expiring cache)
+    TEMPORARY = "temporary"  # never on disk; close frees everything
+
+
+class FinishReason(str, enum.Enum):
+    EOS = "eos"                    # the model emitted an end-of-sequence token
+    STOP = "stop"                  # a stop string matched (not emitted)
+    LENGTH = "length"              # max_new_tokens reached
+    CONTEXT_FULL = "context_full"  # the model's context window is full
+    CANCELLED = "cancelled"        # cancelled by the caller
+
+
+class KVLocation(str, enum.Enum):
+    NONE = "none"
+    MEMORY = "memory"
+    DISK = "disk"
+
+
+@dataclass
+class SamplingParams:
+    """How to pick the next token. `None` fields fall back to the model's generation_config.json."""
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    seed: int | None = None
+    greedy: bool = False
+    max_new_tokens: int = 512
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GenerationFigures:
+    """What one generation cost and how it started; shown by the GUI and `--json`."""
+    prompt_tokens: int = 0
+    reused_tokens: int = 0       # prompt tokens whose KV was already there (memory or disk)
+    prefilled_tokens: int = 0    # prompt tokens computed now
+    generated_tokens: int = 0
+    ttft_ms: float = 0.0         # time to first token
+    prefill_ms: float = 0.0
+    resume_ms: float = 0.0       # time to load KV from disk (0 when none was loaded)
+    decode_tokens_per_s: float = 0.0
+    provider: str = ""
+    finish_reason: str = ""
+    resume: str = KVLocation.NONE.value   # where the reused KV came from: disk, memory or none
+    cache_tokens_memory: int = 0  # reused tokens served by the shared prefix cache, memory tier
+    cache_tokens_disk: int = 0    # ... disk tier
+    fallback_reason: str | None = None    # why a saved KV could not be used (re-prefilled instead)
+    context_used: int = 0
+    context_window: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TextChunk:
+    """A piece of streamed text (always whole UTF-8 characters) and the token ids behind it."""
+    text: str
+    token_ids: list[int]
+
+
+@dataclass
+class GenerationResult:
+    """The last event of a stream."""
+    text: str
+    token_ids: list[int]
+    figures: GenerationFigures
+
+
+StreamEvent = TextChunk | GenerationResult
+
+
+@dataclass
+class ChatMessage:
+    role: str      # "system" | "user" | "assistant"
+    content: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass
+class SessionInfo:
+    session_id: str
+    kind: SessionKind
+    tokens: int                  # tokens in the session's history
+    kv_location: KVLocation
+    kv_bytes_memory: int
+    kv_bytes_disk: int
+    cache_salt: str | None = None
+    saving: bool = False         # a background save is in flight
+
+
+class CancelToken(Protocol):
+    def is_set(self) -> bool: ...
+
+
+class ChatEngine(Protocol):
+    """What the GUI needs from the engine: a session manager over one loaded model.
+
+    `engine.sessions.SessionManager` implements it; GUI tests may use a fake with the same shape.
+    Every method may be called from any worker thread; none must be called on the UI thread.
+    """
+
+    provider: str
+    context_window: int
+    model_name: str
+
+    def open(self, session_id: str, kind: SessionKind = SessionKind.REGULAR,
+             cache_salt: str | None = None) -> SessionInfo: ...
+
+    def generate(self, session_id: str, messages: Sequence[ChatMessage],
+                 sampling: SamplingParams | None = None,
+                 cancel: CancelToken | None = None) -> Iterator[StreamEvent]: ...
+
+    def pin(self, session_id: str) -> None: ...
+
+    def unpin(self, session_id: str) -> None: ...
+
+    def close(self, session_id: str) -> None: ...
+
+    def delete(self, session_id: str) -> None: ...
+
+    def info(self, session_id: str) -> SessionInfo: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def shutdown(self, timeout: float = 10.0) -> None: ...
