@@ -1,0 +1,188 @@
+"""Amber's own GGUF → ONNX importer (numpy + onnx + gguf; no torch, no transformers)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+import onnx
+
+from .errors import ModelImportError
+from .gguf_source import GGUFSource, ModelSpec
+from .graph import LayerWeights, ModelWeights, build_graph
+from .tokenizer import build_tokenizer_files, eos_token_ids
+from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
+
+__all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_POLICIES"]
+
+ProgressFn = Callable[[int, int, str], None]   # (done, total, what)
+MODEL_FILE = "model.onnx"
+DATA_FILE = "model.onnx.data"
+# Sampling defaults written to generation_config.json (a GGUF carries none).
+DEFAULT_SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
+                    "repetition_penalty": 1.1}
+
+
+class ConversionCancelled(Exception):
+    """The caller cancelled the conversion; nothing was left behind."""
+
+
+class _Cancel(Protocol):
+    def is_set(self) -> bool: ...
+
+
+def _llama_unpermute(n_heads: int, head_dim: int) -> np.ndarray:
+    """Row order that undoes llama.cpp's Q/K permutation (interleaved rotary -> rotate-half)."""
+    return np.arange(n_heads * head_dim).reshape(n_heads, head_dim // 2, 2).transpose(0, 2, 1).reshape(-1)
+
+
+class _WeightLoader:
+    def __init__(self, src: GGUFSource, spec: ModelSpec, policy: WeightPolicy,
+                 progress: ProgressFn | None, cancel: _Cancel | None) -> None:
+        self.src, self.spec, self.policy = src, spec, policy
+        self.progress, self.cancel = progress, cancel
+        self.done, self.total = 0, len(src.tensors)
+
+    def _tick(self, name: str) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise ConversionCancelled()
+        self.done += 1
+        if self.progress:
+            self.progress(self.done, self.total, name)
+
+    def matrix(self, name: str, policy: WeightPolicy | None = None) -> Weight:
+        t = self.src.tensor(name)
+        if len(t.shape) != 2:
+            raise ModelImportError(f"tensor {name}: expected a matrix, found shape {list(t.shape)}")
+        k, n = int(t.shape[0]), int(t.shape[1])     # GGUF lists the fastest axis first
+        w = convert_tensor(name, t.tensor_type, t.data, n, k, policy or self.policy)
+        self._tick(name)
+        return w
+
+    def vector(self, name: str) -> np.ndarray:
+        v = self.src.float_tensor(name).reshape(-1)
+        self._tick(name)
+        return v
+
+    def optional_vector(self, name: str) -> np.ndarray | None:
+        return self.vector(name) if self.src.has_tensor(name) else None
+
+    def load(self) -> ModelWeights:
+        spec = self.spec
+        embedding = self.matrix("token_embd.weight")
+        output = None if spec.tied_embeddings else self.matrix("output.weight")
+        final_norm = self.vector("output_norm.weight")
+        factors = self.optional_vector("rope_freqs.weight")
+        layers = []
+        q_perm = _llama_unpermute(spec.n_head, spec.head_dim)
+        k_perm = _llama_unpermute(spec.n_head_kv, spec.head_dim)   # K uses the KV head count
+        for i in range(spec.n_layers):
+            b = f"blk.{i}"
+            lw = LayerWeights(
+                attn_norm=self.vector(f"{b}.attn_norm.weight"), ffn_norm=self.vector(f"{b}.ffn_norm.weight"),
+                q=self.matrix(f"{b}.attn_q.weight"), k=self.matrix(f"{b}.attn_k.weight"),
+                v=self.matrix(f"{b}.attn_v.weight"), o=self.matrix(f"{b}.attn_output.weight"),
+                gate=self.matrix(f"{b}.ffn_gate.weight"), up=self.matrix(f"{b}.ffn_up.weight"),
+                down=self.matrix(f"{b}.ffn_down.weight"),
+                q_bias=self.optional_vector(f"{b}.attn_q.bias"), k_bias=self.optional_vector(f"{b}.attn_k.bias"),
+                v_bias=self.optional_vector(f"{b}.attn_v.bias"))
+            if spec.architecture == "llama":
+                # llama.cpp stores llama Q/K rows permuted for its interleaved rotary; qwen2 is not permuted.
+                lw.q, lw.k = lw.q.rows(q_perm), lw.k.rows(k_perm)
+                if lw.q_bias is not None:
+                    lw.q_bias = lw.q_bias[q_perm]
+                if lw.k_bias is not None:
+                    lw.k_bias = lw.k_bias[k_perm]
+            self._check_layer(i, lw)
+            layers.append(lw)
+        return ModelWeights(embedding=embedding, output=output, final_norm=final_norm, layers=layers,
+                            rope_factors=factors)
+
+    def _check_layer(self, i: int, lw: LayerWeights) -> None:
+        s = self.spec
+        want = {"q": (s.n_head * s.head_dim, s.n_embd), "k": (s.n_head_kv * s.head_dim, s.n_embd),
+                "v": (s.n_head_kv * s.head_dim, s.n_embd), "o": (s.n_embd, s.n_head * s.head_dim),
+                "gate": (s.n_ff, s.n_embd), "up": (s.n_ff, s.n_embd), "down": (s.n_embd, s.n_ff)}
+        for key, shape in want.items():
+            w: Weight = getattr(lw, key)
+            if (w.n, w.k) != shape:
+                raise ModelImportError(f"layer {i} {key} weight has shape {(w.n, w.k)}, expected {shape} "
+                                       "from the model's metadata")
+
+
+def _write_json(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def _fsync_tree(folder: Path) -> None:
+    for p in folder.iterdir():
+        with open(p, "rb") as f:
+            os.fsync(f.fileno())
+
+
+def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPolicy = "auto",
+                 progress: ProgressFn | None = None, cancel: _Cancel | None = None,
+                 accuracy_level: int = 0) -> Path:
+    """Converts a GGUF file into an Amber/optimum model folder at `dest_dir`.
+
+    Writes into a temporary sibling folder and renames it at the end, so an interrupted or
+    failed conversion leaves nothing half-made.
+    """
+    if weights not in WEIGHT_POLICIES:
+        raise ModelImportError(f"unknown weights option '{weights}' (choose from {', '.join(WEIGHT_POLICIES)})")
+    src_path, dest = Path(src_path), Path(dest_dir)
+    if dest.exists() and any(dest.iterdir()):
+        raise ModelImportError(f"{dest}: destination exists and is not empty")
+    started = time.perf_counter()
+    src = GGUFSource(src_path)
+    spec = src.spec()
+    tok_json, tok_config, template = build_tokenizer_files(src)
+    loaded = _WeightLoader(src, spec, weights, progress, cancel).load()
+    model = build_graph(spec, loaded, accuracy_level=accuracy_level)
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        onnx.save_model(model, tmp / MODEL_FILE, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=DATA_FILE, size_threshold=1024)
+        del model
+        if cancel is not None and cancel.is_set():
+            raise ConversionCancelled()
+        tokens = list(tok_json["model"]["vocab"].keys())
+        eos_ids = eos_token_ids(src, tokens)
+        config = spec.to_config()
+        config.update({"bos_token_id": src.field("tokenizer.ggml.bos_token_id"), "eos_token_id": eos_ids})
+        _write_json(tmp / "config.json", config)
+        _write_json(tmp / "generation_config.json",
+                    {"bos_token_id": config["bos_token_id"], "eos_token_id": eos_ids,
+                     "pad_token_id": src.field("tokenizer.ggml.padding_token_id"), **DEFAULT_SAMPLING})
+        _write_json(tmp / "tokenizer.json", tok_json)
+        _write_json(tmp / "tokenizer_config.json", tok_config)
+        if template:
+            (tmp / "chat_template.jinja").write_text(template, encoding="utf-8")
+        _write_json(tmp / "amber_import.json", {
+            "source": src_path.name, "source_bytes": src_path.stat().st_size, "weights": weights,
+            "architecture": spec.architecture, "name": spec.name, "accuracy_level": accuracy_level,
+            "seconds": round(time.perf_counter() - started, 2)})
+        _fsync_tree(tmp)
+        if dest.exists():
+            dest.rmdir()    # empty, checked above
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def print_progress(done: int, total: int, what: str) -> None:
+    """A progress callback for the CLI: one updating line on stderr."""
+    end = "\n" if done == total else ""
+    sys.stderr.write(f"\rconverting: {done}/{total} tensors ({what[:40]:<40}){end}")
+    sys.stderr.flush()
