@@ -1,0 +1,88 @@
+"""Exceptions the store raises, with messages meant for the user."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class StoreError(Exception):
+    """The conversation database cannot be used; `reason` says why, `path` where it is."""
+
+    def __init__(self, message: str, *, path: Path | str, reason: str) -> None:
+        super().__init__(message)
+        self.path = Path(path)
+        # One of: "locked", "read_only", "corrupt", "newer", "migration_failed", "io", "closed".
+        self.reason = reason
+
+
+class NotFoundError(LookupError):
+    """No conversation or message with that id (it may have been deleted)."""
+
+
+_UNTOUCHED = "Amber has not changed it."
+
+
+def locked(path: Path) -> StoreError:
+    """Another program (perhaps another Amber) holds the database's write lock."""
+    return StoreError(
+        f"The conversation database at {path} is locked by another program, perhaps another "
+        f"copy of Amber. Close it and start Amber again. {_UNTOUCHED}",
+        path=path, reason="locked",
+    )
+
+
+def read_only(path: Path, detail: str = "") -> StoreError:
+    """The file or its folder cannot be written."""
+    extra = f" ({detail})" if detail else ""
+    return StoreError(
+        f"The conversation database at {path} is read-only{extra}. Amber needs to write both "
+        f"the file and its folder; check their permissions and free disk space. {_UNTOUCHED}",
+        path=path, reason="read_only",
+    )
+
+
+def corrupt(path: Path, detail: str = "") -> StoreError:
+    """The file is not a SQLite database, or is damaged."""
+    extra = f" ({detail})" if detail else ""
+    return StoreError(
+        f"The conversation database at {path} is damaged or is not an Amber database{extra}. "
+        f"{_UNTOUCHED} Move it elsewhere to start with an empty history, or put back a backup "
+        f"(files named {path.name}.backup-* next to it).",
+        path=path, reason="corrupt",
+    )
+
+
+def newer(path: Path, revision: str) -> StoreError:
+    """The schema was written by a newer Amber than this one."""
+    return StoreError(
+        f"The conversation database at {path} was written by a newer version of Amber (schema "
+        f"revision {revision!r}). Update Amber to open it. {_UNTOUCHED}",
+        path=path, reason="newer",
+    )
+
+
+def migration_failed(path: Path, backup: Path | None, detail: str) -> StoreError:
+    """An upgrade of the schema failed (and was rolled back)."""
+    where = f" A copy made before the upgrade is at {backup}." if backup else ""
+    return StoreError(
+        f"Upgrading the conversation database at {path} failed ({detail}); the upgrade was "
+        f"rolled back.{where}",
+        path=path, reason="migration_failed",
+    )
+
+
+def from_sqlite(exc: BaseException, path: Path) -> StoreError:
+    """Translate a sqlite3 (or SQLAlchemy-wrapped) error into a StoreError naming the file."""
+    orig = getattr(exc, "orig", None) or exc
+    name = getattr(orig, "sqlite_errorname", "") or ""
+    text = str(orig)
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        return locked(path)
+    if name.startswith("SQLITE_READONLY") or "readonly" in text or "read-only" in text:
+        return read_only(path, text)
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text \
+            or "not a database" in text:
+        return corrupt(path, text)
+    if name.startswith("SQLITE_FULL"):
+        return StoreError(f"The disk holding {path} is full ({text}).", path=path, reason="io")
+    return StoreError(f"The conversation database at {path} could not be used: {text}.",
+                      path=path, reason="io")

@@ -1,0 +1,194 @@
+"""Export of a conversation to Markdown and JSON, and validation of JSON to import."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from .rows import ROLES, ConversationDetail, MessageRow
+
+FORMAT = "amber-conversation"
+VERSION = 1
+MAX_IMPORT_MESSAGES = 100_000
+
+
+def to_markdown(conv: ConversationDetail, path: Sequence[MessageRow]) -> str:
+    """The active path as readable Markdown (alternatives are left out)."""
+    lines = [f"# {conv.title}", ""]
+    meta = [f"Exported from Amber on {_iso(datetime.now(timezone.utc))}"]
+    if conv.model_id:
+        meta.append(f"model {conv.model_id}")
+    lines += [f"*{'; '.join(meta)}.*", ""]
+    if conv.system_prompt:
+        lines += ["## System prompt", "", conv.system_prompt, ""]
+    for msg in path:
+        lines += [f"## {msg.role.capitalize()}", "", msg.content, ""]
+        figures = _figures_line(msg.figures)
+        if figures:
+            lines += [f"*{figures}*", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _figures_line(figures: dict[str, Any] | None) -> str:
+    if not figures:
+        return ""
+    parts = []
+    if figures.get("generated_tokens"):
+        parts.append(f"{figures['generated_tokens']} tokens")
+    if figures.get("decode_tokens_per_s"):
+        parts.append(f"{float(figures['decode_tokens_per_s']):.1f} tokens/s")
+    if figures.get("ttft_ms"):
+        parts.append(f"first token after {float(figures['ttft_ms']):.0f} ms")
+    if figures.get("finish_reason"):
+        parts.append(f"finished: {figures['finish_reason']}")
+    if figures.get("resume") == "disk":
+        parts.append("history resumed from disk")
+    return " · ".join(parts)
+
+
+def to_json(conv: ConversationDetail, messages: Sequence[MessageRow]) -> dict[str, Any]:
+    """Everything but the KV state: the whole message tree (alternatives included)."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": _iso(datetime.now(timezone.utc)),
+        "conversation": {
+            "id": conv.id,
+            "title": conv.title,
+            "title_locked": conv.title_locked,
+            "pinned": conv.pinned,
+            "created_at": _iso(conv.created_at),
+            "updated_at": _iso(conv.updated_at),
+            "model_id": conv.model_id,
+            "model_fingerprint": conv.model_fingerprint,
+            "system_prompt": conv.system_prompt,
+            "settings": conv.settings,
+        },
+        "current_leaf_id": conv.current_leaf_id,
+        "messages": [
+            {
+                "id": m.id,
+                "parent_id": m.parent_id,
+                "role": m.role,
+                "content": m.content,
+                "created_at": _iso(m.created_at),
+                "figures": m.figures,
+            }
+            for m in messages
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class ImportedMessage:
+    """A validated message to import; `key`/`parent_key` are the ids in the file."""
+
+    key: int
+    parent_key: int | None
+    role: str
+    content: str
+    created_at: datetime
+    figures: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ImportedConversation:
+    """A validated conversation to import (parents always precede children)."""
+
+    title: str
+    title_locked: bool
+    created_at: datetime
+    updated_at: datetime
+    model_id: str
+    model_fingerprint: str
+    system_prompt: str
+    settings: dict[str, Any]
+    current_leaf_key: int | None
+    messages: list[ImportedMessage]
+
+
+def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
+    """Validate an export made by `to_json`; raise ValueError saying what is wrong."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"not an Amber conversation export (expected format {FORMAT!r})")
+    version = data.get("version")
+    if not isinstance(version, int) or version > VERSION or version < 1:
+        raise ValueError(f"unsupported export version {version!r} (this Amber reads {VERSION})")
+    conv = _expect(data, "conversation", dict)
+    raw_messages = _expect(data, "messages", list)
+    if len(raw_messages) > MAX_IMPORT_MESSAGES:
+        raise ValueError(f"too many messages ({len(raw_messages)})")
+    messages: list[ImportedMessage] = []
+    seen: set[int] = set()
+    for i, raw in enumerate(raw_messages):
+        if not isinstance(raw, dict):
+            raise ValueError(f"message {i} is not an object")
+        key = _expect(raw, "id", int, where=f"message {i}")
+        parent = raw.get("parent_id")
+        if parent is not None and (not isinstance(parent, int) or parent not in seen):
+            raise ValueError(f"message {i}: parent_id {parent!r} does not name an earlier message")
+        if key in seen:
+            raise ValueError(f"message {i}: duplicate id {key}")
+        role = _expect(raw, "role", str, where=f"message {i}")
+        if role not in ROLES:
+            raise ValueError(f"message {i}: unknown role {role!r}")
+        figures = raw.get("figures")
+        if figures is not None and not isinstance(figures, dict):
+            raise ValueError(f"message {i}: figures must be an object or null")
+        seen.add(key)
+        messages.append(ImportedMessage(
+            key=key, parent_key=parent, role=role,
+            content=_expect(raw, "content", str, where=f"message {i}"),
+            created_at=_parse_time(raw.get("created_at"), f"message {i}"),
+            figures=figures,
+        ))
+    leaf = data.get("current_leaf_id")
+    if leaf is not None and leaf not in seen:
+        raise ValueError(f"current_leaf_id {leaf!r} does not name a message")
+    if leaf is None and messages:
+        leaf = messages[-1].key
+    settings = conv.get("settings", {})
+    if not isinstance(settings, dict):
+        raise ValueError("conversation settings must be an object")
+    return ImportedConversation(
+        title=_expect(conv, "title", str, where="conversation"),
+        title_locked=bool(conv.get("title_locked", False)),
+        created_at=_parse_time(conv.get("created_at"), "conversation"),
+        updated_at=_parse_time(conv.get("updated_at"), "conversation"),
+        model_id=str(conv.get("model_id", "")),
+        model_fingerprint=str(conv.get("model_fingerprint", "")),
+        system_prompt=str(conv.get("system_prompt", "")),
+        settings=settings,
+        current_leaf_key=leaf,
+        messages=messages,
+    )
+
+
+def _expect(obj: dict[str, Any], key: str, kind: type, *, where: str = "export") -> Any:
+    value = obj.get(key)
+    # bool is an int in Python; an id of True is still wrong.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"{where}: {key!r} must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _parse_time(value: Any, where: str) -> datetime:
+    if value is None:
+        return datetime.now(timezone.utc)
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: time {value!r} is not an ISO 8601 string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ValueError(f"{where}: time {value!r} is not ISO 8601") from exc
+    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(timezone.utc).isoformat()

@@ -1,0 +1,554 @@
+"""ConversationStore: the synchronous, thread-safe API the GUI uses (no Qt)."""
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from sqlalchemy import Connection, delete, func, insert, or_, select, text, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.orm import Session
+
+from . import errors, export, search as fts
+from .database import DEFAULT_BUSY_TIMEOUT_MS, Database, open_database
+from .errors import NotFoundError, StoreError
+from .models import Conversation, Message, PendingEngineDelete, utcnow
+from .rows import KV_STATES, ROLES, ConversationDetail, ConversationRow, MessageRow, SearchHit
+from .titles import DEFAULT_TITLE, title_from_message
+from .writer import Writer
+
+T = TypeVar("T")
+
+
+class _CurrentLeaf:
+    """Sentinel type: "append under the conversation's current leaf"."""
+
+    def __repr__(self) -> str:
+        return "CURRENT_LEAF"
+
+
+CURRENT_LEAF = _CurrentLeaf()
+
+_SIDEBAR_COLUMNS = (
+    Conversation.id, Conversation.title, Conversation.pinned, Conversation.created_at,
+    Conversation.updated_at, Conversation.last_opened_at, Conversation.kv_state,
+    Conversation.kv_bytes,
+)
+_CONVERSATIONS = Conversation.__table__
+_MESSAGES = Message.__table__
+
+# The path from a leaf up to the root (recursive over the primary key, so cheap).
+_PATH_IDS = text("""
+    WITH RECURSIVE path(id) AS (
+        SELECT :leaf
+        UNION ALL
+        SELECT m.parent_id FROM messages m JOIN path ON m.id = path.id
+        WHERE m.parent_id IS NOT NULL
+    )
+    SELECT id FROM path
+""")
+_HAS_USER_ANCESTOR = text("""
+    WITH RECURSIVE path(id, parent_id, role) AS (
+        SELECT id, parent_id, role FROM messages WHERE id = :start
+        UNION ALL
+        SELECT m.id, m.parent_id, m.role FROM messages m JOIN path ON m.id = path.parent_id
+    )
+    SELECT 1 FROM path WHERE role = 'user' LIMIT 1
+""")
+# The newest message under (and including) a message: where its branch was last extended.
+_NEWEST_DESCENDANT = text("""
+    WITH RECURSIVE sub(id) AS (
+        SELECT :start
+        UNION ALL
+        SELECT m.id FROM messages m JOIN sub ON m.parent_id = sub.id
+    )
+    SELECT max(id) FROM sub
+""")
+
+
+class ConversationStore:
+    """Amber's conversations in one SQLite file; every method is synchronous and thread-safe.
+
+    Writes run one at a time on a single writer thread, each in one transaction; reads run on
+    the calling thread over their own pooled connections and never wait for writes (WAL).
+    """
+
+    def __init__(self, db_path: Path | str | None = None, *,
+                 busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
+        if db_path is None:
+            from engine.paths import database_path
+
+            db_path = database_path()
+        self._db: Database = open_database(db_path, busy_timeout_ms=busy_timeout_ms)
+        self._writer = Writer(self._db.writer, self._db.path)
+        self._closed = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._db.path
+
+    @property
+    def backup_path(self) -> Path | None:
+        """The copy made before this start's schema upgrade (None if no upgrade ran)."""
+        return self._db.backup_path
+
+    def close(self) -> None:
+        """Finish queued writes and close the database; later calls raise StoreError."""
+        if self._closed:
+            return
+        self._closed = True
+        self._writer.close()
+        self._db.dispose()
+
+    def __enter__(self) -> ConversationStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read(self, fn: Callable[[Connection], T]) -> T:
+        if self._closed:
+            raise StoreError(f"The conversation store for {self.path} is closed.",
+                             path=self.path, reason="closed")
+        try:
+            with self._db.reader.connect() as conn, conn.begin():  # one snapshot per call
+                return fn(conn)
+        except DBAPIError as exc:
+            raise errors.from_sqlite(exc, self.path) from exc
+
+    def _write(self, fn: Callable[[Session], T]) -> T:
+        return self._writer.run(fn)
+
+    # ----------------------------------------------------------------- conversations
+
+    def list_conversations(self) -> list[ConversationRow]:
+        """Every conversation for the sidebar: pinned first, then most recently updated."""
+        stmt = select(*_SIDEBAR_COLUMNS).order_by(
+            Conversation.pinned.desc(), Conversation.updated_at.desc(), Conversation.pk.desc())
+        return self._read(lambda conn: [ConversationRow(*row) for row in conn.execute(stmt)])
+
+    def get_conversation(self, id: str) -> ConversationDetail:
+        """One conversation with its model, prompt and settings."""
+        return self._read(lambda conn: _detail(_conversation_row(conn, id)))
+
+    def create_conversation(self, *, id: str | None = None, title: str | None = None,
+                            system_prompt: str = "", model_id: str = "",
+                            model_fingerprint: str = "", settings: Mapping[str, Any] | None = None,
+                            cache_salt: str | None = None, pinned: bool = False
+                            ) -> ConversationDetail:
+        """A new, empty conversation; `title` is a placeholder until the first user message."""
+        conv_id = str(uuid.UUID(id)) if id is not None else str(uuid.uuid4())
+        settings_json = _dump_json(dict(settings or {}), "settings")
+        now = utcnow()
+
+        def write(session: Session) -> ConversationDetail:
+            conv = Conversation(
+                id=conv_id, title=(title or "").strip() or DEFAULT_TITLE, title_locked=False,
+                pinned=pinned, created_at=now, updated_at=now, last_opened_at=None,
+                model_id=model_id, model_fingerprint=model_fingerprint,
+                system_prompt=system_prompt, settings_json=settings_json,
+                cache_salt=cache_salt, kv_state="none", kv_bytes=0, current_leaf_id=None,
+            )
+            session.add(conv)
+            try:
+                session.flush()
+            except IntegrityError as exc:
+                raise ValueError(f"a conversation with id {conv_id} already exists") from exc
+            return _detail(conv)
+
+        return self._write(write)
+
+    def rename(self, id: str, title: str) -> None:
+        """Set the title and stop deriving it from the first message."""
+        title = " ".join(title.split())
+        if not title:
+            raise ValueError("a title cannot be empty")
+        self._update_conversation(id, title=title, title_locked=True)
+
+    def set_pinned(self, id: str, pinned: bool) -> None:
+        """Pin or unpin (pinned conversations come first in the sidebar)."""
+        self._update_conversation(id, pinned=bool(pinned))
+
+    def set_kv_state(self, id: str, state: str, bytes: int) -> None:
+        """Record where the engine keeps this conversation's KV cache and how big it is."""
+        if state not in KV_STATES:
+            raise ValueError(f"kv state must be one of {sorted(KV_STATES)}, not {state!r}")
+        if bytes < 0:
+            raise ValueError("kv bytes cannot be negative")
+        self._update_conversation(id, kv_state=state, kv_bytes=int(bytes))
+
+    def mark_opened(self, id: str) -> None:
+        """Record that the user opened the conversation now."""
+        self._update_conversation(id, last_opened_at=utcnow())
+
+    def update_settings(self, id: str, *, system_prompt: str | None = None,
+                        settings: Mapping[str, Any] | None = None) -> None:
+        """Replace the system prompt and/or the generation settings."""
+        values: dict[str, Any] = {}
+        if system_prompt is not None:
+            values["system_prompt"] = system_prompt
+        if settings is not None:
+            values["settings_json"] = _dump_json(dict(settings), "settings")
+        if values:
+            self._update_conversation(id, **values)
+
+    def _update_conversation(self, id: str, **values: Any) -> None:
+        # Only message changes move a conversation in the sidebar (updated_at); renaming,
+        # pinning or KV bookkeeping do not.
+        stmt = update(Conversation).where(Conversation.id == id).values(**values)
+
+        def write(session: Session) -> None:
+            if session.execute(stmt).rowcount != 1:
+                raise NotFoundError(f"no conversation {id}")
+
+        self._write(write)
+
+    # ----------------------------------------------------------------- deleting
+
+    def delete(self, id: str) -> bool:
+        """Delete the conversation's rows and record that the engine must delete its KV files.
+
+        Returns whether a conversation was deleted. The GUI then asks the engine to delete the
+        session and calls `confirm_engine_deleted(id)`; what is left unconfirmed after a crash
+        is listed by `pending_engine_deletes()` at the next start.
+        """
+        now = utcnow()
+
+        def write(session: Session) -> bool:
+            # Both in one transaction: no moment exists with rows gone and nothing recorded.
+            gone = session.execute(delete(Conversation).where(Conversation.id == id)).rowcount
+            session.execute(
+                insert(PendingEngineDelete).prefix_with("OR IGNORE").values(
+                    conversation_id=id, deleted_at=now))
+            return gone == 1
+
+        return self._write(write)
+
+    def pending_engine_deletes(self) -> list[str]:
+        """Deleted conversations whose engine session (KV files) is not yet confirmed deleted."""
+        stmt = select(PendingEngineDelete.conversation_id).order_by(PendingEngineDelete.deleted_at)
+        return self._read(lambda conn: list(conn.scalars(stmt)))
+
+    def confirm_engine_deleted(self, id: str) -> None:
+        """The engine has deleted this session's files: forget the pending delete."""
+        stmt = delete(PendingEngineDelete).where(PendingEngineDelete.conversation_id == id)
+
+        def write(session: Session) -> None:
+            session.execute(stmt)
+
+        self._write(write)
+
+    def orphan_sessions(self, session_ids: Iterable[str]) -> list[str]:
+        """Of the engine's saved session ids, those with no conversation (to delete at startup)."""
+        wanted = list(dict.fromkeys(session_ids))
+        if not wanted:
+            return []
+        stmt = text("SELECT value FROM json_each(:ids) "
+                    "WHERE value NOT IN (SELECT id FROM conversations)")
+        return self._read(lambda conn: list(conn.scalars(stmt, {"ids": json.dumps(wanted)})))
+
+    # ----------------------------------------------------------------- messages
+
+    def add_message(self, conversation_id: str, role: str, content: str, *,
+                    parent_id: int | None | _CurrentLeaf = CURRENT_LEAF,
+                    figures: Mapping[str, Any] | Any | None = None) -> MessageRow:
+        """Append a message (by default under the current leaf) and make it the current leaf.
+
+        `parent_id=None` starts a new root (an edit of the first message); a parent that
+        already has children makes this message an alternative to them. The first user
+        message on a path sets the title unless the user renamed the conversation.
+        """
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {sorted(ROLES)}, not {role!r}")
+        figures_dict = _figures_dict(figures)
+        columns = _figure_columns(figures_dict)
+        now = utcnow()
+
+        def write(session: Session) -> MessageRow:
+            conv = _conversation_for_update(session, conversation_id)
+            parent = conv.current_leaf_id if parent_id is CURRENT_LEAF else parent_id
+            depth = 0
+            if parent is not None:
+                found = session.execute(
+                    select(Message.conversation_id, Message.depth).where(Message.id == parent)
+                ).one_or_none()
+                if found is None or found.conversation_id != conversation_id:
+                    raise NotFoundError(f"no message {parent} in conversation {conversation_id}")
+                depth = found.depth + 1
+            result = session.execute(insert(Message).values(
+                conversation_id=conversation_id, parent_id=parent, depth=depth, role=role,
+                content=content, created_at=now, **columns))
+            message_id = result.inserted_primary_key[0]
+            values: dict[str, Any] = {"current_leaf_id": message_id, "updated_at": now}
+            if role == "user" and not conv.title_locked:
+                is_first = parent is None or session.execute(
+                    _HAS_USER_ANCESTOR, {"start": parent}).first() is None
+                title = title_from_message(content) if is_first else None
+                if title:
+                    values["title"] = title
+            session.execute(update(Conversation).where(Conversation.pk == conv.pk).values(**values))
+            count = _sibling_count(session.connection(), conversation_id, parent)
+            return MessageRow(
+                id=message_id, conversation_id=conversation_id, parent_id=parent, depth=depth,
+                role=role, content=content, created_at=now, figures=figures_dict,
+                sibling_index=count - 1, sibling_count=count,
+            )
+
+        return self._write(write)
+
+    def update_message(self, message_id: int, *, content: str | None = None,
+                       figures: Mapping[str, Any] | Any | None = None) -> MessageRow:
+        """Replace a message's text and/or figures (e.g. when a streamed reply finishes)."""
+        values: dict[str, Any] = {}
+        if content is not None:
+            values["content"] = content
+        if figures is not None:
+            values.update(_figure_columns(_figures_dict(figures)))
+        now = utcnow()
+
+        def write(session: Session) -> MessageRow:
+            conn = session.connection()
+            if values:
+                done = conn.execute(update(Message).where(Message.id == message_id).values(**values))
+                if done.rowcount != 1:
+                    raise NotFoundError(f"no message {message_id}")
+            row = conn.execute(select(_MESSAGES).where(Message.id == message_id)).one_or_none()
+            if row is None:
+                raise NotFoundError(f"no message {message_id}")
+            conn.execute(update(Conversation).where(Conversation.id == row.conversation_id)
+                         .values(updated_at=now))
+            count, index = _sibling_position(conn, row)
+            return _message(row, index, count)
+
+        return self._write(write)
+
+    def active_path(self, conversation_id: str) -> list[MessageRow]:
+        """The messages from the root to the current leaf, in order."""
+
+        def read(conn: Connection) -> list[MessageRow]:
+            conv = _conversation_row(conn, conversation_id)
+            return _path(conn, conversation_id, conv.current_leaf_id)
+
+        return self._read(read)
+
+    def select_sibling(self, message_id: int) -> list[MessageRow]:
+        """Flip to an alternative: the path continues to its most recent descendant."""
+
+        def write(session: Session) -> list[MessageRow]:
+            conn = session.connection()
+            cid = conn.scalar(select(Message.conversation_id).where(Message.id == message_id))
+            if cid is None:
+                raise NotFoundError(f"no message {message_id}")
+            leaf = conn.scalar(_NEWEST_DESCENDANT, {"start": message_id})
+            conn.execute(update(Conversation).where(Conversation.id == cid)
+                         .values(current_leaf_id=leaf))
+            return _path(conn, cid, leaf)
+
+        return self._write(write)
+
+    def duplicate(self, conversation_id: str, *, upto_message_id: int | None = None
+                  ) -> ConversationDetail:
+        """A new conversation holding the path to `upto_message_id` (default: the current leaf)."""
+        new_id = str(uuid.uuid4())
+        now = utcnow()
+
+        def write(session: Session) -> ConversationDetail:
+            conn = session.connection()
+            src = _conversation_row(conn, conversation_id)
+            leaf = src.current_leaf_id if upto_message_id is None else upto_message_id
+            path = _path(conn, conversation_id, leaf)
+            if upto_message_id is not None and not path:
+                raise NotFoundError(f"no message {upto_message_id} in conversation {conversation_id}")
+            conv = Conversation(
+                id=new_id, title=src.title, title_locked=src.title_locked, pinned=False,
+                created_at=now, updated_at=now, last_opened_at=None, model_id=src.model_id,
+                model_fingerprint=src.model_fingerprint, system_prompt=src.system_prompt,
+                settings_json=src.settings_json, cache_salt=src.cache_salt, kv_state="none",
+                kv_bytes=0, current_leaf_id=None,
+            )
+            session.add(conv)
+            session.flush()
+            parent: int | None = None
+            for msg in path:
+                parent = _insert_message(conn, new_id, parent, msg.depth, msg.role, msg.content,
+                                         msg.created_at, msg.figures)
+            conv.current_leaf_id = parent
+            session.flush()
+            return _detail(conv)
+
+        return self._write(write)
+
+    # ----------------------------------------------------------------- search and export
+
+    def search(self, query: str, limit: int = 50) -> list[SearchHit]:
+        """Conversations whose title or messages match `query`, best first, with snippets."""
+        return self._read(lambda conn: fts.search(conn, query, limit))
+
+    def export_markdown(self, id: str) -> str:
+        """The conversation's active path as Markdown."""
+        detail = self.get_conversation(id)
+        return export.to_markdown(detail, self.active_path(id))
+
+    def export_json(self, id: str) -> dict[str, Any]:
+        """The whole conversation (all alternatives, no KV state) as JSON-ready data."""
+
+        def read(conn: Connection) -> dict[str, Any]:
+            detail = _detail(_conversation_row(conn, id))
+            rows = conn.execute(select(_MESSAGES).where(Message.conversation_id == id)
+                                .order_by(Message.id)).all()
+            return export.to_json(detail, [_message(r, 0, 1) for r in rows])
+
+        return self._read(read)
+
+    def import_json(self, data: Mapping[str, Any] | str | bytes) -> ConversationDetail:
+        """Import an `export_json` result as a new conversation (new id, no KV state)."""
+        parsed = export.parse_json(dict(data) if isinstance(data, Mapping) else data)
+        settings_json = _dump_json(parsed.settings, "settings")
+        new_id = str(uuid.uuid4())
+
+        def write(session: Session) -> ConversationDetail:
+            conv = Conversation(
+                id=new_id, title=parsed.title.strip() or DEFAULT_TITLE,
+                title_locked=parsed.title_locked, pinned=False, created_at=parsed.created_at,
+                updated_at=parsed.updated_at, last_opened_at=None, model_id=parsed.model_id,
+                model_fingerprint=parsed.model_fingerprint, system_prompt=parsed.system_prompt,
+                settings_json=settings_json, cache_salt=None, kv_state="none", kv_bytes=0,
+                current_leaf_id=None,
+            )
+            session.add(conv)
+            session.flush()
+            conn = session.connection()
+            ids: dict[int, int] = {}
+            depths: dict[int, int] = {}
+            for msg in parsed.messages:
+                parent = ids[msg.parent_key] if msg.parent_key is not None else None
+                depth = depths[msg.parent_key] + 1 if msg.parent_key is not None else 0
+                ids[msg.key] = _insert_message(conn, new_id, parent, depth, msg.role,
+                                               msg.content, msg.created_at, msg.figures)
+                depths[msg.key] = depth
+            if parsed.current_leaf_key is not None:
+                conv.current_leaf_id = ids[parsed.current_leaf_key]
+            session.flush()
+            return _detail(conv)
+
+        return self._write(write)
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _dump_json(value: Any, what: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} must be JSON-serialisable: {exc}") from exc
+
+
+def _figures_dict(figures: Any) -> dict[str, Any] | None:
+    if figures is None:
+        return None
+    if hasattr(figures, "to_dict"):  # engine.api.GenerationFigures
+        figures = figures.to_dict()
+    if not isinstance(figures, Mapping):
+        raise ValueError("figures must be a mapping (or have to_dict())")
+    return dict(figures)
+
+
+def _figure_columns(figures: dict[str, Any] | None) -> dict[str, Any]:
+    """The JSON kept whole, plus the figures worth querying as columns (see models.Message)."""
+    if figures is None:
+        return {"figures_json": None}
+    resume = figures.get("resume")
+    return {
+        "figures_json": _dump_json(figures, "figures"),
+        "generated_tokens": figures.get("generated_tokens"),
+        "ttft_ms": figures.get("ttft_ms"),
+        "tokens_per_s": figures.get("decode_tokens_per_s"),
+        "finish_reason": figures.get("finish_reason"),
+        "resumed_from_disk": None if resume is None else resume == "disk",
+    }
+
+
+def _conversation_row(conn: Connection, id: str) -> Any:
+    row = conn.execute(select(_CONVERSATIONS).where(Conversation.id == id)).one_or_none()
+    if row is None:
+        raise NotFoundError(f"no conversation {id}")
+    return row
+
+
+def _conversation_for_update(session: Session, id: str) -> Conversation:
+    conv = session.scalars(select(Conversation).where(Conversation.id == id)).one_or_none()
+    if conv is None:
+        raise NotFoundError(f"no conversation {id}")
+    return conv
+
+
+def _detail(c: Any) -> ConversationDetail:
+    """From an ORM object or a Core row (same attribute names)."""
+    return ConversationDetail(
+        id=c.id, title=c.title, pinned=bool(c.pinned), created_at=c.created_at,
+        updated_at=c.updated_at, last_opened_at=c.last_opened_at, kv_state=c.kv_state,
+        kv_bytes=c.kv_bytes, model_id=c.model_id, model_fingerprint=c.model_fingerprint,
+        system_prompt=c.system_prompt, settings=json.loads(c.settings_json or "{}"),
+        cache_salt=c.cache_salt, title_locked=bool(c.title_locked),
+        current_leaf_id=c.current_leaf_id,
+    )
+
+
+def _message(r: Any, index: int, count: int) -> MessageRow:
+    return MessageRow(
+        id=r.id, conversation_id=r.conversation_id, parent_id=r.parent_id, depth=r.depth,
+        role=r.role, content=r.content, created_at=r.created_at,
+        figures=json.loads(r.figures_json) if r.figures_json is not None else None,
+        sibling_index=index, sibling_count=count,
+    )
+
+
+def _siblings_of(cid: str, parent: int | None) -> Any:
+    return (Message.conversation_id == cid) & (
+        Message.parent_id.is_(None) if parent is None else Message.parent_id == parent)
+
+
+def _sibling_count(conn: Connection, cid: str, parent: int | None) -> int:
+    return conn.scalar(select(func.count()).where(_siblings_of(cid, parent))) or 0
+
+
+def _sibling_position(conn: Connection, row: Any) -> tuple[int, int]:
+    ids = list(conn.scalars(select(Message.id).where(_siblings_of(row.conversation_id,
+                                                                   row.parent_id))
+                            .order_by(Message.id)))
+    return len(ids), ids.index(row.id)
+
+
+def _path(conn: Connection, cid: str, leaf: int | None) -> list[MessageRow]:
+    """Root-to-leaf messages with their sibling positions (siblings ordered by creation)."""
+    if leaf is None:
+        return []
+    ids = list(conn.scalars(_PATH_IDS, {"leaf": leaf}))
+    rows = conn.execute(select(_MESSAGES).where(Message.id.in_(ids),
+                                                Message.conversation_id == cid)
+                        .order_by(Message.depth)).all()
+    if not rows:
+        return []
+    parents = {r.parent_id for r in rows}
+    clauses = [Message.parent_id.in_([p for p in parents if p is not None])]
+    if None in parents:
+        clauses.append(Message.parent_id.is_(None))
+    groups: dict[int | None, list[int]] = {}
+    for sid, parent in conn.execute(select(Message.id, Message.parent_id)
+                                    .where(Message.conversation_id == cid, or_(*clauses))
+                                    .order_by(Message.id)):
+        groups.setdefault(parent, []).append(sid)
+    return [_message(r, groups[r.parent_id].index(r.id), len(groups[r.parent_id])) for r in rows]
+
+
+def _insert_message(conn: Connection, cid: str, parent: int | None, depth: int, role: str,
+                    content: str, created_at: Any, figures: dict[str, Any] | None) -> int:
+    result = conn.execute(insert(Message).values(
+        conversation_id=cid, parent_id=parent, depth=depth, role=role, content=content,
+        created_at=created_at, **_figure_columns(figures)))
+    return int(result.inserted_primary_key[0])
