@@ -1,0 +1,197 @@
+"""The one seam between the GUI and the engine / store. Everything here runs on worker threads.
+
+Wiring the real engine is `open_engine`; tests replace it (and `prepare_model`) with fakes through
+`Backend`. Imports of the engine and the store are lazy so that the window appears before
+onnxruntime / SQLAlchemy are loaded.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from engine import paths
+from engine.api import ChatEngine
+
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[float, str], None]
+
+
+def _accepting(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The subset of `kwargs` that `fn` accepts (so new engine options can be added safely)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def open_engine(model_dir: Path, state_dir: Path, settings: Settings) -> ChatEngine:
+    """Load the model in `model_dir` and return a session manager over it (worker thread)."""
+    from engine.model import load_model  # noqa: PLC0415 - heavy, and may not exist yet
+    from engine.sessions import SessionManager  # noqa: PLC0415
+
+    provider = settings.provider if settings.provider in ("auto", "cpu", "gpu") else "auto"
+    model = load_model(model_dir, provider=provider)
+    options = {
+        "memory_budget_bytes": int(settings.memory_budget_mb) * 1024 * 1024,
+        "disk_budget_bytes": int(settings.disk_budget_mb) * 1024 * 1024,
+        "max_age_s": int(settings.cache_max_age_days) * 86400,
+    }
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return SessionManager(model, state_dir, **_accepting(SessionManager, options))
+
+
+def open_store(db_path: Path) -> Any:
+    """The conversation store (`app.store.ConversationStore`) over `db_path` (worker thread)."""
+    from app.store import ConversationStore  # noqa: PLC0415
+
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    return ConversationStore(db_path)
+
+
+def store_available() -> bool:
+    try:
+        import app.store  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return hasattr(app.store, "ConversationStore")
+
+
+def _adapt_progress(progress: ProgressFn) -> Callable[..., None]:
+    """Engine progress callbacks may pass (fraction), (fraction, message) or (done, total, msg)."""
+    def cb(*args: Any, **kwargs: Any) -> None:
+        frac, msg = -1.0, ""
+        nums = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+        texts = [a for a in args if isinstance(a, str)]
+        if len(nums) >= 2 and nums[1]:
+            frac = float(nums[0]) / float(nums[1])
+        elif nums:
+            frac = float(nums[0])
+            if frac > 1.0:
+                frac /= 100.0
+        if texts:
+            msg = texts[0]
+        msg = kwargs.get("message", kwargs.get("stage", msg)) or msg
+        progress(max(-1.0, min(1.0, frac)), str(msg))
+    return cb
+
+
+def prepare_model(name: str, progress: ProgressFn) -> Path:
+    """The folder of the model to load: `name` under models/, or the default (prepared once)."""
+    if name:
+        candidate = paths.models_dir() / name
+        if is_model_dir(candidate):
+            return candidate
+        log.warning("model %s not found; using the default model", name)
+    from engine.default_model import ensure_default_model  # noqa: PLC0415
+
+    return Path(ensure_default_model(progress=_adapt_progress(progress)))
+
+
+def is_model_dir(path: Path) -> bool:
+    try:
+        return path.is_dir() and any(p.suffix == ".onnx" for p in path.iterdir())
+    except OSError:
+        return False
+
+
+def list_models() -> list[str]:
+    """Model folder names under models/ (worker thread)."""
+    root = paths.models_dir()
+    try:
+        return sorted(p.name for p in root.iterdir() if is_model_dir(p))
+    except OSError:
+        return []
+
+
+def import_gguf(src: Path, progress: ProgressFn, cancel: threading.Event) -> Path:
+    """Convert a GGUF file into an ONNX model folder under models/ (worker thread)."""
+    from engine.gguf_import import convert_gguf  # noqa: PLC0415
+
+    dest = _unique_dest(src.stem)
+    tmp = dest.with_name("." + dest.name + ".importing")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        convert_gguf(src, tmp, weights="auto", progress=_adapt_progress(progress), cancel=cancel)
+        if cancel.is_set():
+            raise ImportCancelled()
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def import_onnx_folder(src: Path, progress: ProgressFn, cancel: threading.Event) -> Path:
+    """Copy an ONNX model folder under models/, file by file so that it can be cancelled."""
+    if not is_model_dir(src):
+        raise ValueError(f"{src} does not contain an .onnx model")
+    files = [p for p in src.rglob("*") if p.is_file()]
+    total = sum(p.stat().st_size for p in files) or 1
+    dest = _unique_dest(src.name)
+    tmp = dest.with_name("." + dest.name + ".importing")
+    shutil.rmtree(tmp, ignore_errors=True)
+    done = 0
+    try:
+        for f in files:
+            target = tmp / f.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with f.open("rb") as fin, target.open("wb") as fout:
+                while chunk := fin.read(4 << 20):
+                    if cancel.is_set():
+                        raise ImportCancelled()
+                    fout.write(chunk)
+                    done += len(chunk)
+                    progress(done / total, f"Copying {f.name}")
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+class ImportCancelled(Exception):
+    pass
+
+
+def _unique_dest(stem: str) -> Path:
+    root = paths.models_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    dest, n = root / stem, 2
+    while dest.exists():
+        dest, n = root / f"{stem}-{n}", n + 1
+    return dest
+
+
+@dataclass
+class Backend:
+    """What the main window uses to reach the engine and the store. Tests inject fakes."""
+
+    engine_factory: Callable[[Path, Path, Settings], ChatEngine] = open_engine
+    store_factory: Callable[[Path], Any] | None = None        # None: real store, else memory
+    model_preparer: Callable[[str, ProgressFn], Path] = prepare_model
+    model_lister: Callable[[], list[str]] = list_models
+    gguf_importer: Callable[[Path, ProgressFn, threading.Event], Path] = import_gguf
+    folder_importer: Callable[[Path, ProgressFn, threading.Event], Path] = import_onnx_folder
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def make_store(self, db_path: Path) -> Any:
+        if self.store_factory is not None:
+            return self.store_factory(db_path)
+        if store_available():
+            return open_store(db_path)
+        from .memstore import MemoryStore  # noqa: PLC0415 - until app.store exists
+
+        log.warning("app.store is not available; chats are kept in memory only")
+        return MemoryStore()

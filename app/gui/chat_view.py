@@ -1,0 +1,527 @@
+"""The chat view: one auto-sized `QTextBrowser` per message in a scroll area.
+
+* HTML is produced off the UI thread when a chat is loaded; message widgets are added in small
+  time-boxed batches so a long chat never blocks the event loop.
+* A streaming reply accumulates text and is re-rendered by a throttling timer (`RENDER_MS`).
+* The view stays pinned to the bottom only while the user is at the bottom.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QKeySequence, QTextOption
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+                               QScrollArea, QSizePolicy, QTextBrowser, QToolButton, QToolTip,
+                               QVBoxLayout, QWidget)
+
+from . import theme
+from .markdown_render import Rendered, document_css, render
+from .status import short_figures
+
+RENDER_MS = 80          # re-render a streaming reply at most this often
+BATCH_BUDGET_S = 0.012  # UI time per batch when filling the view with a loaded chat
+AT_BOTTOM_PX = 24
+
+
+@dataclass
+class MessageItem:
+    """What the view shows for one message (a plain value, built off the UI thread)."""
+    id: Any          # the store's message id (int), or "pending:…" until it is known
+    role: str
+    content: str
+    rendered: Rendered | None = None
+    sibling_index: int = 0
+    sibling_count: int = 1
+    figures: dict | None = None
+    error: str | None = None
+    parent_id: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def pending(self) -> bool:
+        return is_pending(self.id)
+
+    @classmethod
+    def from_row(cls, row: Any, th: theme.Theme | None = None) -> "MessageItem":
+        item = cls(id=row.id, role=row.role, content=row.content,
+                   sibling_index=getattr(row, "sibling_index", 0),
+                   sibling_count=getattr(row, "sibling_count", 1),
+                   figures=getattr(row, "figures", None), parent_id=getattr(row, "parent_id", None))
+        if th is not None:
+            item.rendered = render(row.content, th)
+        return item
+
+
+def is_pending(message_id: Any) -> bool:
+    """Ids of messages shown before the store has given them their real id."""
+    return isinstance(message_id, str) and message_id.startswith("pending:")
+
+
+class MessageBrowser(QTextBrowser):
+    """A read-only rich-text view whose height follows its document (no own scrollbars)."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("MessageBody")
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.document().setDocumentMargin(2)
+        self.viewport().setAutoFillBackground(False)
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.DefaultContextMenu)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.setFixedHeight(24)
+
+    def set_html(self, html: str, css: str) -> None:
+        doc = self.document()
+        if doc.defaultStyleSheet() != css:
+            doc.setDefaultStyleSheet(css)
+        self.setHtml(html)
+        self._fit()
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        w = self.viewport().width()
+        if w > 0 and abs(self.document().textWidth() - w) > 0.5:
+            self.document().setTextWidth(w)
+        self._fit()
+
+    def _fit(self, *_: Any) -> None:
+        h = math.ceil(self.document().size().height()) + 2
+        if h != self.height():
+            self.setFixedHeight(h)
+
+    def wheelEvent(self, event: Any) -> None:  # noqa: N802 - let the chat scroll area scroll
+        event.ignore()
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(200, self.height())
+
+
+def _tool(icon: str, tip: str, slot: Callable[[], None], name: str) -> QToolButton:
+    b = QToolButton()
+    b.setObjectName(name)
+    b.setIcon(theme.icon(icon, theme.current().muted, 16))
+    b.setIconSize(QSize(16, 16))
+    b.setToolTip(tip)
+    b.setAccessibleName(tip)
+    b.setAutoRaise(True)
+    b.setCursor(Qt.CursorShape.PointingHandCursor)
+    b.clicked.connect(slot)
+    return b
+
+
+class MessageWidget(QFrame):
+    copyRequested = Signal(str)
+    editSubmitted = Signal(str, str)        # message id, new text
+    regenerateRequested = Signal(str)       # assistant message id
+    siblingRequested = Signal(str, int)     # message id, +1 / -1
+    branchRequested = Signal(str)           # message id
+    linkActivated = Signal(QUrl)
+
+    def __init__(self, item: MessageItem, *, model_name: str = "Assistant",
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self.item = item
+        self.streaming = False
+        self._model_name = model_name
+        self.setObjectName("MessageUser" if item.role == "user" else "MessageAssistant")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        outer = QVBoxLayout(self)
+        user = item.role == "user"
+        outer.setContentsMargins(14 if user else 4, 10 if user else 6, 14 if user else 4, 6)
+        outer.setSpacing(4)
+        head = QHBoxLayout()
+        head.setSpacing(6)
+        self.role_label = QLabel("You" if user else model_name)
+        self.role_label.setObjectName("MessageRole")
+        head.addWidget(self.role_label)
+        head.addStretch(1)
+        self.meta = QLabel("")
+        self.meta.setObjectName("MessageMeta")
+        head.addWidget(self.meta)
+        outer.addLayout(head)
+        self.body = MessageBrowser(self)
+        self.body.anchorClicked.connect(self._on_anchor)
+        outer.addWidget(self.body)
+        self.error_label = QLabel("")
+        self.error_label.setObjectName("MessageError")
+        self.error_label.setWordWrap(True)
+        self.error_label.hide()
+        outer.addWidget(self.error_label)
+        self.editor: QPlainTextEdit | None = None
+        self._edit_box: QWidget | None = None
+
+        actions = QHBoxLayout()
+        actions.setSpacing(2)
+        self.prev_btn = _tool("chevron-left", "Previous version", lambda: self._flip(-1), "PrevSibling")
+        self.sib_label = QLabel("")
+        self.sib_label.setObjectName("MessageMeta")
+        self.next_btn = _tool("chevron-right", "Next version", lambda: self._flip(+1), "NextSibling")
+        for w in (self.prev_btn, self.sib_label, self.next_btn):
+            actions.addWidget(w)
+        self.copy_btn = _tool("copy", "Copy message", lambda: self.copyRequested.emit(self.item.content),
+                              "CopyMessage")
+        self.edit_btn = _tool("edit", "Edit and resend", self.start_edit, "EditMessage")
+        self.regen_btn = _tool("regenerate", "Regenerate reply",
+                               lambda: self.regenerateRequested.emit(self.item.id), "Regenerate")
+        self.branch_btn = _tool("branch", "Branch into a new chat from here",
+                                lambda: self.branchRequested.emit(self.item.id), "Branch")
+        for w in (self.copy_btn, self.edit_btn, self.regen_btn, self.branch_btn):
+            actions.addWidget(w)
+        actions.addStretch(1)
+        outer.addLayout(actions)
+        self.edit_btn.setVisible(user)
+        self.regen_btn.setVisible(False)
+        self.refresh()
+
+    # --- content -----------------------------------------------------------------------------
+    def refresh(self, rendered: Rendered | None = None) -> None:
+        t = theme.current()
+        if rendered is not None:
+            self.item.rendered = rendered
+        if self.item.rendered is None:
+            self.item.rendered = render(self.item.content, t)
+        self.body.set_html(self.item.rendered.html, document_css(t))
+        self._update_chrome()
+
+    def _update_chrome(self) -> None:
+        it = self.item
+        multi = it.sibling_count > 1 and not self.streaming
+        self.prev_btn.setVisible(multi)
+        self.next_btn.setVisible(multi)
+        self.sib_label.setVisible(multi)
+        if multi:
+            self.sib_label.setText(f"{it.sibling_index + 1} / {it.sibling_count}")
+            self.prev_btn.setEnabled(it.sibling_index > 0)
+            self.next_btn.setEnabled(it.sibling_index < it.sibling_count - 1)
+        persisted = not it.pending
+        for b in (self.copy_btn, self.branch_btn):
+            b.setVisible(not self.streaming)
+        self.branch_btn.setEnabled(persisted)
+        self.edit_btn.setEnabled(persisted and not self.streaming)
+        self.meta.setText(short_figures(it.figures) if it.figures and it.role == "assistant" else "")
+        if it.error:
+            self.error_label.setText(it.error)
+            self.error_label.show()
+        else:
+            self.error_label.hide()
+
+    def set_regenerate_visible(self, visible: bool) -> None:
+        self.regen_btn.setVisible(visible and self.item.role == "assistant" and not self.streaming)
+
+    def set_streaming(self, streaming: bool) -> None:
+        self.streaming = streaming
+        self.role_label.setText(self._model_name + ("  ●" if streaming else ""))
+        self._update_chrome()
+
+    def _flip(self, delta: int) -> None:
+        self.siblingRequested.emit(self.item.id, delta)
+
+    def _on_anchor(self, url: QUrl) -> None:
+        if url.scheme() == "copy":
+            try:
+                code = self.item.rendered.code_blocks[int(url.path())]  # type: ignore[union-attr]
+            except (ValueError, IndexError, AttributeError):
+                return
+            self.copyRequested.emit(code)
+            QToolTip.showText(self.body.mapToGlobal(self.body.cursorRect().center()), "Copied", self.body)
+        elif url.scheme() in ("http", "https", "mailto"):
+            self.linkActivated.emit(url)
+
+    # --- editing a user message --------------------------------------------------------------
+    def start_edit(self) -> None:
+        if self.item.role != "user" or self._edit_box is not None:
+            return
+        box = QWidget(self)
+        lay = QVBoxLayout(box)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.editor = QPlainTextEdit(self.item.content, box)
+        self.editor.setObjectName("EditBox")
+        self.editor.setMinimumHeight(80)
+        lay.addWidget(self.editor)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        cancel = QPushButton("Cancel")
+        cancel.clicked.connect(self.cancel_edit)
+        send = QPushButton("Save && send")
+        send.setObjectName("PrimaryButton")
+        send.setDefault(True)
+        send.clicked.connect(self._submit_edit)
+        row.addWidget(cancel)
+        row.addWidget(send)
+        lay.addLayout(row)
+        self.layout().insertWidget(2, box)  # type: ignore[union-attr]
+        self.body.hide()
+        self._edit_box = box
+        self.editor.setFocus()
+        self.editor.installEventFilter(self)
+
+    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802
+        if obj is self.editor and event.type() == QEvent.Type.KeyPress:
+            if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
+                    event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+                self._submit_edit()
+                return True
+            if event.key() == Qt.Key.Key_Escape:
+                self.cancel_edit()
+                return True
+        return super().eventFilter(obj, event)
+
+    def _submit_edit(self) -> None:
+        if self.editor is None:
+            return
+        text = self.editor.toPlainText().strip()
+        self.cancel_edit()
+        if text:
+            self.editSubmitted.emit(self.item.id, text)
+
+    def cancel_edit(self) -> None:
+        if self._edit_box is not None:
+            self._edit_box.deleteLater()
+            self._edit_box = None
+            self.editor = None
+        self.body.show()
+
+
+class ChatView(QScrollArea):
+    """A vertical list of `MessageWidget`s with the stay-at-bottom rule and a streaming bubble."""
+
+    copyRequested = Signal(str)
+    editSubmitted = Signal(str, str)
+    regenerateRequested = Signal(str)
+    siblingRequested = Signal(str, int)
+    branchRequested = Signal(str)
+    loaded = Signal()   # all widgets of a set_messages call are in place
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("ChatScroll")
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        holder = QWidget()
+        holder.setObjectName("ChatArea")
+        h = QHBoxLayout(holder)
+        h.setContentsMargins(16, 16, 16, 16)
+        h.addStretch(1)
+        self.column = QWidget()
+        self.column.setMaximumWidth(820)
+        self.column.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        self.col_layout = QVBoxLayout(self.column)
+        self.col_layout.setContentsMargins(0, 0, 0, 0)
+        self.col_layout.setSpacing(14)
+        self.col_layout.addStretch(1)
+        h.addWidget(self.column, 100)
+        h.addStretch(1)
+        self.setWidget(holder)
+        bar = self.verticalScrollBar()
+        bar.setSingleStep(24)
+        bar.valueChanged.connect(self._on_scrolled)
+        bar.rangeChanged.connect(self._on_range)
+        self.stick_to_bottom = True
+        self.model_name = "Assistant"
+        self.widgets: list[MessageWidget] = []
+        self._pending: list[MessageItem] = []
+        self._fill_timer = QTimer(self)
+        self._fill_timer.setInterval(0)
+        self._fill_timer.timeout.connect(self._fill_batch)
+        self._stream: MessageWidget | None = None
+        self._stream_text = ""
+        self._stream_dirty = False
+        self._render_timer = QTimer(self)
+        self._render_timer.setInterval(RENDER_MS)
+        self._render_timer.timeout.connect(self._render_stream)
+        self.render_count = 0
+        self._programmatic_scroll = False
+        theme.changed_signal().connect(self._on_theme)
+
+    # --- bottom rule -------------------------------------------------------------------------
+    def at_bottom(self) -> bool:
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum() - AT_BOTTOM_PX
+
+    def _on_scrolled(self, _value: int) -> None:
+        if not self._programmatic_scroll:
+            self.stick_to_bottom = self.at_bottom()
+
+    def _on_range(self, _min: int, _max: int) -> None:
+        if self.stick_to_bottom:
+            self.scroll_to_bottom()
+
+    def scroll_to_bottom(self) -> None:
+        bar = self.verticalScrollBar()
+        self._programmatic_scroll = True
+        try:
+            bar.setValue(bar.maximum())
+        finally:
+            self._programmatic_scroll = False
+        self.stick_to_bottom = True
+
+    # --- content -----------------------------------------------------------------------------
+    def clear(self) -> None:
+        self._fill_timer.stop()
+        self._pending = []
+        self.end_stream()
+        for w in self.widgets:
+            w.hide()
+            w.deleteLater()
+        self.widgets = []
+        self.stick_to_bottom = True
+
+    def set_messages(self, items: list[MessageItem]) -> None:
+        """Show `items` (rendered off the UI thread), adding widgets in time-boxed batches."""
+        self.clear()
+        self._pending = list(items)
+        if not self._pending:
+            self.loaded.emit()
+            return
+        self._fill_batch()
+        if self._pending:
+            self._fill_timer.start()
+
+    def _fill_batch(self) -> None:
+        start = time.perf_counter()
+        while self._pending and time.perf_counter() - start < BATCH_BUDGET_S:
+            self._add_widget(self._pending.pop(0))
+        if not self._pending:
+            self._fill_timer.stop()
+            self._update_last_flags()
+            self.scroll_to_bottom()
+            self.loaded.emit()
+
+    @property
+    def loading(self) -> bool:
+        return bool(self._pending)
+
+    def _add_widget(self, item: MessageItem) -> MessageWidget:
+        w = MessageWidget(item, model_name=self.model_name, parent=self.column)
+        w.copyRequested.connect(self.copyRequested)
+        w.editSubmitted.connect(self.editSubmitted)
+        w.regenerateRequested.connect(self.regenerateRequested)
+        w.siblingRequested.connect(self.siblingRequested)
+        w.branchRequested.connect(self.branchRequested)
+        w.linkActivated.connect(QDesktopServices.openUrl)
+        self.col_layout.insertWidget(self.col_layout.count() - 1, w)
+        self.widgets.append(w)
+        return w
+
+    def append_message(self, item: MessageItem) -> MessageWidget:
+        self.stick_to_bottom = True
+        w = self._add_widget(item)
+        self._update_last_flags()
+        return w
+
+    def replace_message(self, old_id: str, item: MessageItem) -> None:
+        for w in self.widgets:
+            if w.item.id == old_id:
+                w.item = item
+                w.refresh()
+                break
+        self._update_last_flags()
+
+    def _update_last_flags(self) -> None:
+        last_assistant = None
+        for w in self.widgets:
+            if w.item.role == "assistant":
+                last_assistant = w
+        busy = self._stream is not None
+        for w in self.widgets:
+            w.set_regenerate_visible(w is last_assistant and not busy and
+                                     w is self.widgets[-1])
+            w.edit_btn.setEnabled(w.item.role == "user" and not busy
+                                  and not w.item.pending)
+
+    def truncate_after(self, message_id: str | None, *, keep: bool = True) -> None:
+        """Remove the widgets after `message_id` (or from it on, with keep=False)."""
+        idx = -1
+        for i, w in enumerate(self.widgets):
+            if w.item.id == message_id:
+                idx = i if keep else i - 1
+                break
+        for w in self.widgets[idx + 1:]:
+            w.hide()
+            w.deleteLater()
+        self.widgets = self.widgets[: idx + 1]
+        self._update_last_flags()
+
+    def message_ids(self) -> list[str]:
+        return [w.item.id for w in self.widgets]
+
+    def widget_for(self, message_id: str) -> MessageWidget | None:
+        return next((w for w in self.widgets if w.item.id == message_id), None)
+
+    # --- streaming ---------------------------------------------------------------------------
+    def begin_stream(self, pending_id: str = "pending:assistant") -> MessageWidget:
+        self.end_stream()
+        item = MessageItem(id=pending_id, role="assistant", content="",
+                           rendered=Rendered('<p style="color: gray;">…</p>', ()))
+        w = self.append_message(item)
+        w.set_streaming(True)
+        self._stream = w
+        self._stream_text = ""
+        self._update_last_flags()
+        return w
+
+    def append_stream(self, text: str) -> None:
+        if self._stream is None:
+            return
+        self._stream_text += text
+        self._stream_dirty = True
+        if not self._render_timer.isActive():
+            self._render_stream()  # first chunk at once, then throttled
+            self._render_timer.start()
+
+    def _render_stream(self) -> None:
+        if self._stream is None or not self._stream_dirty:
+            self._render_timer.stop()
+            return
+        self._stream_dirty = False
+        self._stream.item.content = self._stream_text
+        self._stream.refresh(render(self._stream_text + " ▍", theme.current()))
+        self.render_count += 1
+
+    def end_stream(self, final: MessageItem | None = None) -> None:
+        self._render_timer.stop()
+        w, self._stream = self._stream, None
+        if w is None:
+            return
+        w.set_streaming(False)
+        if final is not None:
+            w.item = final
+            w.refresh(final.rendered or render(final.content, theme.current()))
+        self._update_last_flags()
+
+    @property
+    def streaming(self) -> bool:
+        return self._stream is not None
+
+    @property
+    def stream_text(self) -> str:
+        return self._stream_text
+
+    def _on_theme(self, _t: Any) -> None:
+        for w in self.widgets:
+            w.item.rendered = None
+            w.refresh()
+
+    def keyPressEvent(self, event: Any) -> None:  # noqa: N802
+        if event.matches(QKeySequence.StandardKey.MoveToEndOfDocument):
+            self.scroll_to_bottom()
+            return
+        super().keyPressEvent(event)
+
+
+def copy_to_clipboard(text: str) -> None:
+    QGuiApplication.clipboard().setText(text)
+
+
+__all__ = ["ChatView", "MessageItem", "MessageWidget", "copy_to_clipboard", "replace"]

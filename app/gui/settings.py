@@ -1,0 +1,125 @@
+"""Application settings, persisted as JSON at `engine.paths.settings_path()`.
+
+Written atomically (temp file + fsync + rename); unknown keys are kept, bad values fall back to
+the defaults, so a hand-edited or older file never stops the app from starting.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from engine.api import SamplingParams
+
+log = logging.getLogger(__name__)
+
+PROVIDERS = ("auto", "cpu", "gpu")
+
+
+@dataclass
+class Sampling:
+    temperature: float = 0.7
+    top_p: float = 0.9
+    top_k: int = 40
+    repetition_penalty: float = 1.1
+    max_new_tokens: int = 512
+    seed: int | None = None
+
+    def to_params(self, overrides: dict[str, Any] | None = None) -> SamplingParams:
+        values = asdict(self)
+        for key, value in (overrides or {}).items():
+            if key in values and value is not None:
+                values[key] = value
+        return SamplingParams(**values)
+
+
+@dataclass
+class Settings:
+    system_prompt: str = "You are a helpful assistant."
+    sampling: Sampling = field(default_factory=Sampling)
+    provider: str = "auto"                 # auto | cpu | gpu
+    memory_budget_mb: int = 1024           # KV kept in memory (all regular chats together)
+    disk_budget_mb: int = 4096             # shared on-disk prefix cache (pinned chats not counted)
+    cache_max_age_days: int = 14
+    model: str = ""                        # folder name under models/, "" = the default model
+    last_chat_id: str | None = None
+    window_geometry: str | None = None     # base64 of QWidget.saveGeometry()
+    window_state: str | None = None
+    splitter_state: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
+
+    # --- persistence -------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: Path) -> "Settings":
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as exc:
+            log.warning("settings file %s unreadable (%s); using defaults", path, exc)
+            return cls()
+        return cls.from_dict(raw if isinstance(raw, dict) else {})
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "Settings":
+        s = cls()
+        known = {f.name for f in fields(cls)}
+        for f in fields(cls):
+            if f.name not in raw or f.name in ("sampling", "extra"):
+                continue
+            value = raw[f.name]
+            default = getattr(s, f.name)
+            if default is None or isinstance(value, type(default)) or (
+                    isinstance(default, float) and isinstance(value, int)):
+                setattr(s, f.name, value)
+        if isinstance(raw.get("sampling"), dict):
+            sd = Sampling()
+            for f in fields(Sampling):
+                value = raw["sampling"].get(f.name, getattr(sd, f.name))
+                default = getattr(sd, f.name)
+                if value is None and f.name == "seed":
+                    setattr(sd, f.name, None)
+                elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                    setattr(sd, f.name, type(default)(value) if default is not None else int(value))
+            s.sampling = sd
+        if s.provider not in PROVIDERS:
+            s.provider = "auto"
+        s.extra = {k: v for k, v in raw.items() if k not in known}
+        return s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        extra = d.pop("extra")
+        return {**extra, **d}
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        try:  # make the rename itself durable
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+
+    def copy(self) -> "Settings":
+        return Settings.from_dict(json.loads(json.dumps(self.to_dict())))

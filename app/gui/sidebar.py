@@ -1,0 +1,309 @@
+"""The sidebar: new chat buttons, the search field and the chat list with its actions."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import QModelIndex, QPoint, QRect, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QColor, QFont, QKeySequence, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import (QAbstractItemView, QFrame, QHBoxLayout, QLabel, QLineEdit,
+                               QListView, QMenu, QPushButton, QStyle, QStyledItemDelegate,
+                               QStyleOptionViewItem, QToolButton, QVBoxLayout, QWidget)
+
+from . import theme
+from .sidebar_model import (BusyRole, ChatListModel, IdRole, IsHeaderRole, KvStateRole,
+                            PinnedRole, RowRole, SavingRole, SnippetRole, TemporaryRole)
+
+ROW_HEIGHT = 34
+KV_ICONS = {"disk": "disk", "memory": "memory", "none": "kv-none"}
+
+
+class ChatDelegate(QStyledItemDelegate):
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:  # noqa: N802
+        return QSize(200, ROW_HEIGHT)
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        t = theme.current()
+        r = option.rect
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        if index.data(IsHeaderRole):
+            f = QFont(option.font)
+            f.setPointSizeF(max(7.0, f.pointSizeF() * 0.85))
+            f.setBold(True)
+            painter.setFont(f)
+            painter.setPen(QColor(t.muted))
+            painter.drawText(r.adjusted(14, 0, -8, -4),
+                             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignBottom,
+                             str(index.data()).upper() if False else str(index.data()))
+            painter.restore()
+            return
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        hover = bool(option.state & QStyle.StateFlag.State_MouseOver)
+        box = QRectF(r.adjusted(6, 2, -6, -2))
+        if selected or hover:
+            path = QPainterPath()
+            path.addRoundedRect(box, 7, 7)
+            c = QColor(t.selection)
+            if not selected:
+                c.setAlpha(110)
+            painter.fillPath(path, c)
+        x = r.left() + 14
+        cy = r.center().y()
+        kv = index.data(KvStateRole) or "none"
+        kv_color = t.accent if kv == "disk" else (t.text if kv == "memory" else t.muted)
+        theme.icon(KV_ICONS.get(kv, "kv-none"), kv_color, 14).paint(painter, QRect(x, cy - 7, 14, 14))
+        x += 22
+        right = r.right() - 12
+        saving = bool(index.data(SavingRole))
+        if saving:
+            rect = QRectF(right - 14, cy - 7, 14, 14)
+            painter.setPen(QPen(QColor(t.border), 2))
+            painter.drawEllipse(rect)
+            pen = QPen(QColor(t.accent), 2)
+            pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+            painter.setPen(pen)
+            angle = int((time.monotonic() * 360) % 360)
+            painter.drawArc(rect, -angle * 16, 100 * 16)
+            right -= 20
+        if index.data(TemporaryRole):
+            theme.icon("temporary", t.muted, 14).paint(painter, QRect(right - 14, cy - 7, 14, 14))
+            right -= 20
+        if index.data(PinnedRole):
+            theme.icon("pin", t.accent, 14).paint(painter, QRect(right - 14, cy - 7, 14, 14))
+            right -= 20
+        if index.data(BusyRole):
+            painter.setBrush(QColor(t.accent))
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.drawEllipse(QRectF(right - 8, cy - 3, 6, 6))
+            right -= 14
+        title = str(index.data(Qt.ItemDataRole.DisplayRole) or "")
+        f = QFont(option.font)
+        if index.data(TemporaryRole):
+            f.setItalic(True)
+        painter.setFont(f)
+        painter.setPen(QColor(t.text))
+        fm = painter.fontMetrics()
+        snippet = index.data(SnippetRole) or ""
+        avail = max(10, right - x - 4)
+        text = fm.elidedText(title, Qt.TextElideMode.ElideRight, avail)
+        painter.drawText(QRect(x, r.top(), avail, r.height()),
+                         Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
+        if snippet and fm.horizontalAdvance(text) + 20 < avail:
+            used = fm.horizontalAdvance(text) + 8
+            painter.setPen(QColor(t.muted))
+            snip = fm.elidedText(snippet, Qt.TextElideMode.ElideRight, avail - used)
+            painter.drawText(QRect(x + used, r.top(), avail - used, r.height()),
+                             Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, snip)
+        painter.restore()
+
+    def updateEditorGeometry(self, editor: QWidget, option: QStyleOptionViewItem,  # noqa: N802
+                             index: QModelIndex) -> None:
+        editor.setGeometry(option.rect.adjusted(30, 4, -8, -4))
+
+
+class ChatListView(QListView):
+    activatedChat = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("ChatList")
+        self.setUniformItemSizes(True)
+        self.setMouseTracking(True)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)
+        self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.setItemDelegate(ChatDelegate(self))
+        self.setFrameShape(QFrame.Shape.NoFrame)
+
+
+class Sidebar(QFrame):
+    chatSelected = Signal(str)
+    newChatRequested = Signal()
+    newTemporaryRequested = Signal()
+    pinToggled = Signal(str)
+    renameRequested = Signal(str, str)
+    deleteRequested = Signal(str)
+    duplicateRequested = Signal(str)
+    closeRequested = Signal(str)
+    searchChanged = Signal(str)
+
+    def __init__(self, model: ChatListModel, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("Sidebar")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.model = model
+        self.setMinimumWidth(220)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 12, 10, 8)
+        lay.setSpacing(8)
+
+        brand = QHBoxLayout()
+        logo = QLabel()
+        logo.setPixmap(theme.app_icon().pixmap(22, 22))
+        brand.addWidget(logo)
+        name = QLabel("Amber")
+        name.setObjectName("BrandLabel")
+        brand.addWidget(name)
+        brand.addStretch(1)
+        self.temp_btn = QToolButton()
+        self.temp_btn.setObjectName("NewTemporaryButton")
+        self.temp_btn.setToolTip("New temporary chat (Ctrl+Shift+N)\nNever saved; discarded when closed")
+        self.temp_btn.setAccessibleName("New temporary chat")
+        self.temp_btn.clicked.connect(self.newTemporaryRequested)
+        brand.addWidget(self.temp_btn)
+        lay.addLayout(brand)
+
+        self.new_btn = QPushButton("  New chat")
+        self.new_btn.setObjectName("PrimaryButton")
+        self.new_btn.setToolTip("New chat (Ctrl+N)")
+        self.new_btn.clicked.connect(self.newChatRequested)
+        lay.addWidget(self.new_btn)
+
+        self.search = QLineEdit()
+        self.search.setObjectName("SidebarSearch")
+        self.search.setPlaceholderText("Search chats")
+        self.search.setClearButtonEnabled(True)
+        self.search.setAccessibleName("Search chats")
+        self._search_timer = QTimer(self)
+        self._search_timer.setSingleShot(True)
+        self._search_timer.setInterval(180)
+        self._search_timer.timeout.connect(lambda: self.searchChanged.emit(self.search.text()))
+        self.search.textChanged.connect(lambda _t: self._search_timer.start())
+        self.search.returnPressed.connect(self._focus_first)
+        lay.addWidget(self.search)
+
+        self.view = ChatListView(self)
+        self.view.setModel(model)
+        self.view.selectionModel().currentChanged.connect(self._on_current)
+        self.view.customContextMenuRequested.connect(self._context_menu)
+        lay.addWidget(self.view, 1)
+
+        self.loading = QLabel("Loading chats…")
+        self.loading.setObjectName("ChatSubtitle")
+        self.loading.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        lay.addWidget(self.loading)
+
+        self._spin = QTimer(self)
+        self._spin.setInterval(60)
+        self._spin.timeout.connect(self._tick)
+        model.dataChanged.connect(self._check_spin)
+        model.modelReset.connect(self._check_spin)
+        self._suppress_select = False
+        self._make_actions()
+        self._update_icons()
+        theme.changed_signal().connect(lambda *_: self._update_icons())
+
+    def _update_icons(self) -> None:
+        t = theme.current()
+        self.temp_btn.setIcon(theme.icon("temporary", t.text, 18))
+        self.new_btn.setIcon(theme.icon("new-chat", t.accent_text, 16))
+        self.search.addAction(theme.icon("search", t.muted, 16), QLineEdit.ActionPosition.LeadingPosition) \
+            if not self.search.actions() else None
+
+    # --- actions -----------------------------------------------------------------------------
+    def _make_actions(self) -> None:
+        def act(text: str, icon: str, shortcut: Any, slot: Any) -> QAction:
+            a = QAction(text, self.view)
+            a.setData(icon)
+            if shortcut:
+                a.setShortcut(QKeySequence(shortcut))
+                a.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            a.triggered.connect(slot)
+            self.view.addAction(a)
+            return a
+
+        self.act_pin = act("Pin", "pin", "Ctrl+P", lambda: self._with_current(self.pinToggled.emit))
+        self.act_rename = act("Rename", "rename", QKeySequence.StandardKey.Cut if False else "F2",
+                              self.rename_current)
+        self.act_duplicate = act("Duplicate", "branch", "Ctrl+D",
+                                 lambda: self._with_current(self.duplicateRequested.emit))
+        self.act_close = act("Close", "close", None, lambda: self._with_current(self.closeRequested.emit))
+        self.act_delete = act("Delete…", "trash", QKeySequence.StandardKey.Delete,
+                              lambda: self._with_current(self.deleteRequested.emit))
+
+    def current_id(self) -> str | None:
+        idx = self.view.currentIndex()
+        return idx.data(IdRole) if idx.isValid() and not idx.data(IsHeaderRole) else None
+
+    def _with_current(self, fn: Any) -> None:
+        cid = self.current_id()
+        if cid:
+            fn(cid)
+
+    def rename_current(self) -> None:
+        idx = self.view.currentIndex()
+        if idx.isValid() and not idx.data(IsHeaderRole):
+            self.view.edit(idx)
+
+    def _context_menu(self, pos: QPoint) -> None:
+        idx = self.view.indexAt(pos)
+        if not idx.isValid() or idx.data(IsHeaderRole):
+            return
+        self.view.setCurrentIndex(idx)
+        menu = self.build_menu(idx)
+        menu.exec(self.view.viewport().mapToGlobal(pos))
+
+    def build_menu(self, idx: QModelIndex) -> QMenu:
+        row = idx.data(RowRole)
+        menu = QMenu(self)
+        t = theme.current()
+        self.act_pin.setText("Unpin" if row.pinned else "Pin")
+        self.act_pin.setEnabled(not row.temporary)
+        self.act_pin.setToolTip("Temporary chats cannot be pinned" if row.temporary else "")
+        self.act_duplicate.setEnabled(not row.temporary)
+        self.act_close.setVisible(True)
+        self.act_close.setText("Close and discard" if row.temporary else "Close")
+        for a in (self.act_pin, self.act_rename, self.act_duplicate, None, self.act_close,
+                  self.act_delete):
+            if a is None:
+                menu.addSeparator()
+                continue
+            icon = "pin-off" if a is self.act_pin and row.pinned else a.data()
+            a.setIcon(theme.icon(icon, t.danger if a is self.act_delete else t.text, 16))
+            menu.addAction(a)
+        return menu
+
+    # --- selection ---------------------------------------------------------------------------
+    def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        if self._suppress_select or not current.isValid() or current.data(IsHeaderRole):
+            return
+        self.chatSelected.emit(current.data(IdRole))
+
+    def select(self, chat_id: str | None, *, emit: bool = False) -> None:
+        self._suppress_select = not emit
+        try:
+            idx = self.model.index_of(chat_id) if chat_id else QModelIndex()
+            if idx.isValid():
+                self.view.setCurrentIndex(idx)
+                self.view.scrollTo(idx)
+            else:
+                self.view.clearSelection()
+        finally:
+            self._suppress_select = False
+
+    def _focus_first(self) -> None:
+        for row in range(self.model.rowCount()):
+            idx = self.model.index(row, 0)
+            if not idx.data(IsHeaderRole):
+                self.view.setFocus()
+                self.view.setCurrentIndex(idx)
+                return
+
+    def set_loading(self, loading: bool, text: str = "Loading chats…") -> None:
+        self.loading.setText(text)
+        self.loading.setVisible(loading)
+
+    # --- saving spinner ----------------------------------------------------------------------
+    def _check_spin(self, *_: Any) -> None:
+        saving = any(r.saving for r in self.model.all_chats())
+        if saving and not self._spin.isActive():
+            self._spin.start()
+        elif not saving:
+            self._spin.stop()
+
+    def _tick(self) -> None:
+        self._check_spin()
+        self.view.viewport().update()

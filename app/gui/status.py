@@ -1,0 +1,122 @@
+"""Status bar: provider, tokens/s, context used of the window, and how the last reply started."""
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QStatusBar, QWidget
+
+PROVIDER_NAMES = {
+    "CPUExecutionProvider": "CPU", "CUDAExecutionProvider": "CUDA",
+    "TensorrtExecutionProvider": "TensorRT", "CoreMLExecutionProvider": "CoreML",
+    "DmlExecutionProvider": "DirectML", "ROCMExecutionProvider": "ROCm",
+    "cpu": "CPU", "cuda": "CUDA", "coreml": "CoreML", "dml": "DirectML", "directml": "DirectML",
+}
+
+
+def provider_label(provider: str) -> str:
+    return PROVIDER_NAMES.get(provider, PROVIDER_NAMES.get(provider.lower(), provider or "—"))
+
+
+def _ms(ms: float) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def how_started(f: dict[str, Any] | None) -> str:
+    """“resumed 2,048 tokens from disk in 31 ms” or “prefilled 2,048 tokens in 4.2 s”."""
+    if not f:
+        return ""
+    reused = int(f.get("reused_tokens") or 0)
+    prefilled = int(f.get("prefilled_tokens") or 0)
+    resume = f.get("resume") or "none"
+    parts = []
+    if reused and resume == "disk":
+        parts.append(f"resumed {reused:,} tokens from disk in {_ms(float(f.get('resume_ms') or 0))}")
+    elif reused:
+        parts.append(f"reused {reused:,} tokens from memory")
+    if prefilled:
+        parts.append(f"prefilled {prefilled:,} tokens in {_ms(float(f.get('prefill_ms') or 0))}")
+    text = ", ".join(parts)
+    if f.get("fallback_reason"):
+        text += f" (saved cache not used: {f['fallback_reason']})"
+    return text
+
+
+def short_figures(f: dict[str, Any] | None) -> str:
+    if not f:
+        return ""
+    bits = []
+    if f.get("decode_tokens_per_s"):
+        bits.append(f"{float(f['decode_tokens_per_s']):.1f} tok/s")
+    if f.get("generated_tokens"):
+        bits.append(f"{int(f['generated_tokens']):,} tokens")
+    if f.get("finish_reason") == "cancelled":
+        bits.append("stopped")
+    elif f.get("finish_reason") == "length":
+        bits.append("length limit")
+    elif f.get("finish_reason") == "context_full":
+        bits.append("context full")
+    return " · ".join(bits)
+
+
+class StatusBar(QStatusBar):
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setSizeGripEnabled(False)
+        self.message = QLabel("")
+        self.message.setObjectName("StatusMessage")
+        self.addWidget(self.message, 1)
+        self.started = QLabel("")
+        self.started.setObjectName("StatusStarted")
+        self.addPermanentWidget(self.started)
+        self.speed = QLabel("")
+        self.speed.setObjectName("StatusSpeed")
+        self.addPermanentWidget(self.speed)
+        ctx = QWidget()
+        lay = QHBoxLayout(ctx)
+        lay.setContentsMargins(4, 0, 4, 0)
+        lay.setSpacing(6)
+        self.context = QLabel("")
+        self.context.setObjectName("StatusContext")
+        self.context_bar = QProgressBar()
+        self.context_bar.setObjectName("ContextBar")
+        self.context_bar.setTextVisible(False)
+        self.context_bar.setFixedWidth(80)
+        self.context_bar.setFixedHeight(6)
+        lay.addWidget(self.context)
+        lay.addWidget(self.context_bar, 0, Qt.AlignmentFlag.AlignVCenter)
+        self.addPermanentWidget(ctx)
+        self.provider = QLabel("")
+        self.provider.setObjectName("StatusProvider")
+        self.addPermanentWidget(self.provider)
+        self.set_context(0, 0)
+
+    def set_provider(self, provider: str, fallback: str | None = None) -> None:
+        self.provider.setText(provider_label(provider) if provider else "")
+        self.provider.setToolTip(f"Execution provider: {provider}" +
+                                 (f"\nFell back: {fallback}" if fallback else ""))
+
+    def set_context(self, used: int, window: int) -> None:
+        if window:
+            self.context.setText(f"{used:,} / {window:,} tokens")
+            self.context_bar.setMaximum(window)
+            self.context_bar.setValue(min(used, window))
+            self.context_bar.show()
+        else:
+            self.context.setText("")
+            self.context_bar.hide()
+
+    def set_speed(self, tokens_per_s: float | None) -> None:
+        self.speed.setText(f"{tokens_per_s:.1f} tok/s" if tokens_per_s else "")
+
+    def set_figures(self, f: dict[str, Any] | None) -> None:
+        self.started.setText(how_started(f))
+        if f:
+            self.set_speed(float(f.get("decode_tokens_per_s") or 0) or None)
+            if f.get("context_window"):
+                self.set_context(int(f.get("context_used") or 0), int(f["context_window"]))
+        else:
+            self.set_speed(None)
+
+    def set_message(self, text: str) -> None:
+        self.message.setText(text)

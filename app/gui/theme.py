@@ -1,0 +1,179 @@
+"""Light and dark themes following the system, and the icons in `resources/icons`.
+
+Icons are single-colour SVGs drawn with `currentColor`; `icon(name)` renders them in the theme's
+text colour (or any colour), cached.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QObject, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
+from PySide6.QtWidgets import QApplication
+
+
+def resources_dir() -> Path:
+    override = os.environ.get("AMBER_RESOURCES")
+    if override:
+        return Path(override)
+    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[2]))
+    return base / "resources"
+
+
+@dataclass(frozen=True)
+class Theme:
+    name: str
+    window: str
+    base: str           # chat background
+    sidebar: str
+    surface: str        # assistant bubble / cards
+    user_bubble: str
+    text: str
+    muted: str
+    accent: str
+    accent_text: str
+    border: str
+    code_bg: str
+    selection: str
+    danger: str
+    pygments_style: str
+
+    @property
+    def dark(self) -> bool:
+        return self.name == "dark"
+
+
+LIGHT = Theme("light", window="#f6f5f3", base="#ffffff", sidebar="#f1efec", surface="#f7f6f4",
+              user_bubble="#fdf0dc", text="#1f1d1a", muted="#6f6a63", accent="#d97706",
+              accent_text="#ffffff", border="#e3dfd9", code_bg="#f6f8fa", selection="#fbe3bd",
+              danger="#c2410c", pygments_style="friendly")
+DARK = Theme("dark", window="#1b1a18", base="#201f1d", sidebar="#171614", surface="#2a2826",
+             user_bubble="#3a2f20", text="#ece9e4", muted="#a19a90", accent="#f59e0b",
+             accent_text="#1b1a18", border="#34312d", code_bg="#161514", selection="#5a4320",
+             danger="#fb923c", pygments_style="monokai")
+
+
+def system_prefers_dark() -> bool:
+    override = os.environ.get("AMBER_THEME")
+    if override in ("light", "dark"):
+        return override == "dark"
+    app = QGuiApplication.instance()
+    if app is None:
+        return False
+    scheme = QGuiApplication.styleHints().colorScheme()
+    if scheme == Qt.ColorScheme.Dark:
+        return True
+    if scheme == Qt.ColorScheme.Light:
+        return False
+    return QGuiApplication.palette().color(QPalette.ColorRole.Window).lightness() < 128
+
+
+def current() -> Theme:
+    return _state.theme
+
+
+class _State(QObject):
+    changed = Signal(object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.theme = LIGHT
+        self.connected = False
+
+
+_state = _State()
+
+
+def changed_signal() -> Signal:
+    return _state.changed
+
+
+def palette_for(t: Theme) -> QPalette:
+    p = QPalette()
+    c = QColor
+    R = QPalette.ColorRole
+    p.setColor(R.Window, c(t.window))
+    p.setColor(R.WindowText, c(t.text))
+    p.setColor(R.Base, c(t.base))
+    p.setColor(R.AlternateBase, c(t.surface))
+    p.setColor(R.ToolTipBase, c(t.surface))
+    p.setColor(R.ToolTipText, c(t.text))
+    p.setColor(R.PlaceholderText, c(t.muted))
+    p.setColor(R.Text, c(t.text))
+    p.setColor(R.Button, c(t.surface))
+    p.setColor(R.ButtonText, c(t.text))
+    p.setColor(R.BrightText, c(t.danger))
+    p.setColor(R.Highlight, c(t.selection))
+    p.setColor(R.HighlightedText, c(t.text))
+    p.setColor(R.Link, c(t.accent))
+    p.setColor(R.Mid, c(t.border))
+    p.setColor(R.Midlight, c(t.border))
+    p.setColor(R.Light, c(t.surface))
+    p.setColor(R.Dark, c(t.border))
+    for role in (R.Text, R.WindowText, R.ButtonText):
+        p.setColor(QPalette.ColorGroup.Disabled, role, c(t.muted))
+    return p
+
+
+def stylesheet(t: Theme) -> str:
+    path = resources_dir() / "styles" / "amber.qss"
+    try:
+        template = path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    for key in sorted(t.__dict__, key=len, reverse=True):  # @accent_text before @accent
+        template = template.replace("@" + key, str(t.__dict__[key]))
+    return template
+
+
+def apply(app: QApplication, t: Theme | None = None) -> Theme:
+    """Apply `t` (default: the system's preference) to the application and announce it."""
+    t = t or (DARK if system_prefers_dark() else LIGHT)
+    if QApplication.style().name().lower() != "fusion":
+        app.setStyle("Fusion")
+    app.setPalette(palette_for(t))
+    app.setStyleSheet(stylesheet(t))
+    _state.theme = t
+    icon.cache_clear()
+    if not _state.connected:
+        _state.connected = True
+        QGuiApplication.styleHints().colorSchemeChanged.connect(lambda *_: apply(app))
+    _state.changed.emit(t)
+    return t
+
+
+@lru_cache(maxsize=256)
+def _svg_bytes(name: str) -> bytes:
+    return (resources_dir() / "icons" / f"{name}.svg").read_bytes()
+
+
+@lru_cache(maxsize=512)
+def icon(name: str, color: str | None = None, size: int = 20) -> QIcon:
+    """The icon `name` drawn in `color` (default: the theme's text colour)."""
+    from PySide6.QtSvg import QSvgRenderer  # noqa: PLC0415
+
+    try:
+        data = _svg_bytes(name).replace(b"currentColor", (color or current().text).encode())
+    except OSError:
+        return QIcon()
+    renderer = QSvgRenderer(QByteArray(data))
+    result = QIcon()
+    for scale in (1, 2):
+        pm = QPixmap(QSize(size * scale, size * scale))
+        pm.setDevicePixelRatio(scale)
+        pm.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(pm)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        renderer.render(painter, QRectF(0, 0, size, size))
+        painter.end()
+        result.addPixmap(pm)
+    return result
+
+
+def app_icon() -> QIcon:
+    path = resources_dir() / "icons" / "amber.svg"
+    return QIcon(str(path)) if path.exists() else QIcon()

@@ -1,0 +1,42 @@
+"""`amber`: start the desktop app. `--data-dir` selects the data folder (sets AMBER_HOME)."""
+from __future__ import annotations
+
+import time
+
+_STARTED = time.perf_counter()
+
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Sequence  # noqa: E402
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="amber", description="Amber: chat with local models")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="folder for chats, models and caches (default: the user data folder)")
+    parser.add_argument("--self-test", action="store_true",
+                        help="check the installation and exit (not implemented yet)")
+    parser.add_argument("--verbose", "-v", action="store_true", help="log more")
+    return parser.parse_known_args(list(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, qt_args = parse_args(argv)
+    if args.self_test:
+        print("not implemented")
+        return 3
+    if args.data_dir is not None:
+        os.environ["AMBER_HOME"] = str(args.data_dir.expanduser().resolve())
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from app.gui.app import run_app  # noqa: PLC0415 - Qt only when the GUI starts
+
+    return run_app([sys.argv[0], *qt_args], started_at=_STARTED)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

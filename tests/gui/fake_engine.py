@@ -1,0 +1,234 @@
+"""A small fake `ChatEngine` for GUI tests and the GUI benchmark.
+
+Streams canned text word by word with a delay, honours the cancel token, returns
+`GenerationFigures` that tell how the reply started (resumed from disk / memory, or prefilled),
+tracks every open / pin / unpin / close / delete call, and keeps "pinned" sessions as small files
+under its state directory so that a second instance over the same directory (an application
+restart) resumes them from disk.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from engine.api import (ChatMessage, GenerationFigures, GenerationResult, KVLocation,
+                        SamplingParams, SessionInfo, SessionKind, StreamEvent, TextChunk)
+
+DEFAULT_REPLY = (
+    "Sure! Here is a short answer with **bold** text, a list and some code:\n\n"
+    "1. First point\n2. Second point\n\n"
+    "```python\ndef greet(name: str) -> str:\n    return f\"Hello, {name}!\"\n```\n\n"
+    "| Provider | Speed |\n|---|---|\n| CPU | fine |\n| CUDA | fast |\n\n"
+    "See [the docs](https://onnxruntime.ai) for more."
+)
+
+
+def count_tokens(messages: Sequence[ChatMessage]) -> list[str]:
+    """The fake tokenization: one token per whitespace-separated word, plus one per message."""
+    toks: list[str] = []
+    for m in messages:
+        toks.append(f"<{m.role}>")
+        toks.extend(m.content.split())
+    return toks
+
+
+@dataclass
+class _Session:
+    kind: SessionKind
+    history: list[str] = field(default_factory=list)  # tokens whose KV exists
+    location: KVLocation = KVLocation.NONE
+    saving: bool = False
+    from_disk: bool = False
+
+
+class FakeEngine:
+    provider = "CPUExecutionProvider"
+    context_window = 2048
+    model_name = "Fake-Model-135M"
+
+    def __init__(self, state_dir: Path | None = None, *, delay: float = 0.004,
+                 reply: str | Callable[[Sequence[ChatMessage]], str] = DEFAULT_REPLY,
+                 resume_ms: float = 31.0, save_delay: float = 0.15,
+                 tokens_per_s: float = 42.5):
+        self.state_dir = Path(state_dir) if state_dir else None
+        self.delay = delay
+        self.reply = reply
+        self.resume_ms = resume_ms
+        self.save_delay = save_delay
+        self.tokens_per_s = tokens_per_s
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.generations: list[list[ChatMessage]] = []
+        self.sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+        self._saves: list[threading.Thread] = []
+        self.generating = threading.Event()
+        self.cancelled_count = 0
+        self.shut_down = False
+
+    # --- helpers for tests -------------------------------------------------------------------
+    def called(self, name: str) -> list[tuple[Any, ...]]:
+        return [args for n, args in self.calls if n == name]
+
+    def _disk(self, session_id: str) -> Path | None:
+        return self.state_dir / f"{session_id}.kv.json" if self.state_dir else None
+
+    def disk_files(self) -> list[Path]:
+        return sorted(self.state_dir.glob("*.kv.json")) if self.state_dir and self.state_dir.exists() else []
+
+    def _record(self, name: str, *args: Any) -> None:
+        with self._lock:
+            self.calls.append((name, args))
+
+    # --- ChatEngine ----------------------------------------------------------------------------
+    def open(self, session_id: str, kind: SessionKind = SessionKind.REGULAR,
+             cache_salt: str | None = None) -> SessionInfo:
+        self._record("open", session_id, SessionKind(kind), cache_salt)
+        with self._lock:
+            s = self.sessions.get(session_id)
+            if s is None:
+                s = _Session(SessionKind(kind))
+                disk = self._disk(session_id)
+                if disk is not None and disk.exists() and kind == SessionKind.PINNED:
+                    s.history = json.loads(disk.read_text())["history"]
+                    s.location = KVLocation.DISK
+                    s.from_disk = True
+                self.sessions[session_id] = s
+            s.kind = SessionKind(kind)
+        return self.info(session_id)
+
+    def generate(self, session_id: str, messages: Sequence[ChatMessage],
+                 sampling: SamplingParams | None = None, cancel: Any = None
+                 ) -> Iterator[StreamEvent]:
+        self._record("generate", session_id, list(messages), sampling)
+        self.generations.append(list(messages))
+        with self._lock:
+            s = self.sessions.get(session_id)
+            if s is None:
+                raise KeyError(f"session {session_id} is not open")
+        prompt = count_tokens(messages)
+        shared = 0
+        for a, b in zip(s.history, prompt):
+            if a != b:
+                break
+            shared += 1
+        resume = s.location.value if shared else "none"
+        resume_ms = self.resume_ms if (s.from_disk and shared) else 0.0
+        s.from_disk = False
+        text = self.reply(messages) if callable(self.reply) else self.reply
+        words = text.split(" ")
+        out: list[str] = []
+        started = time.perf_counter()
+        finish = "eos"
+        self.generating.set()
+        try:
+            for n, w in enumerate(words):
+                if cancel is not None and cancel.is_set():
+                    finish = "cancelled"
+                    self.cancelled_count += 1
+                    break
+                if self.delay:
+                    time.sleep(self.delay)
+                piece = w if n == 0 else " " + w
+                out.append(piece)
+                yield TextChunk(piece, [n])
+        finally:
+            self.generating.clear()
+        reply = "".join(out)
+        with self._lock:
+            s.history = prompt + reply.split()
+            if s.location is KVLocation.NONE or s.kind is not SessionKind.PINNED:
+                s.location = KVLocation.MEMORY
+        prefilled = len(prompt) - shared
+        figures = GenerationFigures(
+            prompt_tokens=len(prompt), reused_tokens=shared, prefilled_tokens=prefilled,
+            generated_tokens=len(out), ttft_ms=resume_ms + prefilled * 0.5,
+            prefill_ms=prefilled * 0.5, resume_ms=resume_ms,
+            decode_tokens_per_s=self.tokens_per_s, provider=self.provider, finish_reason=finish,
+            resume=resume, context_used=len(s.history), context_window=self.context_window)
+        _ = started
+        if s.kind is SessionKind.PINNED:
+            self._save_async(session_id)
+        yield GenerationResult(reply, list(range(len(out))), figures)
+
+    def _save_async(self, session_id: str) -> None:
+        disk = self._disk(session_id)
+        s = self.sessions[session_id]
+        if disk is None:
+            return
+        s.saving = True
+
+        def save() -> None:
+            time.sleep(self.save_delay)
+            with self._lock:
+                disk.parent.mkdir(parents=True, exist_ok=True)
+                disk.write_text(json.dumps({"history": s.history}))
+                s.saving = False
+                if s.kind is SessionKind.PINNED:
+                    s.location = KVLocation.DISK
+
+        t = threading.Thread(target=save, daemon=True)
+        self._saves.append(t)
+        t.start()
+
+    def pin(self, session_id: str) -> None:
+        self._record("pin", session_id)
+        with self._lock:
+            s = self.sessions.setdefault(session_id, _Session(SessionKind.PINNED))
+            s.kind = SessionKind.PINNED
+        self._save_async(session_id)
+
+    def unpin(self, session_id: str) -> None:
+        self._record("unpin", session_id)
+        with self._lock:
+            s = self.sessions.get(session_id)
+            if s is not None:
+                s.kind = SessionKind.REGULAR
+                s.location = KVLocation.MEMORY if s.history else KVLocation.NONE
+        for t in list(self._saves):
+            t.join()
+        disk = self._disk(session_id)
+        if disk is not None:
+            disk.unlink(missing_ok=True)
+
+    def close(self, session_id: str) -> None:
+        self._record("close", session_id)
+        with self._lock:
+            s = self.sessions.get(session_id)
+            if s is not None and s.kind is SessionKind.TEMPORARY:
+                del self.sessions[session_id]
+
+    def delete(self, session_id: str) -> None:
+        self._record("delete", session_id)
+        with self._lock:
+            self.sessions.pop(session_id, None)
+        disk = self._disk(session_id)
+        if disk is not None:
+            disk.unlink(missing_ok=True)
+
+    def info(self, session_id: str) -> SessionInfo:
+        with self._lock:
+            s = self.sessions.get(session_id)
+            if s is None:
+                raise KeyError(session_id)
+            disk = self._disk(session_id)
+            on_disk = disk.stat().st_size if disk is not None and disk.exists() else 0
+            return SessionInfo(session_id, s.kind, len(s.history), s.location,
+                               kv_bytes_memory=len(s.history) * 1000 if s.history else 0,
+                               kv_bytes_disk=on_disk, saving=s.saving)
+
+    def stats(self) -> dict[str, Any]:
+        return {"sessions": len(self.sessions)}
+
+    def clear_cache(self, keep_pinned: bool = True) -> None:
+        self._record("clear_cache", keep_pinned)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self._record("shutdown", timeout)
+        deadline = time.monotonic() + timeout
+        for t in list(self._saves):
+            t.join(max(0.0, deadline - time.monotonic()))
+        self.shut_down = True
