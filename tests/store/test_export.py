@@ -1,0 +1,80 @@
+"""Export to Markdown and JSON, and import of that JSON."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.store import ConversationStore
+
+
+def make(store: ConversationStore) -> str:
+    c = store.create_conversation(system_prompt="Answer in French.", model_id="smol-135m",
+                                  model_fingerprint="fp1", settings={"temperature": 0.2},
+                                  cache_salt="secret-salt")
+    q = store.add_message(c.id, "user", "What is **2+2**?\n\n```py\nprint(2+2)\n```")
+    store.add_message(c.id, "assistant", "Quatre.", figures={"generated_tokens": 2,
+                                                               "decode_tokens_per_s": 20.0})
+    store.add_message(c.id, "assistant", "4", parent_id=q.id,
+                      figures={"generated_tokens": 1, "ttft_ms": 50.0, "resume": "disk"})
+    store.set_kv_state(c.id, "disk", 4096)
+    return c.id
+
+
+def test_markdown(store: ConversationStore) -> None:
+    cid = make(store)
+    md = store.export_markdown(cid)
+    assert md.startswith("# What is **2+2**?\n")
+    assert "## System prompt\n\nAnswer in French." in md
+    assert "## User\n\nWhat is **2+2**?\n\n```py\nprint(2+2)\n```" in md
+    assert "## Assistant\n\n4\n" in md and "Quatre" not in md  # the active path only
+    assert "first token after 50 ms" in md and "history resumed from disk" in md
+    assert "smol-135m" in md
+
+
+def test_json_round_trip(store: ConversationStore) -> None:
+    cid = make(store)
+    data = store.export_json(cid)
+    text = json.dumps(data)  # plain JSON
+    assert "secret-salt" not in text and "4096" not in text  # no cache salt, no KV
+    imported = store.import_json(json.loads(text))
+    assert imported.id != cid
+    assert imported.kv_state == "none" and imported.kv_bytes == 0 and imported.cache_salt is None
+    original = store.get_conversation(cid)
+    for field in ("title", "title_locked", "system_prompt", "model_id", "model_fingerprint",
+                  "settings", "created_at", "updated_at"):
+        assert getattr(imported, field) == getattr(original, field), field
+    strip = lambda ms: [(m.role, m.content, m.depth, m.figures, m.created_at,  # noqa: E731
+                         m.sibling_index, m.sibling_count) for m in ms]
+    assert strip(store.active_path(imported.id)) == strip(store.active_path(cid))
+    # The alternative came along too.
+    first_alt = store.active_path(imported.id)[1]
+    other = store.select_sibling(
+        store.export_json(imported.id)["messages"][1]["id"])
+    assert other[1].content == "Quatre." and first_alt.content == "4"
+    # Importing a string works as well, and twice gives two conversations.
+    again = store.import_json(text)
+    assert len({cid, imported.id, again.id}) == 3
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(format="other"), "not an Amber conversation export"),
+    (lambda d: d.update(version=99), "unsupported export version"),
+    (lambda d: d["messages"][1].update(parent_id=12345), "does not name an earlier message"),
+    (lambda d: d["messages"][0].update(role="wizard"), "unknown role"),
+    (lambda d: d["messages"][0].update(content=None), "'content' must be str"),
+    (lambda d: d.update(current_leaf_id=777), "current_leaf_id"),
+    (lambda d: d["messages"][0].update(created_at="yesterday"), "ISO 8601"),
+])
+def test_bad_import_is_refused(store: ConversationStore, mutate, message) -> None:  # type: ignore[no-untyped-def]
+    data = store.export_json(make(store))
+    before = len(store.list_conversations())
+    mutate(data)
+    with pytest.raises(ValueError, match=message):
+        store.import_json(data)
+    assert len(store.list_conversations()) == before
+
+
+def test_import_not_json(store: ConversationStore) -> None:
+    with pytest.raises(ValueError, match="not JSON"):
+        store.import_json("{nope")

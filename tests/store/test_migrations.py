@@ -1,0 +1,109 @@
+"""Alembic migrations: blank databases, databases made by the first schema, models in step."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine
+
+from app.store import ConversationStore
+from app.store.database import head_revision, known_revisions, open_database
+from app.store.models import Base
+
+from .helpers import raw
+
+CID = "0b9e4a4e-7d0c-4c38-9d43-5f0c1c6a1a11"
+
+
+def make_revision_0001(path: Path) -> None:
+    """A database as the first Amber release left it, with a conversation in it."""
+    open_database(path, target_revision="0001").dispose()
+    conn = raw(path)
+    assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0001",)
+    conn.execute(
+        "INSERT INTO conversations (id, title, title_locked, pinned, created_at, updated_at, "
+        "model_id, system_prompt, settings_json, kv_state, kv_bytes, current_leaf_id) "
+        "VALUES (?, 'Old chat', 1, 1, 1700000000000000, 1700000001000000, 'smol', 'sys', "
+        "'{\"temperature\": 0.5}', 'disk', 2048, 2)", (CID,))
+    conn.execute("INSERT INTO messages (id, conversation_id, parent_id, depth, role, content, "
+                 "created_at) VALUES (1, ?, NULL, 0, 'user', 'tell me about platypus eggs', "
+                 "1700000000500000)", (CID,))
+    conn.execute("INSERT INTO messages (id, conversation_id, parent_id, depth, role, content, "
+                 "created_at, figures_json) VALUES (2, ?, 1, 1, 'assistant', 'They lay them.', "
+                 "1700000001000000, ?)",
+                 (CID, json.dumps({"generated_tokens": 4, "ttft_ms": 12.5,
+                                   "decode_tokens_per_s": 50.0, "finish_reason": "eos",
+                                   "resume": "disk"})))
+    conn.close()
+
+
+def test_revisions_are_numbered_and_linear() -> None:
+    assert known_revisions() == {"0001", "0002"}
+    assert head_revision() == "0002"
+
+
+def test_blank_database_upgrades_to_head(db_path: Path) -> None:
+    with ConversationStore(db_path) as store:
+        assert store.list_conversations() == [] and store.backup_path is None
+    assert raw(db_path).execute("SELECT version_num FROM alembic_version").fetchone() == ("0002",)
+
+
+def test_empty_file_is_a_blank_database(db_path: Path) -> None:
+    db_path.touch()
+    with ConversationStore(db_path) as store:
+        assert store.list_conversations() == []
+
+
+def test_upgrade_from_first_schema_keeps_data(db_path: Path) -> None:
+    make_revision_0001(db_path)
+    with ConversationStore(db_path) as store:
+        # The backup holds the database exactly as it was before the upgrade.
+        backup = store.backup_path
+        assert backup is not None and backup.name.startswith("amber.sqlite3.backup-0001-")
+        old = raw(backup)
+        assert old.execute("SELECT version_num FROM alembic_version").fetchone() == ("0001",)
+        assert old.execute("SELECT count(*) FROM messages").fetchone() == (2,)
+
+        rows = store.list_conversations()
+        assert [(r.id, r.title, r.pinned, r.kv_state, r.kv_bytes) for r in rows] == \
+            [(CID, "Old chat", True, "disk", 2048)]
+        assert rows[0].updated_at.timestamp() == 1700000001.0
+        detail = store.get_conversation(CID)
+        assert detail.title_locked and detail.settings == {"temperature": 0.5}
+        path = store.active_path(CID)
+        assert [m.content for m in path] == ["tell me about platypus eggs", "They lay them."]
+        assert path[1].figures is not None and path[1].figures["ttft_ms"] == 12.5
+        # 0002's search index covers what 0001 stored, and 0002's columns were backfilled.
+        assert [h.conversation_id for h in store.search("platypus")] == [CID]
+        assert [h.conversation_id for h in store.search("old chat")] == [CID]
+        assert raw(db_path).execute(
+            "SELECT generated_tokens, ttft_ms, tokens_per_s, finish_reason, resumed_from_disk "
+            "FROM messages WHERE id = 2").fetchone() == (4, 12.5, 50.0, "eos", 1)
+        # And it keeps working: new messages continue the old conversation.
+        store.add_message(CID, "user", "and echidnas?")
+        assert len(store.active_path(CID)) == 3
+    assert raw(db_path).execute("PRAGMA foreign_key_check").fetchall() == []
+    # A second start finds nothing to upgrade, so makes no new backup.
+    with ConversationStore(db_path) as store:
+        assert store.backup_path is None
+
+
+def test_migrations_match_models(db_path: Path) -> None:
+    open_database(db_path).dispose()
+    engine = create_engine(f"sqlite:///{db_path}")
+    with engine.connect() as conn:
+        diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    # Tables the models do not describe on purpose: FTS5 (raw DDL) and bookkeeping.
+    ignored = ("messages_fts", "conversations_fts", "alembic_version", "sqlite_sequence")
+
+    def table_of(diff: object) -> str:
+        item = diff[0] if isinstance(diff, list) else diff
+        obj = item[1]  # type: ignore[index]
+        return getattr(obj, "name", "") if item[0].endswith("_table") else \
+            getattr(getattr(obj, "table", None), "name", "")  # type: ignore[index]
+
+    real = [d for d in diffs if not table_of(d).startswith(ignored)]
+    assert real == []
