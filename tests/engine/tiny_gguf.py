@@ -34,7 +34,7 @@ TRAINING_TEXT = [
     "Emoji 🎉🙂👍🏽 and ünïcödé façade naïve",
     "   leading spaces, trailing spaces   \n\n\ttabs and\r\nnewlines",
 ]
-WEIGHT_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q8_0", "I32")
+WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q8_0", "I32")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,8 @@ class TinyConfig:
     rms_eps: float = 1e-5
     pre: str = "default"               # tokenizer.ggml.pre
     vocab_size: int = 420
+    rope_freqs: bool = False           # llama3-style rope_freqs.weight frequency factors
+    rope_linear: float = 0.0           # linear rope scaling factor (0 = none)
     seed: int = 0
 
     @property
@@ -67,6 +69,10 @@ class TinyConfig:
             parts.append(f"hd{self.head_dim}")
         if self.overrides:
             parts.append("mixed")
+        if self.rope_freqs:
+            parts.append("ropefreqs")
+        if self.rope_linear:
+            parts.append(f"ropelinear{self.rope_linear:g}")
         return "-".join(parts)
 
 
@@ -75,6 +81,7 @@ class TinyModel:
     path: Path
     config: TinyConfig
     weights: dict[str, np.ndarray]     # HF names, float64, unpermuted, after the quantization round trip
+                                       # (+ "rope_factors" when the file has rope_freqs.weight)
     tokenizer: Tokenizer               # the tokenizer the GGUF vocabulary was exported from
     tokens: list[str] = field(default_factory=list)
     bos_id: int = 1
@@ -158,12 +165,14 @@ def encode_matrix(rng: np.random.Generator, n: int, k: int, wtype: str,
 def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
                     architecture: str | None = None, drop: tuple[str, ...] = (),
                     replace_tensors: dict[str, np.ndarray] | None = None,
+                    extra_tensors: dict[str, np.ndarray] | None = None,
                     metadata: dict[str, Any] | None = None, omit: tuple[str, ...] = (),
                     tokenizer: bool = True) -> TinyModel:
     """Writes the GGUF; the knobs after `cfg` produce broken files for the error tests.
 
     architecture: value of general.architecture (metadata keys still use cfg.arch);
     drop: tensor names to leave out; replace_tensors: tensor name -> array written instead;
+    extra_tensors: more tensors (name -> array) the importer has no use for;
     metadata: extra {key: int | float | str} written as-is; omit: metadata keys to leave out;
     tokenizer: False writes no tokenizer.
     """
@@ -195,6 +204,9 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
     put(w.add_float32, f"{a}.attention.layer_norm_rms_epsilon", cfg.rms_eps)
     put(w.add_uint32, f"{a}.rope.dimension_count", hd)
     put(w.add_uint32, f"{a}.vocab_size", n_vocab)
+    if cfg.rope_linear:
+        put(w.add_string, f"{a}.rope.scaling.type", "linear")
+        put(w.add_float32, f"{a}.rope.scaling.factor", cfg.rope_linear)
     if hd * H != D:
         put(w.add_uint32, f"{a}.attention.key_length", hd)
         put(w.add_uint32, f"{a}.attention.value_length", hd)
@@ -238,6 +250,8 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
         pending.append((name, llama_permute(values, permute_heads) if permute_heads else values, None))
 
     matrix("token_embd.weight", "embed", n_vocab, D)
+    if cfg.rope_freqs:   # llama3 style: low frequencies slowed down, high ones kept
+        vector("rope_freqs.weight", "rope_factors", np.linspace(1.0, 8.0, hd // 2))
     for i in range(cfg.n_layers):
         b, p = f"blk.{i}", f"layers.{i}."
         perm_q = H if a == "llama" else 0
@@ -268,6 +282,8 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
             w.add_tensor(name, np.ascontiguousarray(data))
         else:
             w.add_tensor(name, np.ascontiguousarray(data), raw_dtype=qtype)
+    for name, data in (extra_tensors or {}).items():
+        w.add_tensor(name, np.ascontiguousarray(data))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
