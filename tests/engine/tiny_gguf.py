@@ -112,6 +112,25 @@ def trained_tokenizer(vocab_size: int = 420, pre: str = "default") -> Tokenizer:
     return Tokenizer.from_str(_trained_tokenizer_json(vocab_size, pre))
 
 
+SPM_PIECES = ["▁", "e", "h", "l", "o", "t", "a", "r", "i", "s", "n", "d", "w", "H", "▁t", "he", "▁the", "ll",
+              "llo", "▁he", "▁hello", "in", "is", "▁is", "▁a", "re", "er", "on", "an", "▁w", "or", "ld",
+              "▁wor", "▁world", "▁H", "el", "▁Hel", "▁Hello", "日", "本", "▁▁", "▁▁▁▁"]
+
+
+def spm_vocab() -> tuple[list[str], list[int], list[float]]:
+    """A tiny SentencePiece-style vocabulary: <unk> <s> </s>, 256 byte tokens, scored pieces."""
+    tokens, types, scores = ["<unk>", "<s>", "</s>"], [2, 3, 3], [0.0, 0.0, 0.0]
+    for b in range(256):
+        tokens.append(f"<0x{b:02X}>")
+        types.append(6)
+        scores.append(0.0)
+    for i, piece in enumerate(SPM_PIECES):
+        tokens.append(piece)
+        types.append(1)
+        scores.append(-float(i))
+    return tokens, types, scores
+
+
 def llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's convert script: rows of Q/K reordered for interleaved rotary."""
     rows = w.shape[0]
@@ -167,14 +186,14 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
                     replace_tensors: dict[str, np.ndarray] | None = None,
                     extra_tensors: dict[str, np.ndarray] | None = None,
                     metadata: dict[str, Any] | None = None, omit: tuple[str, ...] = (),
-                    tokenizer: bool = True) -> TinyModel:
+                    tokenizer: bool | str = True) -> TinyModel:
     """Writes the GGUF; the knobs after `cfg` produce broken files for the error tests.
 
     architecture: value of general.architecture (metadata keys still use cfg.arch);
     drop: tensor names to leave out; replace_tensors: tensor name -> array written instead;
     extra_tensors: more tensors (name -> array) the importer has no use for;
     metadata: extra {key: int | float | str} written as-is; omit: metadata keys to leave out;
-    tokenizer: False writes no tokenizer.
+    tokenizer: False writes no tokenizer, "spm" a SentencePiece (`llama`) one from `spm_vocab()`.
     """
     path = Path(path)
     rng = np.random.default_rng(cfg.seed)
@@ -182,6 +201,8 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
     vocab = tok.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     assert [vocab[t] for t in tokens] == list(range(len(tokens)))
+    if tokenizer == "spm":
+        tokens, spm_types, spm_scores = spm_vocab()
     merges = [" ".join(m) if isinstance(m, list) else m for m in json.loads(tok.to_str())["model"]["merges"]]
     n_vocab = len(tokens)
     a = cfg.arch
@@ -210,7 +231,15 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
     if hd * H != D:
         put(w.add_uint32, f"{a}.attention.key_length", hd)
         put(w.add_uint32, f"{a}.attention.value_length", hd)
-    if tokenizer:
+    if tokenizer == "spm":
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_types(spm_types)
+        w.add_token_scores(spm_scores)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+    elif tokenizer:
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre(cfg.pre)
         w.add_token_list(tokens)
@@ -288,6 +317,8 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if tokenizer == "spm":
+        return TinyModel(path=path, config=cfg, weights=ref, tokenizer=tok, tokens=tokens, bos_id=1, eos_id=2)
     return TinyModel(path=path, config=cfg, weights=ref, tokenizer=tok, tokens=tokens,
                      bos_id=vocab["<|im_start|>"], eos_id=vocab["<|im_end|>"])
 
