@@ -56,7 +56,9 @@ IDS = [c.name for c in CONFIGS]
 assert len(set(IDS)) == len(IDS), IDS
 
 LOGIT_TOL = 1e-3          # converted model vs the float64 reference (exact weights)
-CACHE_TOL = 1e-4          # cached vs one-shot runs of the same ONNX model
+CACHE_TOL = 5e-4          # cached vs one-shot runs of the same ONNX model: float32 kernels for one
+                          # row and for many sum in different orders (measured up to 1.5e-4 on the
+                          # 256-wide Q4_K models, ~2e-5 on the 64-wide ones)
 MEASURED: dict[str, float] = {}
 
 
@@ -230,6 +232,7 @@ def test_prefill_then_cache_equals_one_shot(build, cfg):
     first, past = b.runner.run(ids[:200])
     second, present = b.runner.run(ids[200:], past)
     assert present["0.key"].shape == (1, cfg.n_head_kv, 300, cfg.head_dim)
+    MEASURED[f"{cfg.name} cache 200+100 vs 300"] = max_delta(second, one_shot)
     assert max_delta(second, one_shot) <= CACHE_TOL
     for name in full:
         assert max_delta(present[name], full[name]) <= CACHE_TOL, name
@@ -246,6 +249,8 @@ def test_step_by_step_decode_equals_one_shot(build, cfg):
     for t in range(12, len(ids)):
         logits, past = b.runner.run(ids[t:t + 1], past)
         one_shot, _ = b.runner.run(ids[:t + 1])
+        MEASURED[f"{cfg.name} step decode vs one-shot"] = max(
+            MEASURED.get(f"{cfg.name} step decode vs one-shot", 0.0), max_delta(logits, one_shot))
         assert max_delta(logits, one_shot) <= CACHE_TOL, f"step {t}"
     assert past["1.value"].shape[2] == len(ids)
     assert max_delta(logits, reference_logits(b.model, ids)) <= LOGIT_TOL
