@@ -121,10 +121,10 @@ def _tool(icon: str, tip: str, slot: Callable[[], None], name: str) -> QToolButt
 
 class MessageWidget(QFrame):
     copyRequested = Signal(str)
-    editSubmitted = Signal(str, str)        # message id, new text
-    regenerateRequested = Signal(str)       # assistant message id
-    siblingRequested = Signal(str, int)     # message id, +1 / -1
-    branchRequested = Signal(str)           # message id
+    editSubmitted = Signal(object, str)     # message id, new text
+    regenerateRequested = Signal(object)    # assistant message id
+    siblingRequested = Signal(object, int)  # message id, +1 / -1
+    branchRequested = Signal(object)        # message id
     linkActivated = Signal(QUrl)
 
     def __init__(self, item: MessageItem, *, model_name: str = "Assistant",
@@ -296,10 +296,10 @@ class ChatView(QScrollArea):
     """A vertical list of `MessageWidget`s with the stay-at-bottom rule and a streaming bubble."""
 
     copyRequested = Signal(str)
-    editSubmitted = Signal(str, str)
-    regenerateRequested = Signal(str)
-    siblingRequested = Signal(str, int)
-    branchRequested = Signal(str)
+    editSubmitted = Signal(object, str)
+    regenerateRequested = Signal(object)
+    siblingRequested = Signal(object, int)
+    branchRequested = Signal(object)
     loaded = Signal()   # all widgets of a set_messages call are in place
 
     def __init__(self, parent: QWidget | None = None):
@@ -390,8 +390,10 @@ class ChatView(QScrollArea):
 
     def _fill_batch(self) -> None:
         start = time.perf_counter()
-        while self._pending and time.perf_counter() - start < BATCH_BUDGET_S:
+        while self._pending:  # at least one per turn, then as many as the budget allows
             self._add_widget(self._pending.pop(0))
+            if time.perf_counter() - start >= BATCH_BUDGET_S:
+                break
         if not self._pending:
             self._fill_timer.stop()
             self._update_last_flags()

@@ -1320,7 +1320,10 @@ class MainWindow(QMainWindow):
         self._quit_dialog: QProgressDialog | None = None
         started = time.monotonic()
 
+        streams = self.stream_pool_runner.pool
+
         def work() -> None:
+            streams.waitForDone(2000)   # a cancelled reply stops within a token; it saves its text
             tasks.pool.waitForDone(int(QUIT_WAIT_S * 1000 / 2))
             if engine is not None:
                 engine.shutdown(timeout=max(0.5, QUIT_WAIT_S - (time.monotonic() - started)))
