@@ -100,6 +100,14 @@ class _WeightLoader:
                     lw.k_bias = lw.k_bias[k_perm]
             self._check_layer(i, lw)
             layers.append(lw)
+        if self.progress and self.done < self.total:
+            self.progress(self.total, self.total, "unused tensors skipped")   # the bar always ends
+        rows = embedding.n
+        if rows != spec.vocab_size:
+            # The logits are as wide as the embedding table (padded vocabularies are common).
+            spec.vocab_size = rows
+        if output is not None and output.n != rows:
+            raise ModelImportError(f"output.weight has {output.n} rows but token_embd.weight has {rows}")
         return ModelWeights(embedding=embedding, output=output, final_norm=final_norm, layers=layers,
                             rope_factors=factors)
 
@@ -136,6 +144,8 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
     if weights not in WEIGHT_POLICIES:
         raise ModelImportError(f"unknown weights option '{weights}' (choose from {', '.join(WEIGHT_POLICIES)})")
     src_path, dest = Path(src_path), Path(dest_dir)
+    if dest.exists() and not dest.is_dir():
+        raise ModelImportError(f"{dest}: destination exists and is not a folder")
     if dest.exists() and any(dest.iterdir()):
         raise ModelImportError(f"{dest}: destination exists and is not empty")
     started = time.perf_counter()
@@ -182,7 +192,10 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
 
 
 def print_progress(done: int, total: int, what: str) -> None:
-    """A progress callback for the CLI: one updating line on stderr."""
-    end = "\n" if done == total else ""
-    sys.stderr.write(f"\rconverting: {done}/{total} tensors ({what[:40]:<40}){end}")
+    """A progress callback for the CLI: one line on stderr, updated in place on a terminal."""
+    if sys.stderr.isatty():
+        end = "\n" if done == total else ""
+        sys.stderr.write(f"\rconverting: {done}/{total} tensors{end}")
+    elif done == total or done % max(1, total // 10) == 0:
+        sys.stderr.write(f"converting: {done}/{total} tensors\n")
     sys.stderr.flush()

@@ -60,6 +60,24 @@ def rope_tables(spec: ModelSpec, factors: np.ndarray | None) -> tuple[np.ndarray
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
+@dataclass
+class QInits:
+    """Initializer names of one quantized weight."""
+    packed: list[str]               # one MatMulNBits B input, or two (hi, lo nibbles of 8-bit)
+    scales: str
+    zero_points: str | None = None  # float, only for gathered (embedding) rows
+
+
+def pack_nibbles(levels: np.ndarray) -> np.ndarray:
+    """uint8 levels 0..15 [.., 32] -> MatMulNBits bytes [.., 16], low nibble first."""
+    return (levels[..., 0::2] | (levels[..., 1::2] << 4)).astype(np.uint8)
+
+
+def pack_nibbles_pairs(levels: np.ndarray) -> np.ndarray:
+    """uint8 levels [N, 2m] -> [N * m] bytes, low nibble first (MatMulNBits' zero points)."""
+    return (levels[:, 0::2] | (levels[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
+
+
 class _Graph:
     """A tiny helper around onnx.helper that names things uniquely."""
 
@@ -91,16 +109,31 @@ class _Graph:
         return self.op(op_type, inputs, **kw)[0]
 
     # ---- building blocks -------------------------------------------------------------------
-    def quant_params(self, prefix: str, w: Weight) -> tuple[str, str, str | None]:
-        packed = self.init(f"{prefix}.qweight", w.packed())
-        scales = self.init(f"{prefix}.scales", w.scales.reshape(-1).astype(np.float32))  # type: ignore
+    def quant_inits(self, prefix: str, w: Weight, with_zero_points: bool = False) -> QInits:
+        """Initializers for a quantized weight (float zero points only where rows are gathered)."""
+        assert w.values is not None and w.scales is not None
+        scales = self.init(f"{prefix}.scales", w.scales.reshape(-1).astype(np.float32))
         zps = None
-        if w.zero_points is not None:
+        if with_zero_points and w.zero_points is not None:
             zps = self.init(f"{prefix}.zero_points", w.zero_points.reshape(-1).astype(np.float32))
-        return packed, scales, zps
+        if w.kind == "q8" and self.accuracy_level == 0:
+            # Exact 8-bit: q = 16*hi + lo, each nibble a 4-bit MatMulNBits (ORT's 8-bit CPU kernel
+            # either dequantizes every call or quantizes the activations).
+            hi = self.init(f"{prefix}.qweight_hi", pack_nibbles(w.values >> 4))
+            lo = self.init(f"{prefix}.qweight_lo", pack_nibbles(w.values & 0x0F))
+            return QInits([hi, lo], scales, zps)
+        return QInits([self.init(f"{prefix}.qweight", w.packed())], scales, zps)
+
+    def _block_sums(self, x: str, w: Weight) -> str:
+        blocks = self.op1("Reshape", [x, self.const([0, 0, w.k // BLOCK, BLOCK])])
+        return self.op1("ReduceSum", [blocks, self.const([-1])], keepdims=0)      # [B, S, nb]
+
+    def _matmul_nbits(self, x: str, packed: str, scales: str, w: Weight, bits: int, level: int) -> str:
+        return self.op1("MatMulNBits", [x, packed, scales], domain=MS, K=w.k, N=w.n, bits=bits,
+                        block_size=BLOCK, accuracy_level=level)
 
     def linear(self, x: str, w: Weight, prefix: str, bias: np.ndarray | None = None,
-               params: tuple[str, str, str | None] | None = None) -> str:
+               params: QInits | None = None) -> str:
         if w.kind == "dense":
             assert w.dense is not None
             wt = self.init(f"{prefix}.weight", np.ascontiguousarray(w.dense.T))
@@ -108,14 +141,50 @@ class _Graph:
                 wt = self.op1("Cast", [wt], to=TensorProto.FLOAT)
             y = self.op1("MatMul", [x, wt])
         else:
-            packed, scales, zps = params or self.quant_params(prefix, w)
-            y = self.op1("MatMulNBits", [x, packed, scales] + ([zps] if zps else []), domain=MS,
-                         K=w.k, N=w.n, bits=w.bits, block_size=BLOCK, accuracy_level=self.accuracy_level)
+            assert w.scales is not None
+            q = params or self.quant_inits(prefix, w)
+            nb = w.k // BLOCK
+            # Per block, sum_i (q_i - z) s x_i. The matmuls run with ORT's default integer zero
+            # point z0 (float zero points put its CPU kernel on a ~10x slower path); the
+            # difference is added back exactly: sum_b blocksum(x)_b * (z0 - z_b) s_b.
+            correction = np.zeros((w.n, nb), np.float32)
+            zp_input: list[str] = []
+            if w.zero_points is not None and self.accuracy_level == 4 and w.bits == 4:
+                # With int8 activations the correction should stay small: use the nearest integer
+                # zero point in the kernel and correct only the remainder.
+                zint = np.clip(np.rint(w.zero_points), 0, 15).astype(np.uint8)
+                if nb % 2:
+                    zint = np.concatenate([zint, np.zeros((w.n, 1), np.uint8)], axis=1)
+                zp_input = [self.init(f"{prefix}.zero_points_u4", pack_nibbles_pairs(zint))]
+                correction += (np.clip(np.rint(w.zero_points), 0, 15) - w.zero_points) * w.scales
+            elif w.zero_points is not None:
+                correction += (2.0 ** (w.bits - 1) - w.zero_points) * w.scales
+            if len(q.packed) == 2:
+                # 8-bit as two nibbles: s(q - 128) = 16s(hi - 8) + s(lo - 8) + 8s.
+                hi_scales = self.op1("Mul", [q.scales, self.const(16.0, np.float32)])
+                y = self.op1("Add", [self._matmul_nbits(x, q.packed[0], hi_scales, w, 4, 0),
+                                     self._matmul_nbits(x, q.packed[1], q.scales, w, 4, 0)])
+                correction += 8.0 * w.scales
+            else:
+                y = self.op1("MatMulNBits", [x, q.packed[0], q.scales] + zp_input, domain=MS, K=w.k, N=w.n,
+                             bits=w.bits, block_size=BLOCK, accuracy_level=self.accuracy_level)
+            if np.any(correction):
+                corr = self.init(f"{prefix}.zp_correction", np.ascontiguousarray(correction.T))
+                y = self.op1("Add", [y, self.op1("MatMul", [self._block_sums(x, w), corr])])
         if bias is not None:
             y = self.op1("Add", [y, self.init(f"{prefix}.bias", bias.astype(np.float32))])
         return y
 
-    def embedding(self, ids: str, w: Weight, params: tuple[str, str, str | None] | None) -> str:
+    def _levels(self, packed: str, ids: str, nb: int) -> str:
+        """Gathers packed 4-bit rows and unpacks them: uint8 levels [B, S, nb, 32]."""
+        rows = self.op1("Gather", [packed, ids])                                # [B, S, nb, 16]
+        lo = self.op1("BitwiseAnd", [rows, self.const(15, np.uint8)])
+        hi = self.op1("BitShift", [rows, self.const(4, np.uint8)], direction="RIGHT")
+        pair = self.op1("Concat", [self.op1("Unsqueeze", [lo, self.const([-1])]),
+                                   self.op1("Unsqueeze", [hi, self.const([-1])])], axis=-1)
+        return self.op1("Reshape", [pair, self.const([0, 0, nb, BLOCK])])
+
+    def embedding(self, ids: str, w: Weight, params: QInits | None) -> str:
         """Gathers rows and dequantizes only those (the table stays quantized in memory)."""
         if w.kind == "dense":
             assert w.dense is not None
@@ -123,26 +192,25 @@ class _Graph:
             rows = self.op1("Gather", [table, ids])
             return self.op1("Cast", [rows], to=TensorProto.FLOAT) if w.dense.dtype == np.float16 else rows
         assert params is not None
-        packed, scales, zps = params
         nb = w.k // BLOCK
-        rows = self.op1("Gather", [packed, ids])                      # [B, S, nb, blob]
         if w.kind == "q4":
-            lo = self.op1("BitwiseAnd", [rows, self.const(15, np.uint8)])
-            hi = self.op1("BitShift", [rows, self.const(4, np.uint8)], direction="RIGHT")
-            pair = self.op1("Concat", [self.op1("Unsqueeze", [lo, self.const([-1])]),
-                                       self.op1("Unsqueeze", [hi, self.const([-1])])], axis=-1)
-            rows = self.op1("Reshape", [pair, self.const([0, 0, nb, BLOCK])])
-        levels = self.op1("Cast", [rows], to=TensorProto.FLOAT)      # [B, S, nb, 32]
-        scale2d = self.op1("Reshape", [scales, self.const([w.n, nb, 1])])
-        if zps is not None:
-            zp2d = self.op1("Reshape", [zps, self.const([w.n, nb, 1])])
+            levels = self.op1("Cast", [self._levels(params.packed[0], ids, nb)], to=TensorProto.FLOAT)
+        elif len(params.packed) == 2:
+            hi = self.op1("Cast", [self._levels(params.packed[0], ids, nb)], to=TensorProto.FLOAT)
+            lo = self.op1("Cast", [self._levels(params.packed[1], ids, nb)], to=TensorProto.FLOAT)
+            levels = self.op1("Add", [self.op1("Mul", [hi, self.const(16.0, np.float32)]), lo])
+        else:
+            levels = self.op1("Cast", [self.op1("Gather", [params.packed[0], ids])], to=TensorProto.FLOAT)
+        scale2d = self.op1("Reshape", [params.scales, self.const([w.n, nb, 1])])
+        if params.zero_points is not None:
+            zp2d = self.op1("Reshape", [params.zero_points, self.const([w.n, nb, 1])])
             levels = self.op1("Sub", [levels, self.op1("Gather", [zp2d, ids])])
         else:
             levels = self.op1("Sub", [levels, self.const(2.0 ** (w.bits - 1), np.float32)])
         values = self.op1("Mul", [levels, self.op1("Gather", [scale2d, ids])])
         return self.op1("Reshape", [values, self.const([0, 0, w.k])])
 
-    def lm_head(self, x: str, w: Weight, params: tuple[str, str, str | None] | None, tied: bool) -> str:
+    def lm_head(self, x: str, w: Weight, params: QInits | None, tied: bool) -> str:
         if w.kind == "dense" and tied:
             # The embedding table is [V, K]: multiply by its transpose without a second copy.
             flat = self.op1("Reshape", [x, self.const([-1, w.k])])
@@ -183,7 +251,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
     cos_name, sin_name = g.init("rotary.cos_cache", cos), g.init("rotary.sin_cache", sin)
 
     emb = weights.embedding
-    emb_params = None if emb.kind == "dense" else g.quant_params("model.embed_tokens", emb)
+    emb_params = None if emb.kind == "dense" else g.quant_inits("model.embed_tokens", emb, with_zero_points=True)
     h = g.embedding("input_ids", emb, emb_params)
     x = g.op1("SimplifiedLayerNormalization", [h, g.init("model.layers.0.input_layernorm.weight",
                                                            weights.layers[0].attn_norm)],

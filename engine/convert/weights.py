@@ -46,7 +46,8 @@ class Weight:
         assert self.values is not None
         if self.kind == "q8":
             return self.values
-        return (self.values[..., 0::2] | (self.values[..., 1::2] << 4)).astype(np.uint8)
+        from .graph import pack_nibbles
+        return pack_nibbles(self.values)
 
     def dequantized(self) -> np.ndarray:
         """float32 [N, K] — for checks and for re-quantizing."""

@@ -1,0 +1,51 @@
+"""A model's fingerprint: a stable hash of its graph, weights and tokenizer, cached beside it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+CACHE_FILE = "amber_fingerprint.json"
+_CHUNK = 1 << 20
+
+
+def _hashed_files(model_dir: Path, graph: Path) -> list[Path]:
+    """The graph, its external data files, and the tokenizer files, in a fixed order."""
+    files = [graph]
+    files += sorted(p for p in graph.parent.iterdir()
+                    if p.is_file() and p != graph and (p.name.startswith(graph.name) or p.suffix == ".data"))
+    files += [model_dir / n for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+              if (model_dir / n).is_file()]
+    return files
+
+
+def _stamp(files: list[Path]) -> list[list[object]]:
+    return [[str(p.name), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+
+
+def model_fingerprint(model_dir: Path, graph: Path) -> str:
+    """BLAKE2b over the model's files; recomputed only when a file's size or mtime changed."""
+    files = _hashed_files(model_dir, graph)
+    stamp = _stamp(files)
+    cache = model_dir / CACHE_FILE
+    try:
+        cached = json.loads(cache.read_text())
+        if cached.get("stamp") == stamp:
+            return str(cached["fingerprint"])
+    except (OSError, ValueError, KeyError):
+        pass
+    h = hashlib.blake2b(digest_size=16)
+    for p in files:
+        h.update(p.name.encode() + b"\0")
+        with open(p, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+    fp = h.hexdigest()
+    try:
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"fingerprint": fp, "stamp": stamp}))
+        os.replace(tmp, cache)
+    except OSError:
+        pass   # a read-only model folder: compute again next time
+    return fp

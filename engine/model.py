@@ -1,0 +1,188 @@
+"""Loads a model folder in the Hugging Face optimum / onnx-community layout."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from tokenizers import Tokenizer
+
+from .fingerprint import model_fingerprint
+from .providers import ProviderChoice, create_session, short_name
+
+_PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+class ModelLoadError(Exception):
+    """A model folder cannot be loaded; the message names the file and what is wrong."""
+
+
+@dataclass
+class KVLayout:
+    """The KV cache tensors as the session declares them (names, counts, dtype, shapes)."""
+    n_layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: type
+    past_names: list[tuple[str, str]]      # per layer: (key input, value input)
+    present_names: list[tuple[str, str]]   # per layer: (key output, value output)
+    shared_buffer: bool                    # GroupQueryAttention: past and present may be one buffer
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.n_layers * self.kv_heads * self.head_dim * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    name: str
+    session: Any                      # onnxruntime.InferenceSession
+    provider: str                     # e.g. "CPUExecutionProvider", as get_providers() reports
+    provider_fallback_reason: str | None
+    kv: KVLayout
+    tokenizer: Tokenizer
+    config: dict[str, Any]
+    generation_config: dict[str, Any]
+    tokenizer_config: dict[str, Any]
+    context_window: int
+    eos_token_ids: list[int]
+    fingerprint: str
+    input_names: set[str] = field(default_factory=set)
+    logits_name: str = "logits"
+
+    @property
+    def provider_short(self) -> str:
+        return short_name(self.provider)
+
+    @property
+    def attention(self) -> str:
+        return "gqa" if self.kv.shared_buffer else "standard"
+
+
+def find_graph(model_dir: Path) -> Path:
+    for candidate in (model_dir / "model.onnx", model_dir / "onnx" / "model.onnx",
+                      model_dir / "decoder_model_merged.onnx", model_dir / "onnx" / "decoder_model_merged.onnx"):
+        if candidate.is_file():
+            return candidate
+    raise ModelLoadError(f"{model_dir}: no model.onnx (looked in the folder and in onnx/)")
+
+
+def _read_json(path: Path, required: bool) -> dict[str, Any]:
+    if not path.is_file():
+        if required:
+            raise ModelLoadError(f"{path}: missing")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{path}: expected a JSON object")
+    return data
+
+
+def _uses_gqa(graph: Path) -> bool:
+    proto = onnx.load(str(graph), load_external_data=False)
+    return any(n.op_type == "GroupQueryAttention" for n in proto.graph.node)
+
+
+def _dim(value: Any, fallback: int | None, what: str, graph: Path) -> int:
+    if isinstance(value, int) and value > 0:
+        return value
+    if fallback:
+        return int(fallback)
+    raise ModelLoadError(f"{graph}: cannot tell the KV {what} (symbolic in the graph, absent from config.json)")
+
+
+def read_kv_layout(session: Any, config: dict[str, Any], graph: Path, gqa: bool) -> KVLayout:
+    """KV names, count, dtype and shapes from the session's own inputs and outputs, like optimum."""
+    pasts: dict[int, dict[str, Any]] = {}
+    for inp in session.get_inputs():
+        m = _PAST.match(inp.name)
+        if m:
+            pasts.setdefault(int(m.group(1)), {})[m.group(2)] = inp
+    if not pasts:
+        raise ModelLoadError(f"{graph}: no past_key_values.N.key/value inputs (not a decoder with KV cache)")
+    n_layers = max(pasts) + 1
+    if sorted(pasts) != list(range(n_layers)) or any(len(v) != 2 for v in pasts.values()):
+        raise ModelLoadError(f"{graph}: past_key_values inputs are incomplete")
+    outputs = {o.name for o in session.get_outputs()}
+    present = [(f"present.{i}.key", f"present.{i}.value") for i in range(n_layers)]
+    missing = [n for pair in present for n in pair if n not in outputs]
+    if missing:
+        raise ModelLoadError(f"{graph}: missing outputs {missing[:2]}…")
+    first = pasts[0]["key"]
+    dtype = _ORT_TYPES.get(first.type)
+    if dtype is None:
+        raise ModelLoadError(f"{graph}: KV dtype {first.type} is not supported")
+    heads = config.get("num_key_value_heads") or config.get("num_attention_heads")
+    head_dim = config.get("head_dim") or (
+        config["hidden_size"] // config["num_attention_heads"]
+        if "hidden_size" in config and "num_attention_heads" in config else None)
+    shape = first.shape
+    return KVLayout(n_layers=n_layers, kv_heads=_dim(shape[1], heads, "head count", graph),
+                    head_dim=_dim(shape[3], head_dim, "head size", graph), dtype=dtype,
+                    past_names=[(f"past_key_values.{i}.key", f"past_key_values.{i}.value") for i in range(n_layers)],
+                    present_names=present, shared_buffer=gqa)
+
+
+def _token_ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+
+
+def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads: int | None = None) -> LoadedModel:
+    """Opens a model folder; every problem becomes a `ModelLoadError` that names the file."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ModelLoadError(f"{model_dir}: no such model folder")
+    graph = find_graph(model_dir)
+    config = _read_json(model_dir / "config.json", required=True)
+    generation_config = _read_json(model_dir / "generation_config.json", required=False)
+    tokenizer_config = _read_json(model_dir / "tokenizer_config.json", required=False)
+    tok_path = model_dir / "tokenizer.json"
+    if not tok_path.is_file():
+        raise ModelLoadError(f"{tok_path}: missing")
+    try:
+        tokenizer = Tokenizer.from_file(str(tok_path))
+    except Exception as exc:
+        raise ModelLoadError(f"{tok_path}: not a valid tokenizer ({exc})") from None
+    try:
+        gqa = _uses_gqa(graph)
+        result = create_session(str(graph), provider, threads)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"{graph}: ONNX Runtime cannot load it ({first_line[:400]})") from None
+    session = result.session
+    kv = read_kv_layout(session, config, graph, gqa)
+    inputs = {i.name for i in session.get_inputs()}
+    if "input_ids" not in inputs:
+        raise ModelLoadError(f"{graph}: no input_ids input")
+    logits = "logits" if "logits" in {o.name for o in session.get_outputs()} else session.get_outputs()[0].name
+    eos = []
+    for source in (generation_config.get("eos_token_id"), config.get("eos_token_id")):
+        for i in _token_ids(source):
+            if i not in eos:
+                eos.append(i)
+    eos_tok = tokenizer_config.get("eos_token")
+    if isinstance(eos_tok, dict):
+        eos_tok = eos_tok.get("content")
+    if isinstance(eos_tok, str) and tokenizer.token_to_id(eos_tok) is not None:
+        if tokenizer.token_to_id(eos_tok) not in eos:
+            eos.append(int(tokenizer.token_to_id(eos_tok)))
+    window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
+    name = model_dir.name
+    return LoadedModel(path=model_dir, name=name, session=session, provider=result.provider,
+                       provider_fallback_reason=result.fallback_reason, kv=kv, tokenizer=tokenizer,
+                       config=config, generation_config=generation_config, tokenizer_config=tokenizer_config,
+                       context_window=window, eos_token_ids=eos,
+                       fingerprint=model_fingerprint(model_dir, graph), input_names=inputs, logits_name=logits)

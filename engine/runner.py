@@ -1,0 +1,72 @@
+"""One forward step of the decoder over a `KVCache`: the only place that calls ONNX Runtime."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .kvcache import KVCache
+from .model import LoadedModel
+
+PREFILL_CHUNK = 1024   # long prompts run in chunks: bounded attention memory, cancellable
+
+
+class Runner:
+    """Feeds new tokens through the model, extending the cache; returns last-position logits."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
+        self.session = model.session
+        self._has_mask = "attention_mask" in model.input_names
+        self._has_positions = "position_ids" in model.input_names
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.model.kv)
+
+    def _inputs(self, cache: KVCache, ids: list[int]) -> dict[str, np.ndarray]:
+        past, n = len(cache), len(ids)
+        feed = {"input_ids": np.asarray([ids], dtype=np.int64)}
+        if self._has_mask:
+            feed["attention_mask"] = np.ones((1, past + n), dtype=np.int64)
+        if self._has_positions:
+            feed["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
+        return feed
+
+    def _step_shared(self, cache: KVCache, ids: list[int]) -> np.ndarray:
+        cache.reserve(len(cache) + len(ids))
+        binding = self.session.io_binding()
+        binding.bind_output(self.model.logits_name, "cpu")   # first: outputs come back in binding order
+        for name, value in self._inputs(cache, ids).items():
+            binding.bind_cpu_input(name, value)
+        for (pk, pv), (ok, ov), (k, v) in zip(self.model.kv.past_names, self.model.kv.present_names,
+                                              cache.ort_values()):
+            binding.bind_ortvalue_input(pk, k)
+            binding.bind_ortvalue_input(pv, v)
+            binding.bind_ortvalue_output(ok, k)     # present written into the same buffer
+            binding.bind_ortvalue_output(ov, v)
+        self.session.run_with_iobinding(binding)
+        logits = binding.get_outputs()[0].numpy()
+        cache.tokens.extend(ids)
+        return logits[0, -1]
+
+    def _step_plain(self, cache: KVCache, ids: list[int]) -> np.ndarray:
+        feed = self._inputs(cache, ids)
+        for (pk, pv), k, v in zip(self.model.kv.past_names, cache.keys, cache.values):
+            feed[pk], feed[pv] = np.ascontiguousarray(k), np.ascontiguousarray(v)
+        names = [self.model.logits_name] + [n for pair in self.model.kv.present_names for n in pair]
+        out = self.session.run(names, feed)
+        cache.set_presents(out[1::2], out[2::2])
+        cache.tokens.extend(ids)
+        return out[0][0, -1]
+
+    def forward(self, cache: KVCache, ids: list[int],
+                between_chunks: Callable[[int], bool] | None = None) -> np.ndarray | None:
+        """Runs `ids` after what the cache holds. `between_chunks(done)` returning True stops early
+        (cancellation); then None is returned and the cache holds the chunks that completed."""
+        step = self._step_shared if self.model.kv.shared_buffer else self._step_plain
+        logits = None
+        for start in range(0, len(ids), PREFILL_CHUNK):
+            if start and between_chunks is not None and between_chunks(start):
+                return None
+            logits = step(cache, ids[start:start + PREFILL_CHUNK])
+        return logits
