@@ -1,7 +1,7 @@
 """Frozen values the store hands out (never ORM objects, so they are safe across threads)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -33,7 +33,7 @@ class ConversationDetail(ConversationRow):
     model_id: str
     model_fingerprint: str
     system_prompt: str
-    settings: dict[str, Any]
+    settings: dict[str, Any] = field(hash=False)
     cache_salt: str | None
     title_locked: bool
     current_leaf_id: int | None
@@ -50,7 +50,7 @@ class MessageRow:
     role: str
     content: str
     created_at: datetime
-    figures: dict[str, Any] | None
+    figures: dict[str, Any] | None = field(hash=False)
     sibling_index: int
     sibling_count: int
 

@@ -169,3 +169,42 @@ def test_closed_store_refuses(db_path) -> None:  # type: ignore[no-untyped-def]
         s.list_conversations()
     with pytest.raises(StoreError):
         s.create_conversation()
+
+
+def test_a_failed_write_leaves_nothing(store: ConversationStore, db_path) -> None:  # type: ignore[no-untyped-def]
+    from sqlalchemy import text
+
+    c = store.create_conversation()
+
+    def half_then_fail(session):  # type: ignore[no-untyped-def]
+        session.execute(text("INSERT INTO messages (conversation_id, depth, role, content, "
+                             "created_at) VALUES (:c, 0, 'user', 'half', 0)"), {"c": c.id})
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        store._writer.run(half_then_fail)
+    assert raw(db_path).execute("SELECT count(*) FROM messages").fetchone() == (0,)
+    store.add_message(c.id, "user", "the writer carries on")
+    assert len(store.active_path(c.id)) == 1
+
+
+def test_rows_are_frozen_and_hashable(store: ConversationStore) -> None:
+    import dataclasses
+
+    c = store.create_conversation(settings={"a": 1})
+    m = store.add_message(c.id, "user", "x", figures={"generated_tokens": 1})
+    for value in (c, m, store.list_conversations()[0]):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.id = "other"  # type: ignore[misc]
+        hash(value)
+
+
+def test_title_from_message() -> None:
+    from app.store.titles import title_from_message
+
+    assert title_from_message(" \n\t ") is None
+    assert title_from_message("\n\n  Short   one \nrest") == "Short one"
+    long = "word " * 40
+    cut = title_from_message(long)
+    assert cut is not None and cut.endswith("\u2026") and len(cut) <= 60
+    assert title_from_message("x" * 100, limit=10) == "x" * 9 + "\u2026"
