@@ -357,6 +357,19 @@ class ConversationStore:
 
         return self._read(read)
 
+    def siblings(self, message_id: int) -> list[MessageRow]:
+        """The message and its alternatives (same parent), oldest first."""
+
+        def read(conn: Connection) -> list[MessageRow]:
+            row = conn.execute(select(_MESSAGES).where(Message.id == message_id)).one_or_none()
+            if row is None:
+                raise NotFoundError(f"no message {message_id}")
+            rows = conn.execute(select(_MESSAGES).where(
+                _siblings_of(row.conversation_id, row.parent_id)).order_by(Message.id)).all()
+            return [_message(r, i, len(rows)) for i, r in enumerate(rows)]
+
+        return self._read(read)
+
     def select_sibling(self, message_id: int) -> list[MessageRow]:
         """Flip to an alternative: the path continues to its most recent descendant."""
 

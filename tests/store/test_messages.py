@@ -53,6 +53,11 @@ def test_regenerate_and_flip_between_alternatives(store: ConversationStore) -> N
     assert [m.content for m in path] == ["Tell me a joke", "joke one"]
     assert (path[1].sibling_index, path[1].sibling_count) == (0, 2)
     assert store.active_path(c.id) == path
+    sibs = store.siblings(a2.id)
+    assert [(m.id, m.sibling_index, m.sibling_count) for m in sibs] == [(a1.id, 0, 2), (a2.id, 1, 2)]
+    assert [m.id for m in store.siblings(u.id)] == [u.id]
+    with pytest.raises(NotFoundError):
+        store.siblings(10_000)
 
 
 def test_flip_follows_most_recent_descendant(store: ConversationStore) -> None:
