@@ -163,7 +163,9 @@ class ConversationStore:
                             cache_salt: str | None = None, pinned: bool = False
                             ) -> ConversationDetail:
         """A new, empty conversation; `title` is a placeholder until the first user message."""
-        conv_id = str(uuid.UUID(id)) if id is not None else str(uuid.uuid4())
+        if id is not None:
+            uuid.UUID(id)  # must be a UUID (it names the engine session); kept as given
+        conv_id = id if id is not None else str(uuid.uuid4())
         settings_json = _dump_json(dict(settings or {}), "settings")
         now = utcnow()
 
