@@ -102,6 +102,7 @@ class SessionInfo:
     kv_bytes_disk: int
     cache_salt: str | None = None
     saving: bool = False         # a background save is in flight
+    save_error: str | None = None  # the last background save failed (the session still works in memory)
 
 
 class CancelToken(Protocol):

@@ -1,0 +1,124 @@
+"""KV files on disk: a self-describing header, a raw payload and a checksum, written atomically.
+
+Layout: magic (8 bytes) | header length (u32 LE) | header JSON | padding to 64 | payload.
+The payload is [layers, 2, kv_heads, tokens, head_dim] in the model's own KV dtype (lossless).
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+MAGIC = b"AMBERKV\x00"
+FORMAT_VERSION = 1
+_ALIGN = 64
+
+
+class KVFileError(Exception):
+    """A KV file failed validation; the message is the reason (shown as fallback_reason)."""
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """What a KV file must match to be usable by the loaded model."""
+    fingerprint: str
+    dtype: str
+    n_layers: int
+    kv_heads: int
+    head_dim: int
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return      # not possible on every platform (Windows)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, chunks: Sequence[bytes | memoryview]) -> int:
+    """Writes to a temp file in the same folder, fsyncs, renames: readers see old or new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    written = 0
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+                written += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return written
+
+
+def write_kv_file(path: Path, shape: KVShape, token_ids: Sequence[int], payload: np.ndarray,
+                  extra: dict[str, Any] | None = None) -> int:
+    """Writes one KV file atomically; returns its size in bytes."""
+    data = np.ascontiguousarray(payload)
+    view = memoryview(data).cast("B")
+    header = {"version": FORMAT_VERSION, "fingerprint": shape.fingerprint, "dtype": shape.dtype,
+              "layers": shape.n_layers, "kv_heads": shape.kv_heads, "head_dim": shape.head_dim,
+              "tokens": len(token_ids), "token_ids": [int(t) for t in token_ids],
+              "crc32": zlib.crc32(view), **(extra or {})}
+    head = json.dumps(header, separators=(",", ":")).encode()
+    prefix = MAGIC + struct.pack("<I", len(head)) + head
+    prefix += b"\0" * (-len(prefix) % _ALIGN)
+    return atomic_write(path, [prefix, view])
+
+
+def read_kv_file(path: Path, shape: KVShape, token_ids: Sequence[int] | None = None) -> np.ndarray:
+    """Reads and validates a KV file; raises `KVFileError` naming what is wrong."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(8)
+            if magic != MAGIC:
+                raise KVFileError(f"{path.name}: not an Amber KV file")
+            (n,) = struct.unpack("<I", f.read(4))
+            if n > 16 << 20:
+                raise KVFileError(f"{path.name}: corrupt header")
+            try:
+                header = json.loads(f.read(n))
+            except ValueError:
+                raise KVFileError(f"{path.name}: corrupt header") from None
+            f.seek((12 + n + _ALIGN - 1) // _ALIGN * _ALIGN)
+            if header.get("version") != FORMAT_VERSION:
+                raise KVFileError(f"{path.name}: format version {header.get('version')} "
+                                  f"(this Amber reads {FORMAT_VERSION})")
+            if header.get("fingerprint") != shape.fingerprint:
+                raise KVFileError(f"{path.name}: made by another model")
+            if (header.get("dtype"), header.get("layers"), header.get("kv_heads"), header.get("head_dim")) != (
+                    shape.dtype, shape.n_layers, shape.kv_heads, shape.head_dim):
+                raise KVFileError(f"{path.name}: KV shape or dtype differs from the model's")
+            count = int(header.get("tokens", -1))
+            if token_ids is not None and header.get("token_ids") != [int(t) for t in token_ids]:
+                raise KVFileError(f"{path.name}: holds other tokens than expected")
+            out = np.empty((shape.n_layers, 2, shape.kv_heads, count, shape.head_dim), dtype=shape.dtype)
+            view = memoryview(out).cast("B")
+            got = f.readinto(view)
+            if got != len(view):
+                raise KVFileError(f"{path.name}: truncated ({got} of {len(view)} payload bytes)")
+            if f.read(1):
+                raise KVFileError(f"{path.name}: trailing bytes")
+    except FileNotFoundError:
+        raise KVFileError(f"{path.name}: missing") from None
+    except (OSError, struct.error) as exc:
+        raise KVFileError(f"{path.name}: unreadable ({exc})") from None
+    if zlib.crc32(view) != header.get("crc32"):
+        raise KVFileError(f"{path.name}: checksum mismatch (the file is damaged)")
+    return out

@@ -1,0 +1,535 @@
+"""Sessions: one per conversation, each owning a token history and its KV cache.
+
+pinned    — KV on disk in the block store (manifest + shared blocks + private tail), saved
+            incrementally in the background; resumes after a restart with no prefill.
+regular   — KV in memory, dropped under memory pressure and rebuilt by prefill.
+temporary — never on disk; close() frees everything.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from .api import (CancelToken, ChatMessage, GenerationFigures, GenerationResult, KVLocation,
+                  SamplingParams, SessionInfo, SessionKind, StreamEvent)
+from .blockstore import DEFAULT_BLOCK_TOKENS, BlockStore
+from .generate import Generator
+from .kvcache import KVCache
+from .kvfile import KVFileError, KVShape, atomic_write, read_kv_file, write_kv_file
+from .model import LoadedModel
+
+MANIFEST_VERSION = 1
+DEFAULT_MEMORY_BUDGET = 1 << 30
+
+
+class SessionError(Exception):
+    """A session operation cannot be done (unknown id, busy, bad kind); the message says why."""
+
+
+@dataclass
+class _Session:
+    id: str
+    kind: SessionKind
+    salt: str | None
+    cache: KVCache | None = None
+    transcript: list[dict[str, str]] = field(default_factory=list)
+    disk_tokens: list[int] = field(default_factory=list)   # tokens the manifest's KV covers
+    disk_keys: list[str] = field(default_factory=list)     # its full blocks
+    tail_file: str | None = None                           # its private partial block
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+    pending_saves: int = 0
+    save_error: str | None = None
+    repair_note: str | None = None     # a validation failure found while loading, for the figures
+
+
+class _Writer:
+    """The single thread that touches session files: saves never block generation."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[], Any], Future] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="amber-kv-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Callable[[], Any]) -> Future:
+        fut: Future = Future()
+        self._jobs.put((job, fut))
+        return fut
+
+    def _run(self) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            job, fut = item
+            try:
+                fut.set_result(job())
+            except BaseException as exc:   # reported through the future
+                fut.set_exception(exc)
+
+    def drain(self, timeout: float) -> bool:
+        """Waits for the jobs queued so far; False when the timeout passed first."""
+        return self.submit(lambda: None).exception(timeout) is None if timeout > 0 else False
+
+    def stop(self, timeout: float) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout)
+
+
+class SessionManager:
+    """Sessions over one loaded model, a state directory and a memory budget (thread-safe)."""
+
+    def __init__(self, model: LoadedModel, state_dir: Path | str,
+                 memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+                 block_tokens: int = DEFAULT_BLOCK_TOKENS) -> None:
+        self.model = model
+        self.generator = Generator(model)
+        self.state_dir = Path(state_dir)
+        self.memory_budget = memory_budget_bytes
+        self.shape = KVShape(model.fingerprint, np.dtype(model.kv.dtype).name, model.kv.n_layers,
+                             model.kv.kv_heads, model.kv.head_dim)
+        self.store = BlockStore(self.state_dir, self.shape, block_tokens)
+        self.block_tokens = block_tokens
+        self._sessions_dir = self.state_dir / "sessions"
+        self._tails_dir = self.state_dir / "tails"
+        self._lock = threading.RLock()
+        self._open: dict[str, _Session] = {}
+        self._refs: dict[str, set[str]] = {}      # block key -> pinned sessions referencing it
+        self._evictions = 0
+        self._writer = _Writer()
+        self.startup_report = self._reconcile()
+
+    # ---- ChatEngine surface -------------------------------------------------------------------
+    @property
+    def provider(self) -> str:
+        return self.model.provider_short
+
+    @property
+    def context_window(self) -> int:
+        return self.model.context_window
+
+    @property
+    def model_name(self) -> str:
+        return self.model.name
+
+    def open(self, session_id: str | None = None, kind: SessionKind | str | None = None,
+             cache_salt: str | None = None) -> SessionInfo:
+        """Opens (or creates) a session. An existing pinned/regular session keeps its kind unless
+        one is given; a new one is regular unless told otherwise."""
+        sid = str(uuid.UUID(session_id)) if session_id else str(uuid.uuid4())
+        wanted = SessionKind(kind) if kind is not None else None
+        with self._lock:
+            s = self._open.get(sid)
+            if s is None:
+                s = self._read_manifest(sid) or _Session(sid, wanted or SessionKind.REGULAR, cache_salt)
+                self._open[sid] = s
+            if wanted is not None and wanted != s.kind:
+                if SessionKind.TEMPORARY in (wanted, s.kind):
+                    raise SessionError(f"session {sid} is {s.kind.value}; a temporary session cannot "
+                                       "become persistent or the other way round")
+                (self.pin if wanted == SessionKind.PINNED else self.unpin)(sid)
+            return self.info(sid)
+
+    def generate(self, session_id: str, messages: Sequence[ChatMessage | dict],
+                 sampling: SamplingParams | None = None, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+        """Streams a reply to `messages` (the whole conversation, rendered by the chat template)."""
+        s = self._get(session_id)
+        prompt = self.generator.encode_chat(messages)
+        return self._stream(s, prompt, sampling, cancel)
+
+    def generate_tokens(self, session_id: str, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
+                        cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+        return self._stream(self._get(session_id), list(prompt_ids), sampling, cancel)
+
+    def generate_text(self, session_id: str, prompt: str, sampling: SamplingParams | None = None,
+                      cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+        """A raw prompt (no chat template)."""
+        return self.generate_tokens(session_id, self.generator.encode_prompt(prompt), sampling, cancel)
+
+    def chat(self, session_id: str, user_text: str, system: str | None = None,
+             sampling: SamplingParams | None = None, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+        """One turn of a conversation whose transcript the engine keeps (the CLI's mode)."""
+        s = self._get(session_id)
+        history = list(s.transcript)
+        if system is not None:
+            history = [m for m in history if m["role"] != "system"]
+            history.insert(0, {"role": "system", "content": system})
+        history.append({"role": "user", "content": user_text})
+        prompt = self.generator.encode_chat(history)
+        for event in self._stream(s, prompt, sampling, cancel):
+            if isinstance(event, GenerationResult):
+                s.transcript = history + [{"role": "assistant", "content": event.text}]
+                if s.kind == SessionKind.REGULAR:
+                    self._save_async(s)     # pinned sessions are saved when the stream ends
+            yield event
+
+    def pin(self, session_id: str) -> None:
+        """Makes a session persistent: its KV is written in the background."""
+        s = self._get(session_id)
+        if s.kind == SessionKind.TEMPORARY:
+            raise SessionError("a temporary session cannot be pinned")
+        with self._lock:
+            s.kind = SessionKind.PINNED
+        self._save_async(s)
+
+    def unpin(self, session_id: str) -> None:
+        """Back to regular: the session's private files go and its block references are released."""
+        s = self._get(session_id)
+        if s.kind != SessionKind.PINNED:
+            return
+        with self._lock:
+            s.kind = SessionKind.REGULAR
+        self._writer.submit(lambda: self._write_regular(s)).result()
+
+    def close(self, session_id: str) -> None:
+        """Releases the session's memory. Pinned ones stay on disk; temporary ones vanish entirely."""
+        with self._lock:
+            s = self._open.pop(session_id, None)
+        if s is None:
+            return
+        with s.lock:   # wait for a generation in flight to notice and finish
+            if s.cache is not None:
+                s.cache.clear()
+            s.cache = None
+            s.transcript = []
+
+    def delete(self, session_id: str) -> None:
+        """Forgets a session: memory, manifest, private files and block references."""
+        self.close(session_id)
+        self._writer.submit(lambda: self._delete_files(session_id)).result()
+
+    def info(self, session_id: str) -> SessionInfo:
+        s = self._get(session_id)
+        mem = s.cache.nbytes if s.cache is not None else 0
+        disk = self._disk_bytes(s) if s.kind == SessionKind.PINNED else 0
+        where = KVLocation.MEMORY if mem else KVLocation.DISK if disk else KVLocation.NONE
+        tokens = len(s.cache) if s.cache is not None else len(s.disk_tokens)
+        return SessionInfo(session_id=s.id, kind=s.kind, tokens=tokens, kv_location=where,
+                           kv_bytes_memory=mem, kv_bytes_disk=disk, cache_salt=s.salt,
+                           saving=s.pending_saves > 0, save_error=s.save_error)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            sessions = list(self._open.values())
+        live = sum(s.cache.nbytes for s in sessions if s.cache is not None)
+        temp = sum(s.cache.nbytes for s in sessions if s.cache is not None and s.kind == SessionKind.TEMPORARY)
+        disk_keys = list(self.store.keys_on_disk())
+        return {
+            "open_sessions": len(sessions),
+            "kinds": {k.value: sum(1 for s in sessions if s.kind == k) for k in SessionKind},
+            "memory_bytes": live, "memory_budget_bytes": self.memory_budget,
+            "temporary_bytes": temp, "over_budget_by_temporary": live > self.memory_budget and temp > 0,
+            "evictions": self._evictions,
+            "disk_blocks": len(disk_keys), "disk_block_bytes": sum(self.store.size(k) for k in disk_keys),
+            "pending_saves": sum(s.pending_saves for s in sessions),
+            "block_tokens": self.block_tokens,
+        }
+
+    def wait_for_saves(self, timeout: float = 30.0) -> bool:
+        return self._writer.drain(timeout)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Waits (bounded) for pending saves, then stops the writer thread."""
+        self._writer.drain(timeout)
+        self._writer.stop(timeout)
+        with self._lock:
+            ids = list(self._open)
+        for sid in ids:
+            self.close(sid)
+
+    # ---- listing (CLI) -------------------------------------------------------------------------
+    def list_sessions(self) -> list[SessionInfo]:
+        ids = set(self._open)
+        if self._sessions_dir.is_dir():
+            ids |= {p.stem for p in self._sessions_dir.glob("*.json")}
+        out = []
+        for sid in sorted(ids):
+            try:
+                if sid not in self._open:
+                    self.open(sid)
+                out.append(self.info(sid))
+            except SessionError:
+                continue
+        return out
+
+    def transcript(self, session_id: str) -> list[dict[str, str]]:
+        return list(self._get(session_id).transcript)
+
+    # ---- generation ----------------------------------------------------------------------------
+    def _get(self, session_id: str) -> _Session:
+        with self._lock:
+            s = self._open.get(session_id)
+        if s is None:
+            raise SessionError(f"session {session_id} is not open")
+        return s
+
+    def _stream(self, s: _Session, prompt: list[int], sampling: SamplingParams | None,
+                cancel: CancelToken | None) -> Iterator[StreamEvent]:
+        if not s.lock.acquire(blocking=False):
+            raise SessionError(f"session {s.id} is already generating")
+        try:
+            if self._open.get(s.id) is not s:
+                raise SessionError(f"session {s.id} was closed")
+            figures = GenerationFigures()
+            origin = KVLocation.MEMORY
+            if s.cache is None:
+                s.cache = self.generator.new_cache()
+                if s.kind == SessionKind.PINNED and s.disk_tokens:
+                    origin = KVLocation.DISK
+                    t0 = time.perf_counter()
+                    self._load_from_disk(s)
+                    figures.resume_ms = (time.perf_counter() - t0) * 1000
+            if s.repair_note:
+                figures.fallback_reason, s.repair_note = s.repair_note, None
+            s.last_used = time.monotonic()
+            for event in self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin, figures=figures):
+                yield event
+            s.last_used = time.monotonic()
+            if s.kind == SessionKind.PINNED:
+                self._save_async(s)
+        finally:
+            s.lock.release()
+        self._enforce_budget(keep=s.id)
+
+    # ---- disk: load ----------------------------------------------------------------------------
+    def _load_from_disk(self, s: _Session) -> None:
+        """Fills the cache from the block store; on any failure keeps the valid prefix, notes the
+        reason and repairs the store (the rest is re-prefilled from the token history)."""
+        assert s.cache is not None
+        B = self.block_tokens
+        expected = self.store.keys_for(s.disk_tokens, s.salt)
+        try:
+            if expected != s.disk_keys:
+                raise KVFileError("the manifest's block list does not match its tokens")
+            s.cache.reserve(len(s.disk_tokens))
+            for i, key in enumerate(s.disk_keys):
+                toks = s.disk_tokens[i * B:(i + 1) * B]
+                s.cache.append_block(self.store.read(key, toks), toks)
+            tail_toks = s.disk_tokens[len(s.disk_keys) * B:]
+            if tail_toks:
+                if not s.tail_file:
+                    raise KVFileError("the manifest names no tail file")
+                tail = read_kv_file(self._tails_dir / s.tail_file, self.shape, tail_toks)
+                s.cache.append_block(tail, tail_toks)
+        except KVFileError as exc:
+            s.repair_note = f"saved KV unusable ({exc}); re-prefilled {len(s.disk_tokens) - len(s.cache)} tokens"
+            self._repair(s, len(s.cache))
+
+    def _repair(self, s: _Session, valid_tokens: int) -> None:
+        """Drops what failed validation: the blocks after the valid prefix are unreferenced and removed
+        when no other session uses them; the next save writes them again."""
+        B = self.block_tokens
+        keep = valid_tokens // B
+        bad = s.disk_keys[keep:]
+        with self._lock:
+            for key in bad:
+                self._refs.get(key, set()).discard(s.id)
+            s.disk_keys = s.disk_keys[:keep]
+            s.disk_tokens = s.disk_tokens[:keep * B]
+            s.tail_file = None
+
+        def fix() -> None:
+            for key in bad:
+                if not self._refs.get(key):
+                    self.store.remove(key)
+            self._write_manifest(s, s.disk_tokens, s.disk_keys, None)
+        self._writer.submit(fix)
+
+    # ---- disk: save ----------------------------------------------------------------------------
+    def _save_async(self, s: _Session) -> None:
+        """Snapshots what changed (a memory copy) and queues the file writes."""
+        with self._lock:
+            if s.kind == SessionKind.TEMPORARY:
+                return
+            transcript = list(s.transcript)
+            if s.kind == SessionKind.REGULAR:
+                job: Callable[[], None] = lambda: self._write_regular(s, transcript)
+            elif s.cache is None:
+                # Pinned but not in memory: what is on disk stays; only the transcript may change.
+                job = lambda: self._write_manifest(s, s.disk_tokens, s.disk_keys, s.tail_file)
+            else:
+                B = self.block_tokens
+                tokens = list(s.cache.tokens)
+                keys = self.store.keys_for(tokens, s.salt)
+                known = set(s.disk_keys)
+                # Incremental: only blocks not on disk yet, and the new tail, are copied and written.
+                new_blocks = [(k, tokens[i * B:(i + 1) * B], s.cache.export(i * B, (i + 1) * B))
+                              for i, k in enumerate(keys) if k not in known and not self.store.has(k)]
+                tail_toks = tokens[len(keys) * B:]
+                tail = s.cache.export(len(keys) * B, len(tokens)) if tail_toks else None
+                job = lambda: self._write_pinned(s, tokens, keys, new_blocks, tail_toks, tail, transcript)
+            s.pending_saves += 1
+        self._writer.submit(job).add_done_callback(lambda f: self._saved(s, f))
+
+    def _saved(self, s: _Session, fut: Future) -> None:
+        with self._lock:
+            s.pending_saves -= 1
+            exc = fut.exception()
+            s.save_error = None if exc is None else f"saving the session failed: {exc}"
+
+    def _write_pinned(self, s: _Session, tokens: list[int], keys: list[str],
+                      new_blocks: list[tuple[str, list[int], np.ndarray]], tail_toks: list[int],
+                      tail: np.ndarray | None, transcript: list[dict[str, str]]) -> None:
+        if s.kind != SessionKind.PINNED:
+            return   # unpinned or deleted while queued
+        for key, toks, payload in new_blocks:
+            if not self.store.has(key):
+                self.store.write(key, toks, payload)
+        tail_name = None
+        if tail is not None:
+            tail_name = f"{s.id}.{uuid.uuid4().hex[:8]}.kvt"
+            write_kv_file(self._tails_dir / tail_name, self.shape, tail_toks, tail, {"session": s.id})
+        old_tail = s.tail_file
+        s.transcript = transcript if transcript else s.transcript
+        # The manifest goes last: a crash before this line leaves the previous state valid.
+        self._write_manifest(s, tokens, keys, tail_name, kind=SessionKind.PINNED)
+        with self._lock:
+            for key in s.disk_keys:
+                if key not in keys:
+                    self._refs.get(key, set()).discard(s.id)
+            for key in keys:
+                self._refs.setdefault(key, set()).add(s.id)
+            dropped = [k for k in s.disk_keys if not self._refs.get(k)]
+            s.disk_tokens, s.disk_keys, s.tail_file = tokens, keys, tail_name
+        if old_tail and old_tail != tail_name:
+            (self._tails_dir / old_tail).unlink(missing_ok=True)
+        for key in dropped:
+            self.store.remove(key)
+
+    def _write_regular(self, s: _Session, transcript: list[dict[str, str]] | None = None) -> None:
+        """A regular session keeps only its manifest (transcript); pinned files are released."""
+        self._release_files(s)
+        if transcript is not None:
+            s.transcript = transcript
+        if s.transcript:
+            self._write_manifest(s, [], [], None, kind=SessionKind.REGULAR)
+        else:
+            (self._sessions_dir / f"{s.id}.json").unlink(missing_ok=True)
+
+    def _release_files(self, s: _Session) -> None:
+        with self._lock:
+            for key in s.disk_keys:
+                self._refs.get(key, set()).discard(s.id)
+            dropped = [k for k in s.disk_keys if not self._refs.get(k)]
+            tail, s.tail_file = s.tail_file, None
+            s.disk_keys, s.disk_tokens = [], []
+        for key in dropped:
+            self.store.remove(key)
+        if tail:
+            (self._tails_dir / tail).unlink(missing_ok=True)
+
+    def _delete_files(self, session_id: str) -> None:
+        s = self._read_manifest(session_id) or _Session(session_id, SessionKind.REGULAR, None)
+        s.kind = SessionKind.TEMPORARY   # stops queued saves of this session
+        self._release_files(s)
+        (self._sessions_dir / f"{session_id}.json").unlink(missing_ok=True)
+        for stray in self._tails_dir.glob(f"{session_id}.*") if self._tails_dir.is_dir() else []:
+            stray.unlink(missing_ok=True)
+
+    def _write_manifest(self, s: _Session, tokens: list[int], keys: list[str], tail: str | None,
+                        kind: SessionKind | None = None) -> None:
+        data = {"version": MANIFEST_VERSION, "session_id": s.id, "kind": (kind or s.kind).value,
+                "fingerprint": self.shape.fingerprint, "cache_salt": s.salt, "block_tokens": self.block_tokens,
+                "tokens": tokens, "blocks": keys, "tail": tail, "transcript": s.transcript,
+                "updated": time.time()}
+        atomic_write(self._sessions_dir / f"{s.id}.json", [json.dumps(data).encode()])
+
+    def _read_manifest(self, sid: str) -> _Session | None:
+        path = self._sessions_dir / f"{sid}.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return None
+        s = _Session(sid, SessionKind(data.get("kind", "regular")), data.get("cache_salt"),
+                     transcript=list(data.get("transcript") or []))
+        same_model = data.get("fingerprint") == self.shape.fingerprint
+        same_layout = data.get("block_tokens") == self.block_tokens and data.get("version") == MANIFEST_VERSION
+        if s.kind == SessionKind.PINNED:
+            if same_model and same_layout:
+                s.disk_tokens = [int(t) for t in data.get("tokens", [])]
+                s.disk_keys = list(data.get("blocks", []))
+                s.tail_file = data.get("tail")
+            elif data.get("tokens"):
+                why = "made by another model" if not same_model else "an older store format"
+                s.repair_note = f"saved KV unusable ({why}); re-prefilled from the history"
+        return s
+
+    def _disk_bytes(self, s: _Session) -> int:
+        total = sum(self.store.size(k) for k in s.disk_keys)
+        if s.tail_file:
+            try:
+                total += (self._tails_dir / s.tail_file).stat().st_size
+            except OSError:
+                pass
+        return total
+
+    # ---- memory budget -------------------------------------------------------------------------
+    def _enforce_budget(self, keep: str | None = None) -> None:
+        """Drops least-recently-used idle sessions' KV until live KV fits the budget. Pinned ones are
+        on disk already; regular ones are rebuilt by prefill; temporary ones are never dropped."""
+        with self._lock:
+            live = [s for s in self._open.values() if s.cache is not None]
+            total = sum(s.cache.nbytes for s in live)   # type: ignore[union-attr]
+            for s in sorted(live, key=lambda x: x.last_used):
+                if total <= self.memory_budget:
+                    break
+                if s.id == keep or s.kind == SessionKind.TEMPORARY or s.pending_saves:
+                    continue
+                if not s.lock.acquire(blocking=False):
+                    continue
+                try:
+                    total -= s.cache.nbytes   # type: ignore[union-attr]
+                    s.cache.clear()           # type: ignore[union-attr]
+                    s.cache = None
+                    self._evictions += 1
+                finally:
+                    s.lock.release()
+
+    # ---- startup -------------------------------------------------------------------------------
+    def _reconcile(self) -> dict[str, int]:
+        """Crash leftovers: temp files, tails and blocks no live manifest refers to."""
+        report = {"temp_files": 0, "orphan_tails": 0, "orphan_blocks": 0, "bad_manifests": 0}
+        live_tails: set[str] = set()
+        if self._sessions_dir.is_dir():
+            for tmp in self._sessions_dir.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
+                report["temp_files"] += 1
+            for path in self._sessions_dir.glob("*.json"):
+                s = self._read_manifest(path.stem)
+                if s is None:
+                    report["bad_manifests"] += 1
+                    continue
+                for key in s.disk_keys:
+                    self._refs.setdefault(key, set()).add(s.id)
+                if s.tail_file:
+                    live_tails.add(s.tail_file)
+        if self._tails_dir.is_dir():
+            for f in self._tails_dir.iterdir():
+                if f.name not in live_tails:
+                    f.unlink(missing_ok=True)
+                    report["orphan_tails" if f.suffix == ".kvt" else "temp_files"] += 1
+        report["temp_files"] += self.store.remove_temp_files()
+        for key in list(self.store.keys_on_disk()):
+            if not self._refs.get(key):
+                self.store.remove(key)
+                report["orphan_blocks"] += 1
+        return report
+
+    def gc(self) -> dict[str, int]:
+        """Runs the startup reconciliation again (CLI `sessions gc`)."""
+        self._writer.drain(30)
+        with self._lock:
+            self._refs.clear()
+        return self._writer.submit(self._reconcile).result()
