@@ -168,8 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cache-salt", help="only callers with the same salt share cached prefixes")
     g.set_defaults(func=cmd_generate)
 
+    from .cli_cache import add_cache_commands
     from .cli_sessions import add_session_commands
     add_session_commands(sub)
+    add_cache_commands(sub)
     return p
 
 

@@ -122,3 +122,16 @@ def read_kv_file(path: Path, shape: KVShape, token_ids: Sequence[int] | None = N
     if zlib.crc32(view) != header.get("crc32"):
         raise KVFileError(f"{path.name}: checksum mismatch (the file is damaged)")
     return out
+
+
+def looks_like_kv_file(path: Path) -> bool:
+    """A cheap check of the magic and header (not the payload): is this an Amber KV file at all?"""
+    try:
+        with open(path, "rb") as f:
+            if f.read(8) != MAGIC:
+                return False
+            (n,) = struct.unpack("<I", f.read(4))
+            header = json.loads(f.read(n)) if n <= 16 << 20 else None
+    except (OSError, ValueError, struct.error):
+        return False
+    return isinstance(header, dict) and header.get("version") == FORMAT_VERSION

@@ -23,10 +23,12 @@ import numpy as np
 from .api import (CancelToken, ChatMessage, GenerationFigures, GenerationResult, KVLocation,
                   SamplingParams, SessionInfo, SessionKind, StreamEvent)
 from .blockstore import DEFAULT_BLOCK_TOKENS, BlockStore
-from .generate import Generator
+from .generate import Generator, common_prefix
 from .kvcache import KVCache
-from .kvfile import KVFileError, KVShape, atomic_write, read_kv_file, write_kv_file
+from .kvfile import KVFileError, KVShape, atomic_write, looks_like_kv_file, read_kv_file, write_kv_file
 from .model import LoadedModel
+from .prefix_cache import (DEFAULT_DISK_TIER_BYTES, DEFAULT_MAX_AGE_S, DEFAULT_MEMORY_TIER_BYTES,
+                           PrefixCache)
 
 MANIFEST_VERSION = 1
 DEFAULT_MEMORY_BUDGET = 1 << 30
@@ -91,7 +93,11 @@ class SessionManager:
 
     def __init__(self, model: LoadedModel, state_dir: Path | str,
                  memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
-                 block_tokens: int = DEFAULT_BLOCK_TOKENS) -> None:
+                 block_tokens: int = DEFAULT_BLOCK_TOKENS,
+                 cache_memory_bytes: int = DEFAULT_MEMORY_TIER_BYTES,
+                 cache_disk_bytes: int = DEFAULT_DISK_TIER_BYTES,
+                 cache_max_age_s: float = DEFAULT_MAX_AGE_S,
+                 clock: Callable[[], float] = time.time) -> None:
         self.model = model
         self.generator = Generator(model)
         self.state_dir = Path(state_dir)
@@ -107,7 +113,14 @@ class SessionManager:
         self._refs: dict[str, set[str]] = {}      # block key -> pinned sessions referencing it
         self._evictions = 0
         self._writer = _Writer()
+        self.prefix = PrefixCache(self.store, self._is_pinned_block, cache_memory_bytes, cache_disk_bytes,
+                                  cache_max_age_s, clock)
         self.startup_report = self._reconcile()
+        self.prefix.start()
+
+    def _is_pinned_block(self, key: str) -> bool:
+        with self._lock:
+            return bool(self._refs.get(key))
 
     # ---- ChatEngine surface -------------------------------------------------------------------
     @property
@@ -192,16 +205,20 @@ class SessionManager:
         self._writer.submit(lambda: self._write_regular(s)).result()
 
     def close(self, session_id: str) -> None:
-        """Releases the session's memory. Pinned ones stay on disk; temporary ones vanish entirely."""
+        """Releases the session's memory. Pinned ones stay on disk; a regular one's full blocks move
+        to the shared disk tier; temporary ones vanish entirely."""
         with self._lock:
             s = self._open.pop(session_id, None)
         if s is None:
             return
-        with s.lock:   # wait for a generation in flight to notice and finish
-            if s.cache is not None:
-                s.cache.clear()
-            s.cache = None
+        with s.lock:   # a generation in flight finishes first (the GUI cancels it before closing)
+            cache, s.cache = s.cache, None
             s.transcript = []
+            if cache is not None:
+                if s.kind == SessionKind.REGULAR:
+                    self._spill(s, cache)     # the writer frees the cache when done
+                else:
+                    cache.clear()
 
     def delete(self, session_id: str) -> None:
         """Forgets a session: memory, manifest, private files and block references."""
@@ -233,19 +250,30 @@ class SessionManager:
             "disk_blocks": len(disk_keys), "disk_block_bytes": sum(self.store.size(k) for k in disk_keys),
             "pending_saves": sum(s.pending_saves for s in sessions),
             "block_tokens": self.block_tokens,
+            "cache": self.prefix.stats(),
         }
+
+    def clear_cache(self) -> int:
+        """Empties the shared prefix cache (both tiers); pinned sessions keep their blocks."""
+        self._writer.drain(30)
+        return self.prefix.clear()
+
+    def cache_gc(self) -> dict[str, int]:
+        """One janitor pass now (budget and age)."""
+        return self.prefix.enforce()
 
     def wait_for_saves(self, timeout: float = 30.0) -> bool:
         return self._writer.drain(timeout)
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        """Waits (bounded) for pending saves, then stops the writer thread."""
-        self._writer.drain(timeout)
-        self._writer.stop(timeout)
+        """Closes every session, waits (bounded) for pending saves, stops the threads."""
         with self._lock:
             ids = list(self._open)
         for sid in ids:
             self.close(sid)
+        self._writer.drain(timeout)
+        self._writer.stop(timeout)
+        self.prefix.stop(timeout)
 
     # ---- listing (CLI) -------------------------------------------------------------------------
     def list_sessions(self) -> list[SessionInfo]:
@@ -291,15 +319,71 @@ class SessionManager:
                     figures.resume_ms = (time.perf_counter() - t0) * 1000
             if s.repair_note:
                 figures.fallback_reason, s.repair_note = s.repair_note, None
+            t0 = time.perf_counter()
+            if self._fill_from_shared(s, prompt, figures):
+                origin = KVLocation.DISK
+            figures.resume_ms += (time.perf_counter() - t0) * 1000 if (
+                figures.cache_tokens_memory or figures.cache_tokens_disk) else 0.0
             s.last_used = time.monotonic()
             for event in self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin, figures=figures):
                 yield event
             s.last_used = time.monotonic()
+            if s.kind != SessionKind.TEMPORARY:
+                self._publish(s)
             if s.kind == SessionKind.PINNED:
                 self._save_async(s)
         finally:
             s.lock.release()
         self._enforce_budget(keep=s.id)
+
+    # ---- shared prefix cache -------------------------------------------------------------------
+    def _fill_from_shared(self, s: _Session, prompt: list[int], figures: GenerationFigures) -> bool:
+        """Extends the session's cache with the longest run of shared blocks matching the prompt;
+        True when some came from disk."""
+        assert s.cache is not None
+        B = self.block_tokens
+        n_full = len(prompt) // B
+        start = common_prefix(s.cache.tokens, prompt) // B
+        if start >= n_full:
+            return False
+        keys = self.store.keys_for(prompt[:n_full * B], s.salt)[start:]
+        if not (self.prefix.has_memory(keys[0]) or self.prefix.has_disk(keys[0])):
+            self.prefix.load_chain(keys, [prompt[(start + i) * B:(start + i + 1) * B] for i in range(len(keys))],
+                                   lambda *_: None)    # counts the misses
+            return False
+        s.cache.truncate(start * B)
+        s.cache.reserve(n_full * B)
+        mem, disk = self.prefix.load_chain(
+            keys, [prompt[(start + i) * B:(start + i + 1) * B] for i in range(len(keys))],
+            lambda array, toks, tier: s.cache.append_block(array, toks))   # type: ignore[union-attr]
+        figures.cache_tokens_memory += mem * B
+        figures.cache_tokens_disk += disk * B
+        return disk > 0
+
+    def _publish(self, s: _Session) -> None:
+        """Offers the session's full blocks to the memory tier (temporary sessions never do)."""
+        assert s.cache is not None
+        B = self.block_tokens
+        tokens = s.cache.tokens
+        for i, key in enumerate(self.store.keys_for(tokens, s.salt)):
+            if not self.prefix.has_memory(key):
+                self.prefix.put_memory(key, tokens[i * B:(i + 1) * B], s.cache.export(i * B, (i + 1) * B))
+
+    def _spill(self, s: _Session, cache: KVCache) -> None:
+        """A closed or evicted regular session's full blocks go to the disk tier (in the writer)."""
+        B = self.block_tokens
+        tokens = list(cache.tokens)
+        keys = self.store.keys_for(tokens, s.salt)
+
+        def job() -> None:
+            try:
+                for i, key in enumerate(keys):
+                    if not self.prefix.has_disk(key) and not self.store.has(key):
+                        self.store.write(key, tokens[i * B:(i + 1) * B], cache.export(i * B, (i + 1) * B))
+                        self.prefix.note_written(key)
+            finally:
+                cache.clear()
+        self._writer.submit(job)
 
     # ---- disk: load ----------------------------------------------------------------------------
     def _load_from_disk(self, s: _Session) -> None:
@@ -342,6 +426,7 @@ class SessionManager:
             for key in bad:
                 if not self._refs.get(key):
                     self.store.remove(key)
+                    self.prefix.note_removed(key)
             self._write_manifest(s, s.disk_tokens, s.disk_keys, None)
         self._writer.submit(fix)
 
@@ -367,6 +452,8 @@ class SessionManager:
                               for i, k in enumerate(keys) if k not in known and not self.store.has(k)]
                 tail_toks = tokens[len(keys) * B:]
                 tail = s.cache.export(len(keys) * B, len(tokens)) if tail_toks else None
+                for key in keys:     # referenced from now on: the janitor must not take them
+                    self._refs.setdefault(key, set()).add(s.id)
                 job = lambda: self._write_pinned(s, tokens, keys, new_blocks, tail_toks, tail, transcript)
             s.pending_saves += 1
         self._writer.submit(job).add_done_callback(lambda f: self._saved(s, f))
@@ -385,6 +472,7 @@ class SessionManager:
         for key, toks, payload in new_blocks:
             if not self.store.has(key):
                 self.store.write(key, toks, payload)
+                self.prefix.note_written(key)
         tail_name = None
         if tail is not None:
             tail_name = f"{s.id}.{uuid.uuid4().hex[:8]}.kvt"
@@ -399,12 +487,11 @@ class SessionManager:
                     self._refs.get(key, set()).discard(s.id)
             for key in keys:
                 self._refs.setdefault(key, set()).add(s.id)
-            dropped = [k for k in s.disk_keys if not self._refs.get(k)]
             s.disk_tokens, s.disk_keys, s.tail_file = tokens, keys, tail_name
         if old_tail and old_tail != tail_name:
             (self._tails_dir / old_tail).unlink(missing_ok=True)
-        for key in dropped:
-            self.store.remove(key)
+        # Blocks this session no longer uses stay as unpinned shared cache (budget and age apply).
+        self.prefix.trigger()
 
     def _write_regular(self, s: _Session, transcript: list[dict[str, str]] | None = None) -> None:
         """A regular session keeps only its manifest (transcript); pinned files are released."""
@@ -416,22 +503,28 @@ class SessionManager:
         else:
             (self._sessions_dir / f"{s.id}.json").unlink(missing_ok=True)
 
-    def _release_files(self, s: _Session) -> None:
+    def _release_files(self, s: _Session, remove_blocks: bool = False) -> None:
+        """Drops the session's block references and its private tail. Unpinning leaves the blocks to
+        the shared cache (budget and age apply); deleting removes those no other pinned session uses."""
         with self._lock:
             for key in s.disk_keys:
                 self._refs.get(key, set()).discard(s.id)
             dropped = [k for k in s.disk_keys if not self._refs.get(k)]
             tail, s.tail_file = s.tail_file, None
             s.disk_keys, s.disk_tokens = [], []
-        for key in dropped:
-            self.store.remove(key)
+        if remove_blocks:
+            for key in dropped:
+                self.store.remove(key)
+                self.prefix.note_removed(key)
+        else:
+            self.prefix.trigger()
         if tail:
             (self._tails_dir / tail).unlink(missing_ok=True)
 
     def _delete_files(self, session_id: str) -> None:
         s = self._read_manifest(session_id) or _Session(session_id, SessionKind.REGULAR, None)
         s.kind = SessionKind.TEMPORARY   # stops queued saves of this session
-        self._release_files(s)
+        self._release_files(s, remove_blocks=True)
         (self._sessions_dir / f"{session_id}.json").unlink(missing_ok=True)
         for stray in self._tails_dir.glob(f"{session_id}.*") if self._tails_dir.is_dir() else []:
             stray.unlink(missing_ok=True)
@@ -490,9 +583,13 @@ class SessionManager:
                 if not s.lock.acquire(blocking=False):
                     continue
                 try:
-                    total -= s.cache.nbytes   # type: ignore[union-attr]
-                    s.cache.clear()           # type: ignore[union-attr]
-                    s.cache = None
+                    cache, s.cache = s.cache, None
+                    assert cache is not None
+                    total -= cache.nbytes
+                    if s.kind == SessionKind.REGULAR:
+                        self._spill(s, cache)     # to the shared disk tier
+                    else:
+                        cache.clear()             # pinned: already on disk
                     self._evictions += 1
                 finally:
                     s.lock.release()
@@ -500,7 +597,7 @@ class SessionManager:
     # ---- startup -------------------------------------------------------------------------------
     def _reconcile(self) -> dict[str, int]:
         """Crash leftovers: temp files, tails and blocks no live manifest refers to."""
-        report = {"temp_files": 0, "orphan_tails": 0, "orphan_blocks": 0, "bad_manifests": 0}
+        report = {"temp_files": 0, "orphan_tails": 0, "bad_manifests": 0}
         live_tails: set[str] = set()
         if self._sessions_dir.is_dir():
             for tmp in self._sessions_dir.glob(".*.tmp"):
@@ -521,10 +618,16 @@ class SessionManager:
                     f.unlink(missing_ok=True)
                     report["orphan_tails" if f.suffix == ".kvt" else "temp_files"] += 1
         report["temp_files"] += self.store.remove_temp_files()
+        # Unreferenced blocks are the shared cache's disk tier, kept within its budget and age;
+        # files that are not Amber KV blocks at all are strays.
+        report["stray_blocks"] = 0
         for key in list(self.store.keys_on_disk()):
-            if not self._refs.get(key):
+            if not self._refs.get(key) and not looks_like_kv_file(self.store.path(key)):
                 self.store.remove(key)
-                report["orphan_blocks"] += 1
+                report["stray_blocks"] += 1
+        self.prefix.rebuild_index()
+        swept = self.prefix.enforce()
+        report["expired_blocks"], report["evicted_blocks"] = swept["expired"], swept["evicted"]
         return report
 
     def gc(self) -> dict[str, int]:
