@@ -1331,7 +1331,7 @@ class MainWindow(QMainWindow):
                 store.close()
 
         def show_wait() -> None:
-            if self.shutdown_complete:
+            if self.shutdown_complete or not shiboken_valid(self):
                 return
             dlg = QProgressDialog("Saving pinned chats…", "Quit now", 0, 0)
             dlg.setWindowTitle("Amber")
@@ -1341,7 +1341,7 @@ class MainWindow(QMainWindow):
             self._quit_dialog = dlg
 
         def finish(*_: Any) -> None:
-            if self.shutdown_complete:
+            if self.shutdown_complete or not shiboken_valid(self):
                 return
             self.shutdown_complete = True
             if self._quit_dialog is not None:
@@ -1349,11 +1349,22 @@ class MainWindow(QMainWindow):
             self.shutdownFinished.emit()
             self.close()
 
-        # a separate runner so the bounded wait above never waits for itself
-        self._shutdown_runner = TaskRunner(max_threads=1, parent=None)
-        self._shutdown_runner.run_task(work, finish, lambda exc: finish())
+        # a separate, long-lived runner: the bounded wait never waits for itself, and a stuck
+        # engine cannot take the window down with it
+        shutdown_runner().run_task(work, finish, lambda exc: finish())
         QTimer.singleShot(300, show_wait)
         QTimer.singleShot(int(QUIT_WAIT_S * 1000) + 1000, finish)  # the wait is bounded
+
+
+_SHUTDOWN_RUNNER: TaskRunner | None = None
+
+
+def shutdown_runner() -> TaskRunner:
+    """Runs the quit-time waits (engine saves, store close); outlives any window."""
+    global _SHUTDOWN_RUNNER
+    if _SHUTDOWN_RUNNER is None:
+        _SHUTDOWN_RUNNER = TaskRunner(max_threads=2)
+    return _SHUTDOWN_RUNNER
 
 
 def _siblings(store: Any, chat_id: str, message_id: str) -> list[Any]:
@@ -1373,6 +1384,12 @@ def _siblings(store: Any, chat_id: str, message_id: str) -> list[Any]:
     class _S:
         id: str
     return [_S(m["id"]) for m in sibs]
+
+
+def shiboken_valid(obj: Any) -> bool:
+    import shiboken6  # noqa: PLC0415
+
+    return shiboken6.isValid(obj)
 
 
 def _title_from(text: str, limit: int = 48) -> str:

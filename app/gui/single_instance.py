@@ -63,7 +63,7 @@ class SingleInstance(QObject):
                     self.activated.emit()
 
             sock.readyRead.connect(read)
-            sock.disconnected.connect(sock.deleteLater)
+            # sockets stay children of the server (deleted with it); no deleteLater races
             if sock.bytesAvailable():
                 read()
 

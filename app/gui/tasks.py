@@ -60,9 +60,13 @@ class _Task(QRunnable):
         try:
             result = self._func()
         except BaseException as exc:  # noqa: BLE001 - handed to the UI thread
-            self._relay.done.emit(None, exc)
+            result, error = None, exc
         else:
-            self._relay.done.emit(result, None)
+            error = None
+        try:
+            self._relay.done.emit(result, error)
+        except RuntimeError:  # the receiver is gone (the app is quitting): nobody to tell
+            pass
 
 
 class TaskRunner(QObject):
@@ -191,9 +195,15 @@ class GeneratorWorker(QObject):
             except StopIteration as stop:
                 value = stop.value
         except BaseException as exc:  # noqa: BLE001
-            self._relay_done.emit(None, exc)
+            self._emit_done(None, exc)
             return
-        self._relay_done.emit(value, None)
+        self._emit_done(value, None)
+
+    def _emit_done(self, value: Any, exc: BaseException | None) -> None:
+        try:
+            self._relay_done.emit(value, exc)
+        except RuntimeError:  # the window went away first
+            pass
 
     @Slot(object)
     def _on_yield(self, item: Any) -> None:

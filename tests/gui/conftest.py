@@ -76,7 +76,8 @@ class WindowFactory:
         self.windows.append(w)
         w.confirm = lambda title, text: True
         if show:
-            w.resize(1100, 720)
+            if not w.settings.window_geometry:   # else: the restored geometry is under test
+                w.resize(1100, 720)
             w.show()
             self.qtbot.waitExposed(w)
         if wait_ready:

@@ -139,7 +139,7 @@ class FakeEngine:
             self.generating.clear()
         reply = "".join(out)
         with self._lock:
-            s.history = prompt + reply.split()
+            s.history = prompt + ["<assistant>"] + reply.split()
             if s.location is KVLocation.NONE or s.kind is not SessionKind.PINNED:
                 s.location = KVLocation.MEMORY
         prefilled = len(prompt) - shared
