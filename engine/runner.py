@@ -21,7 +21,9 @@ class Runner:
         self._has_positions = "position_ids" in model.input_names
 
     def new_cache(self) -> KVCache:
-        return KVCache(self.model.kv)
+        # On CUDA the cache stays on the device between steps (shared-buffer graphs).
+        device = "cuda" if self.model.provider == "CUDAExecutionProvider" else "cpu"
+        return KVCache(self.model.kv, device=device)
 
     def _inputs(self, cache: KVCache, ids: list[int]) -> dict[str, np.ndarray]:
         past, n = len(cache), len(ids)
@@ -45,6 +47,7 @@ class Runner:
             binding.bind_ortvalue_output(ok, k)     # present written into the same buffer
             binding.bind_ortvalue_output(ov, v)
         self.session.run_with_iobinding(binding)
+        cache.device_written()
         logits = binding.get_outputs()[0].numpy()
         cache.tokens.extend(ids)
         return logits[0, -1]
