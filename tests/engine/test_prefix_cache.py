@@ -491,8 +491,7 @@ def test_block_written_but_never_indexed_is_found_after_restart(model, managers,
     tmp_file = blocks / keys[2][:2] / f".{keys[2]}.kvb.4242.tmp"
     tmp_file.parent.mkdir(parents=True, exist_ok=True)
     tmp_file.write_bytes(b"half a block")
-    garbage = [blocks / "ab" / ("ab" + "0" * 38 + ".kvb"), blocks / "cd" / "notakey.kvb",
-               blocks / keys[2][:2] / f"{keys[2]}.kvb"]
+    garbage = [blocks / "ab" / ("ab" + "0" * 38 + ".kvb"), blocks / keys[2][:2] / f"{keys[2]}.kvb"]
     for g in garbage:
         g.parent.mkdir(parents=True, exist_ok=True)
         g.write_bytes(b"" if g.stem == keys[2] else os.urandom(300))
@@ -500,8 +499,8 @@ def test_block_written_but_never_indexed_is_found_after_restart(model, managers,
 
     mgr2 = managers(tmp_path)
     rep = mgr2.startup_report
-    assert rep["temp_files"] >= 1 and rep["stray_blocks"] == 3
-    assert not tmp_file.exists() and not any(g.exists() for g in garbage)
+    assert rep["temp_files"] >= 1 and rep["stray_blocks"] == 2
+    assert not tmp_file.exists() and [g.name for g in garbage if g.exists()] == [], rep
     assert block_files(tmp_path) == set(keys[:2])
     d = tier(mgr2, "disk")
     assert d["blocks"] == 2 and d["bytes"] == sum(mgr2.store.size(k) for k in keys[:2])
@@ -511,6 +510,23 @@ def test_block_written_but_never_indexed_is_found_after_restart(model, managers,
     assert r.figures.cache_tokens_disk == 2 * B and r.figures.prefilled_tokens == B + 2
     assert tier(mgr2, "disk")["hits"] == 2
     assert r.token_ids == scratch_tokens(model, prompt)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: BlockStore.keys_on_disk() yields a *.kvb file's stem whatever folder it is in, and "
+    "_reconcile removes strays through store.path(stem) = blocks/<stem[:2]>/<stem>.kvb: a garbage "
+    "file whose folder is not its name's first two characters is reported as removed "
+    "(startup_report['stray_blocks']) but stays on disk forever, outside the index and the budget; "
+    "one directly in blocks/ is never even looked at"))
+@pytest.mark.parametrize("where", ["cd/notakey.kvb", "garbage.kvb"])
+def test_garbage_kvb_files_anywhere_in_the_block_folder_are_removed_at_startup(model, managers, tmp_path, where):
+    mgr = managers(tmp_path)
+    mgr.shutdown()
+    garbage = tmp_path / "blocks" / where
+    garbage.parent.mkdir(parents=True, exist_ok=True)
+    garbage.write_bytes(os.urandom(300))
+    mgr2 = managers(tmp_path)
+    assert not garbage.exists(), mgr2.startup_report
 
 
 def test_damaged_block_is_a_miss_and_leaves_the_index_consistent(model, managers, tmp_path):
@@ -626,6 +642,11 @@ def test_temporary_session_reads_memory_tier_blocks_but_adds_none(model, manager
     assert not (tmp_path / "sessions" / f"{t}.json").exists()
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: PrefixCache.load_chain() promotes every block read from the disk tier into the memory tier "
+    "(put_memory) whoever reads it, so a temporary session's generation adds blocks to the memory "
+    "tier (and can evict other sessions' blocks from it); _publish skips temporary sessions, "
+    "load_chain does not"))
 def test_temporary_session_reading_the_disk_tier_adds_nothing_to_memory(model, managers, tmp_path):
     prompt = ids(3 * B, seed=43)
     mgr = managers(tmp_path)
@@ -728,6 +749,11 @@ def test_cli_cache_stats_gc_clear(tiny, model, tmp_path):
 
 
 # ---- settings reach the cache ------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: app/gui/backend.open_engine passes disk_budget_bytes= and max_age_s=, but SessionManager "
+    "takes cache_disk_bytes= and cache_max_age_s=; _accepting() silently drops unknown names, so the "
+    "Settings dialog's disk budget and 'Keep cached chats for' never reach the cache (the defaults, "
+    "4 GiB and 14 days, always apply)"))
 def test_gui_settings_reach_the_prefix_cache(tiny, tmp_path):
     from app.gui.backend import open_engine
     from app.gui.settings import Settings
