@@ -612,6 +612,76 @@ def test_pinned_sessions_sharing_blocks_while_one_is_deleted(model, managers, tm
     assert r.token_ids == scratch_tokens(model, b_last)
 
 
+def _manifest_blocks(state: Path, sid: str) -> set[str]:
+    return set(json.loads((state / "sessions" / f"{sid}.json").read_text())["blocks"])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG (race): SessionManager._release_files(remove_blocks=True) decides under the lock which blocks "
+    "no pinned session references, then unlinks them after releasing it; a pinned session whose first "
+    "save snapshots in between sees the files still there (store.has), writes none of them and "
+    "references them from its manifest, and then they are deleted: its manifest points at missing "
+    "blocks and its resume falls back to a full re-prefill"))
+def test_delete_racing_another_pinned_sessions_first_save_keeps_the_shared_blocks(model, managers, tmp_path,
+                                                                                  monkeypatch):
+    shared = ids(4 * B, seed=70)
+    mgr = managers(tmp_path)
+    a, b = open_sid(mgr, kind="pinned"), open_sid(mgr, kind="pinned")
+    run(mgr, a, shared + ids(5, seed=71))
+    assert mgr.wait_for_saves()
+    keys = mgr.store.keys_for(shared, None)
+    assert set(keys) <= block_files(tmp_path)
+    pb = shared + ids(7, seed=72)
+    real_remove, hooked = mgr.store.remove, []
+
+    def remove(key: str) -> None:
+        if not hooked:       # the interleaving: B finishes a generation right as A's blocks go
+            hooked.append(run(mgr, b, pb))
+        real_remove(key)
+    monkeypatch.setattr(mgr.store, "remove", remove)
+    mgr.delete(a)
+    assert mgr.wait_for_saves()
+    monkeypatch.undo()
+    assert hooked and hooked[0].figures.cache_tokens_memory == 4 * B
+    assert _manifest_blocks(tmp_path, b) <= block_files(tmp_path)
+    mgr.shutdown()
+    mgr2 = managers(tmp_path)
+    mgr2.open(b)
+    r = run(mgr2, b, pb + hooked[0].token_ids + [9])
+    assert r.figures.fallback_reason is None and r.figures.resume == "disk"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG (race): PrefixCache._remove_unpinned() checks is_pinned() and then unlinks without any lock "
+    "shared with SessionManager._save_async(); a pinned session that snapshots its save in between "
+    "skips writing the block (store.has is still true) and references it, then the janitor deletes "
+    "it: the pinned manifest points at a missing block (resume falls back to re-prefill)"))
+def test_janitor_racing_a_pinned_save_keeps_the_pinned_blocks(model, managers, tmp_path, monkeypatch):
+    clock = FakeClock()
+    mgr = managers(tmp_path, cache_max_age_s=60, clock=clock)
+    prompt = ids(3 * B + 2, seed=73)
+    r = open_sid(mgr)
+    run(mgr, r, prompt)
+    mgr.close(r)
+    assert mgr.wait_for_saves()
+    assert set(mgr.store.keys_for(prompt, None)) == block_files(tmp_path)
+    p = open_sid(mgr, kind="pinned")
+    pp = prompt + ids(3, seed=74)
+    real_remove, hooked = mgr.store.remove, []
+
+    def remove(key: str) -> None:
+        if not hooked:       # the janitor decided the block is unpinned; a pinned save lands now
+            hooked.append(run(mgr, p, pp))
+        real_remove(key)
+    monkeypatch.setattr(mgr.store, "remove", remove)
+    clock.advance(120)          # the spilled blocks are past max age
+    mgr.cache_gc()
+    assert mgr.wait_for_saves()
+    monkeypatch.undo()
+    assert hooked and hooked[0].figures.cache_tokens_memory == 3 * B
+    assert _manifest_blocks(tmp_path, p) <= block_files(tmp_path)
+
+
 # ---- temporary sessions ------------------------------------------------------------------------
 def _tiers(mgr: SessionManager) -> tuple:
     c = mgr.stats()["cache"]
