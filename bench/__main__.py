@@ -1,0 +1,149 @@
+"""`python -m bench [engine|compare|sessions|store|gui ...] [--quick] [--write|--no-write]`
+
+Runs the chosen benches (all of them by default), printing each figure as it goes, and rewrites
+each bench's own section of docs/BENCHMARKS.md (the other sections stay as they were).
+`--quick` uses fewer runs and smaller sizes to validate the harness; its results are not written
+unless `--write` is given. `python -m bench deps` makes the side environment with llama-cpp-python
+and onnxruntime-genai that the comparison uses (they cannot share Amber's venv: onnxruntime-genai
+pulls the CPU `onnxruntime` package, which would overwrite Amber's `onnxruntime-gpu`).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any
+
+from . import common
+from .common import Section, ok, table
+
+BENCHES = ("engine", "compare", "sessions", "store", "gui")
+# Targets of benches written by others (issue 6 for the store), used only for their section.
+STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
+                 "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
+                 "store_append_ms": ("Append a message", 5.0),
+                 "store_search_200k_ms": ("Full-text search, 200,000 messages (worst query)", 100.0)}
+LLAMA_CPP = "llama-cpp-python==0.3.36"
+GENAI = "onnxruntime-genai==0.18.0"
+
+
+def _generic_section(key: str, title: str, res: dict[str, Any], targets: dict[str, tuple[str, float | None]],
+                     load_before: float) -> Section:
+    rows = []
+    for k, v in res.items():
+        label, target = targets.get(k, (k, None))
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        rows.append([label, f"{v:g} ms" if k.endswith("_ms") else f"{v:g}",
+                     f"≤ {target:g} ms" if target is not None else "",
+                     ok(v <= target) if target is not None else ""])
+    body = "\n".join([f"Figures from `bench/bench_{key}.py` (`run()`), medians as that bench computes them.", "",
+                      table(["Figure", "Value", "Target", ""], rows), "",
+                      common.facts_line(common.machine_facts(), load_before)])
+    return Section(key, title, body, common.ORDER.get(key, 100))
+
+
+def _run_one(name: str, quick: bool, write: bool) -> dict[str, Any] | None:
+    start = time.perf_counter()
+    load_before = common.load_average()
+    print(f"== {name} (load average {load_before:.2f}) ==", flush=True)
+    section: Section | None = None
+    if name in ("engine", "compare", "sessions"):
+        mod = importlib.import_module(f"bench.bench_{name}")
+        res = mod.run(quick=quick)
+        if name == "compare":
+            png = common.DOCS / "bench_compare.png"
+            plotted = mod.plot(res, png) if write else None
+            section = mod.section(res, plotted)
+        else:
+            section = mod.section(res)
+    elif name == "store":
+        mod = importlib.import_module("bench.bench_store")
+        res = mod.run()
+        section = _generic_section("store", "Conversation store (issue 6)", res, STORE_TARGETS, load_before)
+    else:   # gui: written by another engineer; may not exist yet
+        try:
+            mod = importlib.import_module("bench.bench_gui")
+        except ImportError as exc:
+            print(f"gui: skipped (bench/bench_gui.py not importable: {exc})", flush=True)
+            return None
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        res = mod.run()
+        if hasattr(mod, "section"):
+            s = mod.section(res)
+            section = s if isinstance(s, Section) else Section("gui", "GUI", str(s), common.ORDER["gui"])
+        else:
+            targets = getattr(mod, "TARGETS", {})
+            section = _generic_section("gui", "GUI", res if isinstance(res, dict) else {}, targets, load_before)
+    if write and section is not None:
+        common.write_section(section)
+        print(f"{name}: section written to {common.BENCHMARKS_MD.relative_to(common.REPO)}", flush=True)
+    print(f"== {name}: {time.perf_counter() - start:.0f} s ==", flush=True)
+    return res
+
+
+def deps() -> int:
+    """Creates the side venv (under the test home) with llama-cpp-python and onnxruntime-genai."""
+    venv = common.SIDE_VENV
+    py = venv / "bin" / "python"
+    if not py.is_file():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = dict(os.environ)
+    # A portable build (AVX2/FMA/F16C, no -march=native): reproducible on any x86-64 v3 machine.
+    env.setdefault("CMAKE_ARGS", "-DGGML_NATIVE=OFF")
+    start = time.perf_counter()
+    rc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                         LLAMA_CPP, GENAI], env=env).returncode
+    print(f"bench deps: {'installed' if rc == 0 else 'FAILED'} {LLAMA_CPP}, {GENAI} into {venv} "
+          f"in {time.perf_counter() - start:.0f} s", flush=True)
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("benches", nargs="*", help=f"any of {', '.join(BENCHES)} (default: all), or 'deps'")
+    parser.add_argument("--quick", action="store_true", help="fewer runs and smaller sizes (validation)")
+    parser.add_argument("--write", dest="write", action="store_true", default=None,
+                        help="write docs/BENCHMARKS.md (default unless --quick)")
+    parser.add_argument("--no-write", dest="write", action="store_false")
+    args = parser.parse_args(argv)
+    if args.benches == ["deps"]:
+        return deps()
+    chosen = args.benches or list(BENCHES)
+    unknown = [b for b in chosen if b not in BENCHES]
+    if unknown:
+        parser.error(f"unknown bench {', '.join(unknown)} (choose from {', '.join(BENCHES)})")
+    write = (not args.quick) if args.write is None else args.write
+    os.environ.setdefault("AMBER_TEST_HOME", str(common.REPO / ".amber-dev"))
+    facts = common.machine_facts()
+    print(f"bench: {facts['cpu']}, {facts['logical_cores']} cores, ONNX Runtime {facts['ort']}, "
+          f"{common.THREADS} threads, load average {facts['load_avg']}", flush=True)
+    if facts["load_avg"][0] > 0.5 * (facts["logical_cores"] or 1):
+        print("bench: WARNING: the machine is busy; timings will be noisy", flush=True)
+    start = time.perf_counter()
+    failed = []
+    summary: list[list[str]] = []
+    for name in chosen:
+        try:
+            res = _run_one(name, args.quick, write)
+        except Exception:
+            traceback.print_exc()
+            failed.append(name)
+            continue
+        for key, t in ((res or {}).get("targets") or {}).items():
+            value = t.get("ratio", t.get("value"))
+            summary.append([name, key, f"{value:.2f}", f"{t['target']}", ok(t["met"])])
+    if summary:
+        print(table(["bench", "target", "measured", "target", ""], summary))
+    print(f"bench: done in {time.perf_counter() - start:.0f} s"
+          + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
