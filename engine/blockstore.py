@@ -72,14 +72,31 @@ class BlockStore:
         except OSError:
             return 0
 
+    def _block_files(self) -> Iterator[Path]:
+        if self.root.is_dir():
+            for dirpath, _, files in os.walk(self.root):
+                for name in files:
+                    if name.endswith(".kvb"):
+                        yield Path(dirpath, name)
+
+    def _is_key_path(self, path: Path) -> bool:
+        key = path.stem
+        return len(key) == 40 and all(c in "0123456789abcdef" for c in key) and path == self.path(key)
+
     def keys_on_disk(self) -> Iterator[str]:
-        if not self.root.is_dir():
-            return
-        for sub in self.root.iterdir():
-            if sub.is_dir():
-                for f in sub.iterdir():
-                    if f.suffix == ".kvb":
-                        yield f.stem
+        """Keys of the well-formed block files (name = key, in its two-letter folder)."""
+        for path in self._block_files():
+            if self._is_key_path(path):
+                yield path.stem
+
+    def remove_misplaced_files(self) -> int:
+        """`.kvb` files that are not named and placed as a block key would be: strays."""
+        n = 0
+        for path in self._block_files():
+            if not self._is_key_path(path):
+                path.unlink(missing_ok=True)
+                n += 1
+        return n
 
     def remove_temp_files(self) -> int:
         """Crash leftovers: temp files of interrupted writes."""

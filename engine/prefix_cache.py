@@ -55,10 +55,13 @@ class _MemBlock:
 
 class PrefixCache:
     def __init__(self, store: BlockStore, is_pinned: Callable[[str], bool],
-                 memory_bytes: int = DEFAULT_MEMORY_TIER_BYTES, disk_bytes: int = DEFAULT_DISK_TIER_BYTES,
+                 pin_lock: threading.RLock | None = None, memory_bytes: int = DEFAULT_MEMORY_TIER_BYTES, disk_bytes: int = DEFAULT_DISK_TIER_BYTES,
                  max_age_s: float = DEFAULT_MAX_AGE_S, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.is_pinned = is_pinned
+        # The lock under which sessions add pinned references: checking "not pinned" and removing
+        # a block happen under it too, so a save can never reference a block being removed.
+        self.pin_lock = pin_lock or threading.RLock()
         self.memory_budget = memory_bytes
         self.disk_budget = disk_bytes
         self.max_age_s = max_age_s
@@ -149,23 +152,24 @@ class PrefixCache:
         try:
             array = self.store.read(key, tokens)
         except KVFileError:
-            if not self.is_pinned(key):
-                self.store.remove(key)
-                self.note_removed(key)
+            self._remove_unpinned(key)
             raise
         self._touch(key)
         return array
 
     # ---- lookup --------------------------------------------------------------------------------
     def load_chain(self, keys: Sequence[str], token_blocks: Sequence[Sequence[int]],
-                   on_block: Callable[[np.ndarray, list[int], str], None]) -> tuple[int, int]:
+                   on_block: Callable[[np.ndarray, list[int], str], None], promote: bool = True) -> tuple[int, int]:
         """Feeds the longest run of available blocks, in order, to `on_block(array, tokens, tier)`.
+        Blocks read from disk join the memory tier when `promote` (never for temporary sessions).
         Returns (blocks from memory, blocks from disk). Misses count the blocks left to compute."""
         from_mem = from_disk = 0
         for i, (key, toks) in enumerate(zip(keys, token_blocks)):
             block = self.get_memory(key)
             if block is not None and block.tokens == list(toks):
                 on_block(block.array, list(toks), "memory")
+                if self.has_disk(key):
+                    self._touch(key)     # the disk copy's last use follows the memory hits
                 from_mem += 1
                 continue
             if self.has_disk(key):
@@ -175,7 +179,8 @@ class PrefixCache:
                     array = None
                 if array is not None:
                     on_block(array, list(toks), "disk")
-                    self.put_memory(key, toks, array)
+                    if promote:
+                        self.put_memory(key, toks, array)
                     from_disk += 1
                     continue
             with self._lock:
@@ -212,10 +217,10 @@ class PrefixCache:
         return {"expired": expired, "evicted": evicted}
 
     def _remove_unpinned(self, key: str) -> bool:
-        # Checked again right before the unlink: a save may have pinned it meanwhile.
-        if self.is_pinned(key):
-            return False
-        self.store.remove(key)
+        with self.pin_lock:     # atomic with respect to a save that would start referencing it
+            if self.is_pinned(key):
+                return False
+            self.store.remove(key)
         self.note_removed(key)
         return True
 

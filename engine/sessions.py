@@ -113,8 +113,9 @@ class SessionManager:
         self._refs: dict[str, set[str]] = {}      # block key -> pinned sessions referencing it
         self._evictions = 0
         self._writer = _Writer()
-        self.prefix = PrefixCache(self.store, self._is_pinned_block, cache_memory_bytes, cache_disk_bytes,
-                                  cache_max_age_s, clock)
+        self.prefix = PrefixCache(self.store, self._is_pinned_block, self._lock, memory_bytes=cache_memory_bytes,
+                                  disk_bytes=cache_disk_bytes, max_age_s=cache_max_age_s, clock=clock)
+        self._closed = False
         self.startup_report = self._reconcile()
         self.prefix.start()
 
@@ -266,7 +267,10 @@ class SessionManager:
         return self._writer.drain(timeout)
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        """Closes every session, waits (bounded) for pending saves, stops the threads."""
+        """Closes every session, waits (bounded) for pending saves, stops the threads (once)."""
+        if self._closed:
+            return
+        self._closed = True
         with self._lock:
             ids = list(self._open)
         for sid in ids:
@@ -355,7 +359,8 @@ class SessionManager:
         s.cache.reserve(n_full * B)
         mem, disk = self.prefix.load_chain(
             keys, [prompt[(start + i) * B:(start + i + 1) * B] for i in range(len(keys))],
-            lambda array, toks, tier: s.cache.append_block(array, toks))   # type: ignore[union-attr]
+            lambda array, toks, tier: s.cache.append_block(array, toks),   # type: ignore[union-attr]
+            promote=s.kind != SessionKind.TEMPORARY)
         figures.cache_tokens_memory += mem * B
         figures.cache_tokens_disk += disk * B
         return disk > 0
@@ -424,9 +429,7 @@ class SessionManager:
 
         def fix() -> None:
             for key in bad:
-                if not self._refs.get(key):
-                    self.store.remove(key)
-                    self.prefix.note_removed(key)
+                self.prefix._remove_unpinned(key)
             self._write_manifest(s, s.disk_tokens, s.disk_keys, None)
         self._writer.submit(fix)
 
@@ -506,17 +509,21 @@ class SessionManager:
     def _release_files(self, s: _Session, remove_blocks: bool = False) -> None:
         """Drops the session's block references and its private tail. Unpinning leaves the blocks to
         the shared cache (budget and age apply); deleting removes those no other pinned session uses."""
+        removed: list[str] = []
         with self._lock:
             for key in s.disk_keys:
                 self._refs.get(key, set()).discard(s.id)
-            dropped = [k for k in s.disk_keys if not self._refs.get(k)]
+            if remove_blocks:
+                # Under the lock: a concurrent save cannot start referencing a block being removed.
+                for key in s.disk_keys:
+                    if not self._refs.get(key):
+                        self.store.remove(key)
+                        removed.append(key)
             tail, s.tail_file = s.tail_file, None
             s.disk_keys, s.disk_tokens = [], []
-        if remove_blocks:
-            for key in dropped:
-                self.store.remove(key)
-                self.prefix.note_removed(key)
-        else:
+        for key in removed:
+            self.prefix.note_removed(key)
+        if not remove_blocks:
             self.prefix.trigger()
         if tail:
             (self._tails_dir / tail).unlink(missing_ok=True)
@@ -620,7 +627,7 @@ class SessionManager:
         report["temp_files"] += self.store.remove_temp_files()
         # Unreferenced blocks are the shared cache's disk tier, kept within its budget and age;
         # files that are not Amber KV blocks at all are strays.
-        report["stray_blocks"] = 0
+        report["stray_blocks"] = self.store.remove_misplaced_files()
         for key in list(self.store.keys_on_disk()):
             if not self._refs.get(key) and not looks_like_kv_file(self.store.path(key)):
                 self.store.remove(key)

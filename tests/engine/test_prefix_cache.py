@@ -512,12 +512,6 @@ def test_block_written_but_never_indexed_is_found_after_restart(model, managers,
     assert r.token_ids == scratch_tokens(model, prompt)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: BlockStore.keys_on_disk() yields a *.kvb file's stem whatever folder it is in, and "
-    "_reconcile removes strays through store.path(stem) = blocks/<stem[:2]>/<stem>.kvb: a garbage "
-    "file whose folder is not its name's first two characters is reported as removed "
-    "(startup_report['stray_blocks']) but stays on disk forever, outside the index and the budget; "
-    "one directly in blocks/ is never even looked at"))
 @pytest.mark.parametrize("where", ["cd/notakey.kvb", "garbage.kvb"])
 def test_garbage_kvb_files_anywhere_in_the_block_folder_are_removed_at_startup(model, managers, tmp_path, where):
     mgr = managers(tmp_path)
@@ -614,12 +608,6 @@ def _manifest_blocks(state: Path, sid: str) -> set[str]:
     return set(json.loads((state / "sessions" / f"{sid}.json").read_text())["blocks"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (race): SessionManager._release_files(remove_blocks=True) decides under the lock which blocks "
-    "no pinned session references, then unlinks them after releasing it; a pinned session whose first "
-    "save snapshots in between sees the files still there (store.has), writes none of them and "
-    "references them from its manifest, and then they are deleted: its manifest points at missing "
-    "blocks and its resume falls back to a full re-prefill"))
 def test_delete_racing_another_pinned_sessions_first_save_keeps_the_shared_blocks(model, managers, tmp_path,
                                                                                   monkeypatch):
     shared = ids(4 * B, seed=70)
@@ -632,12 +620,18 @@ def test_delete_racing_another_pinned_sessions_first_save_keeps_the_shared_block
     pb = shared + ids(7, seed=72)
     real_remove, hooked = mgr.store.remove, []
 
+    started: list[threading.Thread] = []
+
     def remove(key: str) -> None:
-        if not hooked:       # the interleaving: B finishes a generation right as A's blocks go
-            hooked.append(run(mgr, b, pb))
+        if not started:      # the interleaving: B generates and saves right as A's blocks go
+            t = threading.Thread(target=lambda: hooked.append(run(mgr, b, pb)))
+            started.append(t)
+            t.start()
+            t.join(0.5)      # it must not be able to reference a block that is being removed
         real_remove(key)
     monkeypatch.setattr(mgr.store, "remove", remove)
     mgr.delete(a)
+    started[0].join()
     assert mgr.wait_for_saves()
     monkeypatch.undo()
     assert hooked and hooked[0].figures.cache_tokens_memory == 4 * B
@@ -649,11 +643,6 @@ def test_delete_racing_another_pinned_sessions_first_save_keeps_the_shared_block
     assert r.figures.fallback_reason is None and r.figures.resume == "disk"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (race): PrefixCache._remove_unpinned() checks is_pinned() and then unlinks without any lock "
-    "shared with SessionManager._save_async(); a pinned session that snapshots its save in between "
-    "skips writing the block (store.has is still true) and references it, then the janitor deletes "
-    "it: the pinned manifest points at a missing block (resume falls back to re-prefill)"))
 def test_janitor_racing_a_pinned_save_keeps_the_pinned_blocks(model, managers, tmp_path, monkeypatch):
     clock = FakeClock()
     mgr = managers(tmp_path, cache_max_age_s=60, clock=clock)
@@ -667,13 +656,19 @@ def test_janitor_racing_a_pinned_save_keeps_the_pinned_blocks(model, managers, t
     pp = prompt + ids(3, seed=74)
     real_remove, hooked = mgr.store.remove, []
 
+    started: list[threading.Thread] = []
+
     def remove(key: str) -> None:
-        if not hooked:       # the janitor decided the block is unpinned; a pinned save lands now
-            hooked.append(run(mgr, p, pp))
+        if not started:      # the janitor decided the block is unpinned; a pinned save races it
+            t = threading.Thread(target=lambda: hooked.append(run(mgr, p, pp)))
+            started.append(t)
+            t.start()
+            t.join(0.5)
         real_remove(key)
     monkeypatch.setattr(mgr.store, "remove", remove)
     clock.advance(120)          # the spilled blocks are past max age
     mgr.cache_gc()
+    started[0].join()
     assert mgr.wait_for_saves()
     monkeypatch.undo()
     assert hooked and hooked[0].figures.cache_tokens_memory == 3 * B
@@ -710,11 +705,6 @@ def test_temporary_session_reads_memory_tier_blocks_but_adds_none(model, manager
     assert not (tmp_path / "sessions" / f"{t}.json").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: PrefixCache.load_chain() promotes every block read from the disk tier into the memory tier "
-    "(put_memory) whoever reads it, so a temporary session's generation adds blocks to the memory "
-    "tier (and can evict other sessions' blocks from it); _publish skips temporary sessions, "
-    "load_chain does not"))
 def test_temporary_session_reading_the_disk_tier_adds_nothing_to_memory(model, managers, tmp_path):
     prompt = ids(3 * B, seed=43)
     mgr = managers(tmp_path)
