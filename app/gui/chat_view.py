@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QKeySequence, QTextOption
+from PySide6.QtGui import (QDesktopServices, QGuiApplication, QKeySequence, QTextCursor,
+                           QTextOption)
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QScrollArea, QSizePolicy, QTextBrowser, QToolButton, QToolTip,
                                QVBoxLayout, QWidget)
@@ -104,6 +105,74 @@ class MessageBrowser(QTextBrowser):
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(200, self.height())
+
+
+class StreamRenderer:
+    """Renders a growing Markdown text into a `MessageBrowser` incrementally.
+
+    Finished blocks (see `markdown_render.stable_prefix`) are rendered once and appended; only
+    the unfinished tail is re-rendered on each update, so the cost of an update does not grow
+    with the length of the reply.
+    """
+
+    CURSOR = " ▍"
+
+    def __init__(self, browser: "MessageBrowser", th: theme.Theme):
+        self.browser = browser
+        self.theme = th
+        self.stable_len = 0          # characters of the text rendered as finished blocks
+        self.tail_pos = 0            # document position where the tail starts
+        self.code_blocks: list[str] = []
+        self.html_parts: list[str] = []
+        self._tail_codes: tuple[str, ...] = ()
+        self._tail_html = ""
+        self.started = False
+
+    def update(self, text: str, *, final: bool = False) -> Rendered:
+        from .markdown_render import stable_prefix  # noqa: PLC0415
+
+        doc = self.browser.document()
+        if not self.started:
+            doc.setDefaultStyleSheet(document_css(self.theme))
+            doc.setHtml("")
+            self.started = True
+        cursor = QTextCursor(doc)
+        split = len(text) if final else stable_prefix(text)
+        if split > self.stable_len:
+            part = render(text[self.stable_len:split], self.theme, len(self.code_blocks))
+            self._replace_tail(cursor, part.html)
+            self.code_blocks.extend(part.code_blocks)
+            self.html_parts.append(part.html)
+            self.stable_len = split
+            self.tail_pos = self._end(doc)
+        tail = text[self.stable_len:]
+        if tail.strip() and not final:
+            part = render(tail + self.CURSOR, self.theme, len(self.code_blocks))
+            self._replace_tail(cursor, part.html)
+            self._tail_codes = part.code_blocks
+            self._tail_html = part.html
+        elif final:
+            self._replace_tail(cursor, "")
+            self._tail_codes, self._tail_html = (), ""
+        self.browser._fit()  # noqa: SLF001
+        return Rendered("".join(self.html_parts) + self._tail_html,
+                        tuple(self.code_blocks) + self._tail_codes)
+
+    @staticmethod
+    def _end(doc: Any) -> int:
+        return max(0, doc.characterCount() - 1)
+
+    def _replace_tail(self, cursor: QTextCursor, html: str) -> None:
+        doc = self.browser.document()
+        cursor.beginEditBlock()
+        cursor.setPosition(min(self.tail_pos, self._end(doc)))
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        if html:
+            if self.tail_pos > 0:
+                cursor.insertBlock()
+            cursor.insertHtml(html)
+        cursor.endEditBlock()
 
 
 def _tool(icon: str, tip: str, slot: Callable[[], None], name: str) -> QToolButton:
@@ -335,6 +404,7 @@ class ChatView(QScrollArea):
         self._fill_timer.setInterval(0)
         self._fill_timer.timeout.connect(self._fill_batch)
         self._stream: MessageWidget | None = None
+        self._stream_renderer: StreamRenderer | None = None
         self._stream_text = ""
         self._stream_dirty = False
         self._render_timer = QTimer(self)
@@ -470,6 +540,7 @@ class ChatView(QScrollArea):
         w.set_streaming(True)
         self._stream = w
         self._stream_text = ""
+        self._stream_renderer = StreamRenderer(w.body, theme.current())
         self._update_last_flags()
         return w
 
@@ -488,7 +559,7 @@ class ChatView(QScrollArea):
             return
         self._stream_dirty = False
         self._stream.item.content = self._stream_text
-        self._stream.refresh(render(self._stream_text + " ▍", theme.current()))
+        self._stream.item.rendered = self._stream_renderer.update(self._stream_text)
         self.render_count += 1
 
     def end_stream(self, final: MessageItem | None = None) -> None:
@@ -497,9 +568,22 @@ class ChatView(QScrollArea):
         if w is None:
             return
         w.set_streaming(False)
-        if final is not None:
-            w.item = final
-            w.refresh(final.rendered or render(final.content, theme.current()))
+        renderer = self._stream_renderer
+        self._stream_renderer = None
+        if renderer is None:
+            pass
+        elif final is not None:
+            if renderer.started and \
+                    final.content[: renderer.stable_len] == self._stream_text[: renderer.stable_len]:
+                # finish incrementally: the finished blocks are already on screen
+                final.rendered = renderer.update(final.content, final=True)
+                w.item = final
+                w._update_chrome()  # noqa: SLF001
+            else:
+                w.item = final
+                w.refresh(final.rendered or render(final.content, theme.current()))
+        elif renderer.started:
+            w.item.rendered = renderer.update(w.item.content, final=True)
         self._update_last_flags()
 
     @property

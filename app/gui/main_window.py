@@ -348,6 +348,7 @@ class MainWindow(QMainWindow):
         self.load_chats()
         self.load_engine()
         self.refresh_models()
+        QTimer.singleShot(1500, lambda: self.tasks.run_task(_warm_up_rendering))
 
     def load_chats(self) -> None:
         db = self.home / "amber.sqlite3"
@@ -1354,6 +1355,23 @@ class MainWindow(QMainWindow):
         shutdown_runner().run_task(work, finish, lambda exc: finish())
         QTimer.singleShot(300, show_wait)
         QTimer.singleShot(int(QUIT_WAIT_S * 1000) + 1000, finish)  # the wait is bounded
+
+
+def _warm_up_rendering() -> None:
+    """Import Markdown / Pygments lexers off the UI thread before the first reply needs them."""
+    from pygments.lexers import get_lexer_by_name  # noqa: PLC0415
+
+    sample = "# x\n\n- a\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+    for lang in ("python", "javascript", "typescript", "bash", "json", "c", "cpp", "rust", "go",
+                 "java", "html", "css", "sql", "yaml", "text"):
+        try:
+            get_lexer_by_name(lang)
+        except Exception:  # noqa: BLE001
+            pass
+        sample += f"```{lang}\nx = 1\n```\n\n"
+        time.sleep(0.01)  # a background nicety: leave the GIL to the UI thread now and then
+    for th in (theme.LIGHT, theme.DARK):
+        render(sample, th)
 
 
 _SHUTDOWN_RUNNER: TaskRunner | None = None

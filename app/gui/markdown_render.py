@@ -82,8 +82,9 @@ _CODEHILITE_RE = re.compile(r'<div class="codehilite"(?: style="(?P<style>[^"]*)
 _PLAIN_PRE_RE = re.compile(r"<pre><code(?: class=\"[^\"]*\")?>(?P<body>.*?)</code></pre>", re.DOTALL)
 
 
-def render(text: str, theme: Theme) -> Rendered:
-    """HTML for `text` in `theme`, plus the raw code of each block (for the copy links)."""
+def render(text: str, theme: Theme, code_offset: int = 0) -> Rendered:
+    """HTML for `text` in `theme`, plus the raw code of each block (for the copy links, which
+    are numbered from `code_offset`)."""
     blocks, text = extract_code_blocks(text)
     body = _md(theme.pygments_style).convert(text)
     counter = iter(range(10**6))
@@ -106,7 +107,7 @@ def render(text: str, theme: Theme) -> Rendered:
             f'<tr><td style="padding: 4px 10px; border-bottom: 1px solid {theme.border};">'
             f'<span style="color: {theme.muted}; font-size: small;">{html.escape(lang or "code")}</span></td>'
             f'<td align="right" style="padding: 4px 10px; border-bottom: 1px solid {theme.border};">'
-            f'<a href="copy:{n}" style="color: {theme.muted}; text-decoration: none; font-size: small;">'
+            f'<a href="copy:{n + code_offset}" style="color: {theme.muted}; text-decoration: none; font-size: small;">'
             f'⧉ Copy</a></td></tr>'
             f'<tr><td colspan="2" style="padding: 8px 10px;">{inner}</td></tr></table>')
 
@@ -116,6 +117,36 @@ def render(text: str, theme: Theme) -> Rendered:
     body = _CODEHILITE_RE.sub(lambda m: frame(m.group("body"), m.group("style")), body)
     body = _PLAIN_PRE_RE.sub(lambda m: frame(f"<pre>{m.group('body')}</pre>"), body)
     return Rendered(body, tuple(code for _, code in blocks))
+
+
+def stable_prefix(text: str) -> int:
+    """Where the finished blocks of a streaming text end: the last blank line outside a code
+    fence that is followed by a new, unindented block. Text before it will not change its
+    rendering as more arrives, so a streaming view renders it once and re-renders only the rest.
+    """
+    end = 0
+    pos = 0
+    fence: str | None = None
+    blank_at: int | None = None
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if fence is None:
+            m = FENCE_RE.match(line.rstrip("\n"))
+            if stripped == "":
+                if blank_at is None:
+                    blank_at = pos
+            else:
+                if blank_at is not None and not line[:1].isspace() and line.endswith("\n"):
+                    end = blank_at  # a new top-level block has started (and its line is complete)
+                blank_at = None
+                if m:
+                    fence = m.group("fence")
+        else:
+            if stripped.startswith(fence) and set(stripped) == {fence[0]}:
+                fence = None
+            blank_at = None
+        pos += len(line)
+    return end
 
 
 def document_css(theme: Theme) -> str:

@@ -11,52 +11,77 @@ from PySide6.QtWidgets import (QAbstractItemView, QFrame, QHBoxLayout, QLabel, Q
                                QStyleOptionViewItem, QToolButton, QVBoxLayout, QWidget)
 
 from . import theme
-from .sidebar_model import (BusyRole, ChatListModel, IdRole, IsHeaderRole, KvStateRole,
-                            PinnedRole, RowRole, SavingRole, SnippetRole, TemporaryRole)
+from .sidebar_model import ChatListModel, Header, IdRole, IsHeaderRole, RowRole
 
 ROW_HEIGHT = 34
 KV_ICONS = {"disk": "disk", "memory": "memory", "none": "kv-none"}
 
 
 class ChatDelegate(QStyledItemDelegate):
+    """Paints headers and chat rows (kv state, title, pinned / temporary / saving / busy marks).
+
+    Fonts and icon pixmaps are cached: a paint must stay cheap with a list of 10,000 chats."""
+
+    def __init__(self, parent: Any = None):
+        super().__init__(parent)
+        self._fonts: dict[tuple[str, str], QFont] = {}
+        self._pixmaps: dict[tuple[str, str, int], Any] = {}
+        theme.changed_signal().connect(lambda *_: self._pixmaps.clear())
+
+    def _font(self, base: QFont, kind: str) -> QFont:
+        key = (base.key(), kind)
+        f = self._fonts.get(key)
+        if f is None:
+            f = QFont(base)
+            if kind == "header":
+                f.setPointSizeF(max(7.0, f.pointSizeF() * 0.85))
+                f.setBold(True)
+            elif kind == "italic":
+                f.setItalic(True)
+            self._fonts[key] = f
+        return f
+
+    def _pixmap(self, name: str, color: str, size: int = 14) -> Any:
+        key = (name, color, size)
+        pm = self._pixmaps.get(key)
+        if pm is None:
+            pm = theme.icon(name, color, size).pixmap(size, size)
+            self._pixmaps[key] = pm
+        return pm
+
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:  # noqa: N802
         return QSize(200, ROW_HEIGHT)
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         t = theme.current()
         r = option.rect
+        item = index.data(RowRole)
         painter.save()
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        if index.data(IsHeaderRole):
-            f = QFont(option.font)
-            f.setPointSizeF(max(7.0, f.pointSizeF() * 0.85))
-            f.setBold(True)
-            painter.setFont(f)
+        if isinstance(item, Header):
+            painter.setFont(self._font(option.font, "header"))
             painter.setPen(QColor(t.muted))
             painter.drawText(r.adjusted(14, 0, -8, -4),
-                             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignBottom,
-                             str(index.data()).upper() if False else str(index.data()))
+                             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignBottom, item.label)
             painter.restore()
             return
-        selected = bool(option.state & QStyle.StateFlag.State_Selected)
-        hover = bool(option.state & QStyle.StateFlag.State_MouseOver)
-        box = QRectF(r.adjusted(6, 2, -6, -2))
-        if selected or hover:
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        state = option.state
+        selected = bool(state & QStyle.StateFlag.State_Selected)
+        if selected or state & QStyle.StateFlag.State_MouseOver:
             path = QPainterPath()
-            path.addRoundedRect(box, 7, 7)
+            path.addRoundedRect(QRectF(r.adjusted(6, 2, -6, -2)), 7, 7)
             c = QColor(t.selection)
             if not selected:
                 c.setAlpha(110)
             painter.fillPath(path, c)
         x = r.left() + 14
         cy = r.center().y()
-        kv = index.data(KvStateRole) or "none"
+        kv = item.kv_state or "none"
         kv_color = t.accent if kv == "disk" else (t.text if kv == "memory" else t.muted)
-        theme.icon(KV_ICONS.get(kv, "kv-none"), kv_color, 14).paint(painter, QRect(x, cy - 7, 14, 14))
+        painter.drawPixmap(x, cy - 7, self._pixmap(KV_ICONS.get(kv, "kv-none"), kv_color))
         x += 22
         right = r.right() - 12
-        saving = bool(index.data(SavingRole))
-        if saving:
+        if item.saving:
             rect = QRectF(right - 14, cy - 7, 14, 14)
             painter.setPen(QPen(QColor(t.border), 2))
             painter.drawEllipse(rect)
@@ -66,35 +91,31 @@ class ChatDelegate(QStyledItemDelegate):
             angle = int((time.monotonic() * 360) % 360)
             painter.drawArc(rect, -angle * 16, 100 * 16)
             right -= 20
-        if index.data(TemporaryRole):
-            theme.icon("temporary", t.muted, 14).paint(painter, QRect(right - 14, cy - 7, 14, 14))
+        if item.temporary:
+            painter.drawPixmap(right - 14, cy - 7, self._pixmap("temporary", t.muted))
             right -= 20
-        if index.data(PinnedRole):
-            theme.icon("pin", t.accent, 14).paint(painter, QRect(right - 14, cy - 7, 14, 14))
+        if item.pinned:
+            painter.drawPixmap(right - 14, cy - 7, self._pixmap("pin", t.accent))
             right -= 20
-        if index.data(BusyRole):
+        if item.busy:
             painter.setBrush(QColor(t.accent))
             painter.setPen(Qt.PenStyle.NoPen)
             painter.drawEllipse(QRectF(right - 8, cy - 3, 6, 6))
             right -= 14
-        title = str(index.data(Qt.ItemDataRole.DisplayRole) or "")
-        f = QFont(option.font)
-        if index.data(TemporaryRole):
-            f.setItalic(True)
-        painter.setFont(f)
+        painter.setFont(self._font(option.font, "italic" if item.temporary else "normal"))
         painter.setPen(QColor(t.text))
         fm = painter.fontMetrics()
-        snippet = index.data(SnippetRole) or ""
         avail = max(10, right - x - 4)
-        text = fm.elidedText(title, Qt.TextElideMode.ElideRight, avail)
+        text = fm.elidedText(item.title, Qt.TextElideMode.ElideRight, avail)
         painter.drawText(QRect(x, r.top(), avail, r.height()),
                          Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
-        if snippet and fm.horizontalAdvance(text) + 20 < avail:
+        if item.snippet:
             used = fm.horizontalAdvance(text) + 8
-            painter.setPen(QColor(t.muted))
-            snip = fm.elidedText(snippet, Qt.TextElideMode.ElideRight, avail - used)
-            painter.drawText(QRect(x + used, r.top(), avail - used, r.height()),
-                             Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, snip)
+            if used + 20 < avail:
+                painter.setPen(QColor(t.muted))
+                snip = fm.elidedText(item.snippet, Qt.TextElideMode.ElideRight, avail - used)
+                painter.drawText(QRect(x + used, r.top(), avail - used, r.height()),
+                                 Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, snip)
         painter.restore()
 
     def updateEditorGeometry(self, editor: QWidget, option: QStyleOptionViewItem,  # noqa: N802
@@ -200,8 +221,11 @@ class Sidebar(QFrame):
         t = theme.current()
         self.temp_btn.setIcon(theme.icon("temporary", t.text, 18))
         self.new_btn.setIcon(theme.icon("new-chat", t.accent_text, 16))
-        self.search.addAction(theme.icon("search", t.muted, 16), QLineEdit.ActionPosition.LeadingPosition) \
-            if not self.search.actions() else None
+        if not hasattr(self, "_search_icon"):
+            self._search_icon = self.search.addAction(theme.icon("search", t.muted, 16),
+                                                      QLineEdit.ActionPosition.LeadingPosition)
+        else:
+            self._search_icon.setIcon(theme.icon("search", t.muted, 16))
 
     # --- actions -----------------------------------------------------------------------------
     def _make_actions(self) -> None:
@@ -216,8 +240,7 @@ class Sidebar(QFrame):
             return a
 
         self.act_pin = act("Pin", "pin", "Ctrl+P", lambda: self._with_current(self.pinToggled.emit))
-        self.act_rename = act("Rename", "rename", QKeySequence.StandardKey.Cut if False else "F2",
-                              self.rename_current)
+        self.act_rename = act("Rename", "rename", "F2", self.rename_current)
         self.act_duplicate = act("Duplicate", "branch", "Ctrl+D",
                                  lambda: self._with_current(self.duplicateRequested.emit))
         self.act_close = act("Close", "close", None, lambda: self._with_current(self.closeRequested.emit))
@@ -298,7 +321,7 @@ class Sidebar(QFrame):
 
     # --- saving spinner ----------------------------------------------------------------------
     def _check_spin(self, *_: Any) -> None:
-        saving = any(r.saving for r in self.model.all_chats())
+        saving = bool(self.model.saving_ids)
         if saving and not self._spin.isActive():
             self._spin.start()
         elif not saving:

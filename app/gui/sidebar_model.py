@@ -63,15 +63,41 @@ def _key(item: Item) -> tuple[str, str]:
     return ("h", item.label) if isinstance(item, Header) else ("c", item.id)
 
 
+SECTIONS = ("Pinned", "Today", "Yesterday", "Previous 7 days", "Older")
+
+
+class Grouper:
+    """Which recency section a time falls in, by comparing with local midnights (fast)."""
+
+    def __init__(self, today: date | None = None):
+        today = today or datetime.now().astimezone().date()
+        midnight = datetime(today.year, today.month, today.day).astimezone()
+        self.today = today
+        self.t_today = midnight.timestamp()
+        self.t_yesterday = (midnight - timedelta(days=1)).timestamp()
+        self.t_week = (midnight - timedelta(days=7)).timestamp()
+
+    def label(self, updated_at: datetime) -> str:
+        ts = updated_at.timestamp()
+        if ts >= self.t_today:
+            return "Today"
+        if ts >= self.t_yesterday:
+            return "Yesterday"
+        if ts >= self.t_week:
+            return "Previous 7 days"
+        return "Older"
+
+    def section(self, row: "ChatRow") -> str:
+        return "Pinned" if row.pinned else self.label(row.updated_at)
+
+
 def group_label(updated_at: datetime, today: date) -> str:
-    day = updated_at.astimezone().date() if updated_at.tzinfo else updated_at.date()
-    if day >= today:
-        return "Today"
-    if day == today - timedelta(days=1):
-        return "Yesterday"
-    if day > today - timedelta(days=8):
-        return "Previous 7 days"
-    return "Older"
+    return Grouper(today).label(updated_at)
+
+
+def order_key(row: "ChatRow") -> tuple[float, str]:
+    """Order inside a section: most recently updated first (ties by id, so it is total)."""
+    return (-row.updated_at.timestamp(), row.id)
 
 
 def build_items(rows: Iterable[ChatRow], *, today: date | None = None,
@@ -84,19 +110,15 @@ def build_items(rows: Iterable[ChatRow], *, today: date | None = None,
         n = len(hits)
         label = "No matching chats" if n == 0 else f"{n} matching chat{'s' if n != 1 else ''}"
         return [Header(label), *hits]
-    today = today or datetime.now().astimezone().date()
-    pinned = sorted((r for r in rows if r.pinned), key=lambda r: r.updated_at, reverse=True)
-    recent = sorted((r for r in rows if not r.pinned), key=lambda r: r.updated_at, reverse=True)
+    g = Grouper(today)
+    keyed = sorted(((SECTIONS.index(g.section(r)), order_key(r), r) for r in rows),
+                   key=lambda t: (t[0], t[1]))
     items: list[Item] = []
-    if pinned:
-        items.append(Header("Pinned"))
-        items.extend(pinned)
-    current = None
-    for r in recent:
-        label = group_label(r.updated_at, today)
-        if label != current:
-            items.append(Header(label))
-            current = label
+    current = -1
+    for sec, _key, r in keyed:
+        if sec != current:
+            items.append(Header(SECTIONS[sec]))
+            current = sec
         items.append(r)
     return items
 
@@ -115,6 +137,7 @@ class ChatListModel(QAbstractListModel):
         self._hidden: set[str] = set()           # deleted, waiting for the undo to expire
         self._search: list[str] | None = None    # ranked ids while a search is active
         self._snippets: dict[str, str] = {}
+        self.saving_ids: set[str] = set()        # chats whose KV is being written (a spinner)
 
     # --- Qt model API ------------------------------------------------------------------------
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
@@ -124,6 +147,8 @@ class ChatListModel(QAbstractListModel):
         if not index.isValid() or not 0 <= index.row() < len(self._items):
             return None
         item = self._items[index.row()]
+        if role == RowRole:
+            return item
         if isinstance(item, Header):
             if role == Qt.ItemDataRole.DisplayRole:
                 return item.label
@@ -152,11 +177,23 @@ class ChatListModel(QAbstractListModel):
                 parts.append("temporary")
             parts.append(KV_LABELS.get(item.kv_state, ""))
             return ", ".join(parts)
-        return {
-            IdRole: item.id, IsHeaderRole: False, PinnedRole: item.pinned,
-            TemporaryRole: item.temporary, KvStateRole: item.kv_state, SavingRole: item.saving,
-            SnippetRole: item.snippet, RowRole: item, BusyRole: item.busy,
-        }.get(role)
+        if role == IdRole:
+            return item.id
+        if role == IsHeaderRole:
+            return False
+        if role == PinnedRole:
+            return item.pinned
+        if role == TemporaryRole:
+            return item.temporary
+        if role == KvStateRole:
+            return item.kv_state
+        if role == SavingRole:
+            return item.saving
+        if role == SnippetRole:
+            return item.snippet
+        if role == BusyRole:
+            return item.busy
+        return None
 
     def flags(self, index: QModelIndex | QPersistentModelIndex) -> Qt.ItemFlag:
         if not index.isValid() or not 0 <= index.row() < len(self._items):
@@ -218,10 +255,14 @@ class ChatListModel(QAbstractListModel):
 
     # --- updates -----------------------------------------------------------------------------
     def set_rows(self, rows: Sequence[ChatRow], items: list[Item] | None = None) -> None:
-        """Replace every chat. `items` may be precomputed with `build_items` off the UI thread."""
+        """Replace every chat. `items` may be precomputed with `build_items` off the UI thread
+        (then this is one cheap model reset, whatever the number of chats)."""
         self._rows = {r.id: r for r in rows}
+        self.saving_ids = {r.id for r in rows if r.saving}
         if items is not None and self._search is None and not self._hidden:
-            self._apply(items)
+            self.beginResetModel()
+            self._items = list(items)
+            self.endResetModel()
         else:
             self._refresh()
 
@@ -230,7 +271,25 @@ class ChatListModel(QAbstractListModel):
         if old is not None and row.snippet == "" and old.snippet:
             row = replace(row, snippet=old.snippet)
         self._rows[row.id] = row
-        self._refresh()
+        if row.saving:
+            self.saving_ids.add(row.id)
+        else:
+            self.saving_ids.discard(row.id)
+        if self._search is not None or row.id in self._hidden:
+            self._refresh()
+            return
+        g = Grouper()
+        idx = self.row_of(row.id)
+        if idx >= 0:
+            cur = self._items[idx]
+            if g.section(cur) == g.section(row) and self._fits(idx, row):  # type: ignore[arg-type]
+                self._items[idx] = row
+                mi = self.index(idx, 0)
+                self.dataChanged.emit(mi, mi)
+                return
+            self._move(idx, row, g)
+            return
+        self._insert_sorted(row, g)
 
     def update(self, chat_id: str, **changes: Any) -> ChatRow | None:
         row = self._rows.get(chat_id)
@@ -242,16 +301,122 @@ class ChatListModel(QAbstractListModel):
 
     def remove(self, chat_id: str) -> None:
         self._hidden.discard(chat_id)
+        self.saving_ids.discard(chat_id)
         if self._rows.pop(chat_id, None) is not None:
-            self._refresh()
+            self._drop(chat_id)
 
     def hide(self, chat_id: str) -> None:
         self._hidden.add(chat_id)
-        self._refresh()
+        self._drop(chat_id)
 
     def unhide(self, chat_id: str) -> None:
         self._hidden.discard(chat_id)
-        self._refresh()
+        row = self._rows.get(chat_id)
+        if row is None:
+            return
+        if self._search is not None:
+            self._refresh()
+        elif self.row_of(chat_id) < 0:
+            self._insert_sorted(row, Grouper())
+
+    # --- single-row changes without rebuilding the list (10,000 chats stay cheap) ------------
+    def _drop(self, chat_id: str) -> None:
+        if self._search is not None:
+            self._refresh()
+            return
+        idx = self.row_of(chat_id)
+        if idx >= 0:
+            self._remove_at(idx)
+
+    def _fits(self, idx: int, row: ChatRow) -> bool:
+        k = order_key(row)
+        prev = self._items[idx - 1] if idx > 0 else None
+        nxt = self._items[idx + 1] if idx + 1 < len(self._items) else None
+        if isinstance(prev, ChatRow) and order_key(prev) > k:
+            return False
+        if isinstance(nxt, ChatRow) and order_key(nxt) < k:
+            return False
+        return True
+
+    def _remove_at(self, idx: int) -> None:
+        first = idx
+        if (idx > 0 and isinstance(self._items[idx - 1], Header)
+                and (idx + 1 == len(self._items) or isinstance(self._items[idx + 1], Header))):
+            first = idx - 1  # the section is empty now: its header goes too
+        self.beginRemoveRows(QModelIndex(), first, idx)
+        del self._items[first: idx + 1]
+        self.endRemoveRows()
+
+    def _header_slot(self, label: str) -> tuple[int, int]:
+        """(index of the section's header or -1, where to insert it if missing)."""
+        rank = SECTIONS.index(label)
+        for i, it in enumerate(self._items):
+            if isinstance(it, Header):
+                if it.label == label:
+                    return i, i
+                if it.label in SECTIONS and SECTIONS.index(it.label) > rank:
+                    return -1, i
+        return -1, len(self._items)
+
+    def _move(self, idx: int, row: ChatRow, g: Grouper) -> None:
+        """Move a chat to its new place with beginMoveRows, so selection and persistent
+        indexes follow it; section headers appear and disappear around it."""
+        items = self._items
+        label = g.section(row)
+        header_at, slot = self._header_slot(label)
+        if header_at < 0:
+            self.beginInsertRows(QModelIndex(), slot, slot)
+            items.insert(slot, Header(label))
+            self.endInsertRows()
+            header_at = slot
+            if slot <= idx:
+                idx += 1
+        k = order_key(row)
+        pos = header_at + 1
+        while pos < len(items) and isinstance(items[pos], ChatRow) and (
+                pos == idx or order_key(items[pos]) < k):
+            pos += 1
+        if pos not in (idx, idx + 1):
+            self.beginMoveRows(QModelIndex(), idx, idx, QModelIndex(), pos)
+            item = items.pop(idx)
+            items.insert(pos if pos < idx else pos - 1, item)
+            self.endMoveRows()
+            idx = pos if pos < idx else pos - 1
+        items[idx] = row
+        mi = self.index(idx, 0)
+        self.dataChanged.emit(mi, mi)
+        for i in range(len(items) - 1, -1, -1):  # drop headers of sections left empty
+            if isinstance(items[i], Header) and (i + 1 == len(items) or isinstance(items[i + 1], Header)):
+                self.beginRemoveRows(QModelIndex(), i, i)
+                del items[i]
+                self.endRemoveRows()
+
+    def _insert_sorted(self, row: ChatRow, g: Grouper) -> None:
+        label = g.section(row)
+        rank = SECTIONS.index(label)
+        items = self._items
+        header_at = -1
+        insert_header_at = len(items)
+        for i, it in enumerate(items):
+            if isinstance(it, Header):
+                if it.label == label:
+                    header_at = i
+                    break
+                if it.label in SECTIONS and SECTIONS.index(it.label) > rank:
+                    insert_header_at = i
+                    break
+        if header_at < 0:
+            self.beginInsertRows(QModelIndex(), insert_header_at, insert_header_at + 1)
+            items[insert_header_at:insert_header_at] = [Header(label), row]
+            self.endInsertRows()
+            return
+        k = order_key(row)
+        pos = header_at + 1
+        while pos < len(items) and isinstance(items[pos], ChatRow) and order_key(items[pos]) < k:
+            pos += 1
+        self.beginInsertRows(QModelIndex(), pos, pos)
+        items.insert(pos, row)
+        self.endInsertRows()
 
     def set_search(self, ranked_ids: Sequence[str] | None, snippets: dict[str, str] | None = None
                    ) -> None:

@@ -127,3 +127,42 @@ def test_ten_thousand_rows_build_quickly():
     model.set_rows(rows, items)
     assert time.perf_counter() - t < 0.2
     assert model.rowCount() == 10_000 + len(model.headers())
+
+
+def test_incremental_updates_match_a_full_rebuild(qtmodeltester):
+    """Random single-row changes (the fast paths) always give the list a rebuild would give."""
+    import random
+
+    rng = random.Random(11)
+    model = ChatListModel()
+    rows = {f"c{i}": row(i, days=rng.choice([0, 0, 1, 3, 9, 40]), pinned=rng.random() < 0.2)
+            for i in range(60)}
+    model.set_rows(list(rows.values()))
+    qtmodeltester.check(model, force_py=True)
+    hidden: set[str] = set()
+    for step in range(300):
+        op = rng.random()
+        cid = f"c{rng.randrange(70)}"
+        if op < 0.55:
+            base = rows.get(cid) or row(int(cid[1:]))
+            new = ChatRow(**{**base.__dict__,
+                             "pinned": rng.random() < 0.25,
+                             "updated_at": (TODAY - timedelta(days=rng.choice([0, 1, 2, 5, 20]),
+                                                              minutes=rng.randrange(500))
+                                            ).astimezone(timezone.utc),
+                             "kv_state": rng.choice(["none", "memory", "disk"])})
+            rows[cid] = new
+            model.upsert(new)
+        elif op < 0.7 and cid in rows:
+            model.hide(cid)
+            hidden.add(cid)
+        elif op < 0.85 and cid in hidden:
+            model.unhide(cid)
+            hidden.discard(cid)
+        elif cid in rows:
+            del rows[cid]
+            hidden.discard(cid)
+            model.remove(cid)
+        expected = build_items([r for k, r in rows.items() if k not in hidden])
+        assert model._items == expected, f"step {step}"
+    qtmodeltester.check(model, force_py=True)
