@@ -348,7 +348,11 @@ class MainWindow(QMainWindow):
         self.load_chats()
         self.load_engine()
         self.refresh_models()
-        QTimer.singleShot(1500, lambda: self.tasks.run_task(_warm_up_rendering))
+        QTimer.singleShot(1500, self, self._warm_up)   # cancelled if the window goes first
+
+    def _warm_up(self) -> None:
+        if not self.shutdown_started:
+            self.tasks.run_task(_warm_up_rendering)
 
     def load_chats(self) -> None:
         db = self.home / "amber.sqlite3"
