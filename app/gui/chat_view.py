@@ -80,12 +80,24 @@ class MessageBrowser(QTextBrowser):
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.DefaultContextMenu)
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
         self.setFixedHeight(24)
+        self.fit_width = False      # size to the content's width (user bubbles)
+        self._ideal_width = 200
+
+    def loadResource(self, kind: int, name: QUrl) -> Any:  # noqa: N802
+        if name.scheme() == "amber":  # small icons inside messages (the code blocks' copy link)
+            return theme.icon(name.path(), theme.current().muted, 12).pixmap(12, 12)
+        return None  # never load anything else (no remote or local files)
 
     def set_html(self, html: str, css: str) -> None:
         doc = self.document()
         if doc.defaultStyleSheet() != css:
             doc.setDefaultStyleSheet(css)
         self.setHtml(html)
+        if self.fit_width:
+            probe = doc.clone()
+            probe.setTextWidth(-1)
+            self._ideal_width = int(math.ceil(probe.idealWidth())) + 8
+            self.updateGeometry()
         self._fit()
 
     def resizeEvent(self, event: Any) -> None:  # noqa: N802
@@ -104,7 +116,7 @@ class MessageBrowser(QTextBrowser):
         event.ignore()
 
     def sizeHint(self) -> QSize:  # noqa: N802
-        return QSize(200, self.height())
+        return QSize(self._ideal_width if self.fit_width else 200, self.height())
 
 
 class StreamRenderer:
@@ -219,6 +231,10 @@ class MessageWidget(QFrame):
         head.addWidget(self.meta)
         outer.addLayout(head)
         self.body = MessageBrowser(self)
+        self.body.fit_width = user
+        if user:
+            self.body.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+            self.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Preferred)
         self.body.anchorClicked.connect(self._on_anchor)
         outer.addWidget(self.body)
         self.error_label = QLabel("")
@@ -482,7 +498,12 @@ class ChatView(QScrollArea):
         w.siblingRequested.connect(self.siblingRequested)
         w.branchRequested.connect(self.branchRequested)
         w.linkActivated.connect(QDesktopServices.openUrl)
-        self.col_layout.insertWidget(self.col_layout.count() - 1, w)
+        if item.role == "user":   # a bubble on the right, as wide as its text (at most 80 %)
+            w.setMaximumWidth(max(240, int(self.column.width() * 0.8)))
+            self.col_layout.insertWidget(self.col_layout.count() - 1, w, 0,
+                                         Qt.AlignmentFlag.AlignRight)
+        else:
+            self.col_layout.insertWidget(self.col_layout.count() - 1, w)
         self.widgets.append(w)
         return w
 
@@ -598,6 +619,13 @@ class ChatView(QScrollArea):
         for w in self.widgets:
             w.item.rendered = None
             w.refresh()
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        limit = max(240, int(self.column.width() * 0.8))
+        for w in self.widgets:
+            if w.item.role == "user" and w.maximumWidth() != limit:
+                w.setMaximumWidth(limit)
 
     def keyPressEvent(self, event: Any) -> None:  # noqa: N802
         if event.matches(QKeySequence.StandardKey.MoveToEndOfDocument):

@@ -93,10 +93,10 @@ class Composer(QFrame):
         self._ready = False
         self._reason = "Loading the model…"
         self._update_icons()
-        theme.changed_signal().connect(lambda *_: self._update_icons())
+        theme.changed_signal().connect(self._update_icons)
         self._update()
 
-    def _update_icons(self) -> None:
+    def _update_icons(self, *_: Any) -> None:
         t = theme.current()
         self.send_btn.setIcon(theme.icon("send", t.accent_text, 18))
         self.stop_btn.setIcon(theme.icon("stop", t.base, 18))

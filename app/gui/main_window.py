@@ -211,6 +211,7 @@ class MainWindow(QMainWindow):
         self.model_picker = QComboBox()
         self.model_picker.setObjectName("ModelPicker")
         self.model_picker.setToolTip("Model")
+        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.model_picker.activated.connect(self._on_model_picked)
         hl.addWidget(self.model_picker)
         self.import_btn = QToolButton()
@@ -286,7 +287,7 @@ class MainWindow(QMainWindow):
         self._toast_timer.setSingleShot(True)
         self._toast_timer.timeout.connect(self.toast.hide)
         self._update_icons()
-        theme.changed_signal().connect(lambda *_: self._update_icons())
+        theme.changed_signal().connect(self._update_icons)
         self.composer.set_ready(False, "Loading the model…")
         self._update_header()
 
@@ -311,7 +312,7 @@ class MainWindow(QMainWindow):
         lay.addStretch(3)
         return w
 
-    def _update_icons(self) -> None:
+    def _update_icons(self, *_: Any) -> None:
         t = theme.current()
         self.import_btn.setIcon(theme.icon("import", t.text, 18))
         self.settings_btn.setIcon(theme.icon("settings", t.text, 18))
@@ -595,6 +596,7 @@ class MainWindow(QMainWindow):
         else:
             self.title_label.setText("New temporary chat" if temporary else "New chat")
             self.subtitle_label.setText("")
+        self.subtitle_label.setVisible(bool(self.subtitle_label.text()))
         self.temp_notice.setVisible(temporary)
         self.empty_title.setText("Temporary chat" if temporary else "How can I help?")
         self.chat_settings_btn.setEnabled(row is not None and not row.temporary)

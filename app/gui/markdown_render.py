@@ -108,12 +108,21 @@ def render(text: str, theme: Theme, code_offset: int = 0) -> Rendered:
             f'<span style="color: {theme.muted}; font-size: small;">{html.escape(lang or "code")}</span></td>'
             f'<td align="right" style="padding: 4px 10px; border-bottom: 1px solid {theme.border};">'
             f'<a href="copy:{n + code_offset}" style="color: {theme.muted}; text-decoration: none; font-size: small;">'
-            f'⧉ Copy</a></td></tr>'
+            f'<img src="amber:copy" width="12" height="12"> Copy</a></td></tr>'
             f'<tr><td colspan="2" style="padding: 8px 10px;">{inner}</td></tr></table>')
 
+    grid = "#57514a" if theme.dark else "#cfc8bf"
     body = body.replace("<table>", (
         f'<table border="1" cellspacing="0" cellpadding="6" '
-        f'style="border-collapse: collapse; border-color: {theme.border}; margin-bottom: 8px;">'))
+        f'style="border-collapse: collapse; border-color: {grid}; border-style: solid; '
+        f'margin-top: 4px; margin-bottom: 10px;">'))
+    body = body.replace("<th>", f'<th style="background-color: {theme.surface};">')
+    body = re.sub(r'<th style="text-align: (\w+);">',
+                  lambda m: f'<th style="text-align: {m.group(1)}; background-color: {theme.surface};">',
+                  body)
+    body = body.replace("\n</code></pre>", "</code></pre>")  # no blank line under the code
+    # <code> inside a highlighted block would get the inline-code background on every line
+    body = body.replace("<span></span><code>", "<span></span>").replace("</code></pre>", "</pre>")
     body = _CODEHILITE_RE.sub(lambda m: frame(m.group("body"), m.group("style")), body)
     body = _PLAIN_PRE_RE.sub(lambda m: frame(f"<pre>{m.group('body')}</pre>"), body)
     return Rendered(body, tuple(code for _, code in blocks))

@@ -26,7 +26,10 @@ class ChatDelegate(QStyledItemDelegate):
         super().__init__(parent)
         self._fonts: dict[tuple[str, str], QFont] = {}
         self._pixmaps: dict[tuple[str, str, int], Any] = {}
-        theme.changed_signal().connect(lambda *_: self._pixmaps.clear())
+        theme.changed_signal().connect(self._on_theme)
+
+    def _on_theme(self, *_: Any) -> None:
+        self._pixmaps.clear()
 
     def _font(self, base: QFont, kind: str) -> QFont:
         key = (base.key(), kind)
@@ -215,9 +218,9 @@ class Sidebar(QFrame):
         self._suppress_select = False
         self._make_actions()
         self._update_icons()
-        theme.changed_signal().connect(lambda *_: self._update_icons())
+        theme.changed_signal().connect(self._update_icons)
 
-    def _update_icons(self) -> None:
+    def _update_icons(self, *_: Any) -> None:
         t = theme.current()
         self.temp_btn.setIcon(theme.icon("temporary", t.text, 18))
         self.new_btn.setIcon(theme.icon("new-chat", t.accent_text, 16))

@@ -1,0 +1,129 @@
+"""Screenshots of the main states, for a person to look at (`make screenshots`).
+
+Each test also checks the state it shows, so they are real tests too.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from app.gui import theme
+from helpers import open_chat, send, wait_idle
+
+QUESTION = "How do I read a file line by line in Python, and what is the KV cache?"
+
+
+def populate(qtbot, w, engine):
+    """A few chats: one pinned (KV on disk), regular ones, a temporary one."""
+    engine.reply = lambda msgs: "Here is a quick note about " + msgs[-1].content.split()[0] + "."
+    for text in ("Trip plans for Lisbon in May", "Explain attention like I'm five",
+                 "Draft an email to the landlord"):
+        w.new_chat()
+        send(qtbot, w, text)
+    pinned = w.chat_model.visible_chat_ids()[-1]
+    w.toggle_pin(pinned)
+    qtbot.waitUntil(lambda: w.chat_model.chat(pinned).kv_state == "disk", timeout=5000)
+    w.new_chat(temporary=True)
+    send(qtbot, w, "Quick private question")
+    from fake_engine import DEFAULT_REPLY
+    engine.reply = ("Reading a file line by line is easy — iterate over the file object:\n\n"
+                    "```python\nwith open(\"notes.txt\", encoding=\"utf-8\") as f:\n"
+                    "    for line in f:\n        print(line.rstrip())\n```\n\n"
+                    "### The KV cache\n\nWhile generating, the model keeps the **keys** and "
+                    "**values** of every token it has seen, so each new token costs one step:\n\n"
+                    "| Chat kind | KV cache | After a restart |\n|---|---|---|\n"
+                    "| Pinned | on disk | resumes instantly |\n| Regular | in memory | prefilled again |\n"
+                    "| Temporary | in memory | gone |\n\n"
+                    "More in the [ONNX Runtime docs](https://onnxruntime.ai).")
+    w.new_chat()
+    send(qtbot, w, QUESTION)
+    engine.reply = DEFAULT_REPLY
+    wait_idle(qtbot, w)
+
+
+def test_screenshot_main_light(make_window, engine, qtbot, shots):
+    w = make_window(engine)
+    w.resize(1180, 780)
+    populate(qtbot, w, engine)
+    assert w.chat_model.headers() == ["Pinned", "Today"]
+    assert w.chat_view.widgets[-1].item.rendered.code_blocks
+    shots(w, "01-main-light")
+
+
+def test_screenshot_streaming(make_window, engine, qtbot, shots):
+    engine.delay = 0.03
+    w = make_window(engine)
+    w.resize(1180, 780)
+    send(qtbot, w, "Write me something with code", wait=False)
+    qtbot.waitUntil(lambda: "First point" in w.chat_view.stream_text, timeout=5000)
+    assert w.composer.stop_btn.isVisible()
+    shots(w, "02-streaming")
+    w.stop()
+
+
+def test_screenshot_dark(make_window, engine, qtbot, shots, qapp):
+    theme.apply(qapp, theme.DARK)
+    try:
+        w = make_window(engine)
+        w.resize(1180, 780)
+        populate(qtbot, w, engine)
+        assert QApplication.palette().color(QApplication.palette().ColorRole.Window).name() == theme.DARK.window
+        shots(w, "03-main-dark")
+    finally:
+        theme.apply(qapp, theme.LIGHT)
+
+
+def test_screenshot_search_and_menu(make_window, engine, qtbot, shots):
+    w = make_window(engine)
+    w.resize(1180, 780)
+    populate(qtbot, w, engine)
+    qtbot.keyClicks(w.sidebar.search, "landlord")
+    qtbot.waitUntil(lambda: w.chat_model.searching and len(w.chat_model.visible_chat_ids()) == 1,
+                    timeout=3000)
+    shots(w, "04-search")
+    w.sidebar.search.clear()
+    qtbot.waitUntil(lambda: not w.chat_model.searching, timeout=3000)
+    menu = w.sidebar.build_menu(w.chat_model.index_of(w.chat_model.visible_chat_ids()[0]))
+    menu.popup(w.sidebar.view.mapToGlobal(w.sidebar.view.rect().center()))
+    qtbot.waitExposed(menu)
+    shots(menu, "05-context-menu")
+    menu.close()
+
+
+def test_screenshot_first_launch_loading(make_window, engine, qtbot, shots):
+    import threading
+    gate = threading.Event()
+
+    def prepare(name, progress):
+        progress(0.42, "Preparing the default model (SmolLM2-135M-Instruct): converting weights…")
+        gate.wait(5)
+        return make_window.home / "models" / "default"
+
+    w = make_window(engine, wait_ready=False, model_preparer=prepare)
+    w.resize(1180, 780)
+    qtbot.waitUntil(lambda: w.banner.isVisible() and w.banner.bar.value() == 420, timeout=3000)
+    assert not w.composer.send_btn.isEnabled()
+    shots(w, "06-first-launch")
+    gate.set()
+    qtbot.waitUntil(lambda: w.engine is not None, timeout=3000)
+
+
+def test_screenshot_settings(make_window, engine, qtbot, shots):
+    from app.gui.settings_dialog import SettingsDialog
+
+    w = make_window(engine)
+    dlg = SettingsDialog(w.settings, w.home, parent=w)
+    dlg.show()
+    qtbot.waitExposed(dlg)
+    shots(dlg, "07-settings")
+    dlg.reject()
+
+
+def test_screenshot_deleted_with_undo(make_window, engine, qtbot, shots):
+    w = make_window(engine)
+    w.resize(1180, 780)
+    populate(qtbot, w, engine)
+    w.delete_chat(w.current_id)
+    assert w.toast.isVisible()
+    shots(w, "08-undo-delete")
+    w.undo_delete()
