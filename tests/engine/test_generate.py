@@ -250,6 +250,21 @@ def test_utf8_stop_string_inside_multibyte_run(generator, tiny_model, monkeypatc
     assert "".join(c.text for c in chunks) == "Emoji 😀"
 
 
+def test_eos_keeps_every_reply_token_in_the_cache(generator, tiny_model, monkeypatch):
+    script = tiny_model.tokenizer.encode(" Paris.", add_special_tokens=False).ids
+    _Scripted.script, _Scripted.eos = script, tiny_model.eos_token_ids[0]
+    monkeypatch.setattr("engine.generate.Sampler", _Scripted)
+    prompt = generator.encode_chat(CHAT)
+    cache = generator.new_cache()
+    result = collect(generator.stream(cache, prompt, greedy(20)))
+    assert result.figures.finish_reason == "eos" and result.text == " Paris."
+    assert result.token_ids == script and result.figures.generated_tokens == len(script)
+    # The last reply token was run (that is how EOS was sampled); the EOS token itself was not,
+    # but it occupies the next position.
+    assert cache.tokens == prompt + script
+    assert result.figures.context_used == len(prompt) + len(script) + 1
+
+
 # ---- the context window ----------------------------------------------------------------------
 def test_prompt_filling_the_context_window(tiny_model, generator):
     window = tiny_model.context_window

@@ -1,0 +1,180 @@
+"""`amber-engine` / `python -m engine`: generate --json on the real default model (slow), errors as
+one line and exit code 2, pinned sessions across invocations, and `sessions list|show|unpin|delete|gc`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+
+FIGURES = {"prompt_tokens", "reused_tokens", "prefilled_tokens", "generated_tokens", "ttft_ms", "prefill_ms",
+           "resume_ms", "decode_tokens_per_s", "provider", "finish_reason", "resume", "cache_tokens_memory",
+           "cache_tokens_disk", "fallback_reason", "context_used", "context_window"}
+
+
+def one_line_error(proc, *needles: str) -> str:
+    """Exit code 2, exactly one line on stderr (no traceback), nothing on stdout."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    line = lines[0]
+    assert line.startswith("amber-engine"), line
+    for needle in needles:
+        assert needle in line, line
+    return line
+
+
+def parse_json(proc) -> dict:
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    out = proc.stdout.strip().splitlines()
+    assert len(out) == 1, proc.stdout
+    data = json.loads(out[0])
+    assert {"text", "tokens", "session"} | FIGURES <= set(data), set(data)
+    return data
+
+
+# ---- the real default model --------------------------------------------------------------------
+@pytest.mark.slow
+def test_generate_json_on_the_default_model(default_model_dir, run_cli, tmp_path):
+    state = tmp_path / "state"
+    proc = run_cli("generate", "--chat", "What is the capital of France?", "--greedy", "--json",
+                   "--max-tokens", "40", "--state-dir", state,
+                   env={"AMBER_HOME": str(default_model_dir.parent.parent)})
+    data = parse_json(proc)
+    assert "Paris" in data["text"]
+    assert data["finish_reason"] in ("eos", "length", "stop")
+    assert data["generated_tokens"] == len(data["tokens"]) > 0
+    assert data["prompt_tokens"] == data["reused_tokens"] + data["prefilled_tokens"] > 0
+    assert data["reused_tokens"] == 0 and data["resume"] == "none" and data["fallback_reason"] is None
+    assert data["ttft_ms"] > 0 and data["prefill_ms"] > 0 and data["decode_tokens_per_s"] > 0
+    assert data["provider"] in ("CPU", "CUDA")
+    assert data["context_window"] == 8192
+    # An EOS reply also occupies the position of its EOS token.
+    eos = 1 if data["finish_reason"] == "eos" else 0
+    assert data["context_used"] == data["prompt_tokens"] + data["generated_tokens"] + eos
+    assert str(uuid.UUID(data["session"])) == data["session"]
+    # No --session: a temporary session, nothing written.
+    assert not state.exists() or not [p for p in state.rglob("*") if p.is_file()]
+
+
+# ---- errors: one line, exit code 2 --------------------------------------------------------------
+def test_missing_model_folder(run_cli, tmp_path):
+    one_line_error(run_cli("generate", "--model", tmp_path / "nope", "--chat", "hi"), "no such model folder")
+
+
+def test_default_model_not_prepared(run_cli, tmp_path):
+    one_line_error(run_cli("generate", "--chat", "hi"), "fetch-default")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--temperature", "-1"], "temperature"),
+    (["--max-tokens", "0"], "--max-tokens"),
+    (["--max-tokens", "many"], "--max-tokens"),
+    (["--top-p", "1.5"], "top_p"),
+    (["--system", "be brief", "--prompt", "x"], "--system"),
+], ids=["temperature", "max-tokens-0", "max-tokens-word", "top-p", "system-without-chat"])
+def test_bad_option_values(run_cli, tiny_dir, args, needle):
+    chat = [] if "--prompt" in args else ["--chat", "hi"]
+    one_line_error(run_cli("generate", "--model", tiny_dir, *chat, *args), needle)
+
+
+def test_chat_template_that_raises(run_cli, tiny_dir, tmp_path):
+    folder = tmp_path / "no-chat"
+    shutil.copytree(tiny_dir, folder)
+    (folder / "chat_template.jinja").write_text("{{ raise_exception('this model cannot chat') }}")
+    line = one_line_error(run_cli("generate", "--model", folder, "--chat", "hi", "--state-dir", tmp_path / "s"),
+                          "this model cannot chat")
+    assert "no-chat" in line     # names the model
+
+
+def test_broken_model_folder(run_cli, tiny_dir, tmp_path):
+    folder = tmp_path / "broken"
+    shutil.copytree(tiny_dir, folder)
+    (folder / "config.json").write_text("{not json")
+    one_line_error(run_cli("generate", "--model", folder, "--chat", "hi"), "config.json")
+
+
+def test_convert_rejects_a_non_gguf_file(run_cli, tmp_path):
+    src = tmp_path / "model.gguf"
+    src.write_bytes(b"this is not a GGUF file at all\n" * 10)
+    one_line_error(run_cli("convert", src, tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+    one_line_error(run_cli("convert", tmp_path / "missing.gguf", tmp_path / "out2"))
+    assert not (tmp_path / "out2").exists()
+
+
+def test_bad_session_id(run_cli, tiny_dir, tmp_path):
+    one_line_error(run_cli("generate", "--model", tiny_dir, "--chat", "hi", "--session", "not-a-uuid",
+                           "--state-dir", tmp_path / "s"))
+
+
+# ---- pinned sessions across invocations ---------------------------------------------------------
+def _sessions(capsys, *args) -> tuple[int, str, str]:
+    """`amber-engine sessions ...` in this process (each call loads the model and a new manager)."""
+    rc = main(["sessions", *map(str, args)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_pinned_session_resumes_across_invocations_and_sessions_commands(run_cli, tiny_dir, tmp_path, capsys):
+    state = tmp_path / "state"
+    sid = str(uuid.uuid4())
+    common = ["--model", tiny_dir, "--session", sid, "--pinned", "--json", "--greedy", "--max-tokens", "8",
+              "--state-dir", state]
+    first = parse_json(run_cli("generate", "--chat", "Hello there", *common))
+    assert first["session"] == sid and first["resume"] == "none" and first["reused_tokens"] == 0
+    assert first["provider"] == "CPU" and first["context_window"] == 512
+    second = parse_json(run_cli("generate", "--chat", "Tell me more", *common))
+    assert second["resume"] == "disk" and second["reused_tokens"] > 0
+    assert second["fallback_reason"] is None
+    assert second["prefilled_tokens"] == second["prompt_tokens"] - second["reused_tokens"]
+    assert second["reused_tokens"] > first["prompt_tokens"] // 2
+    assert (state / "sessions" / f"{sid}.json").is_file()
+
+    where = ["--state-dir", state, "--model", tiny_dir]
+    rc, out, err = _sessions(capsys, "list", *where)
+    assert rc == 0 and err == ""
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and sid in lines[0] and "pinned" in lines[0]
+
+    rc, out, _ = _sessions(capsys, "show", sid, *where)
+    shown = json.loads(out)
+    assert rc == 0 and shown["session_id"] == sid and shown["kind"] == "pinned"
+    assert shown["kv_location"] == "disk" and shown["kv_bytes_disk"] > 0 and shown["tokens"] > 0
+    assert [m["role"] for m in shown["transcript"]] == ["user", "assistant", "user", "assistant"]
+    assert shown["transcript"][0]["content"] == "Hello there"
+    assert shown["transcript"][3]["content"] == second["text"]
+
+    rc, _, _ = _sessions(capsys, "unpin", sid, *where)
+    assert rc == 0
+    assert not [p for p in (state / "tails").iterdir()]
+    rc, out, _ = _sessions(capsys, "show", sid, *where)
+    assert json.loads(out)["kind"] == "regular" and json.loads(out)["kv_bytes_disk"] == 0
+
+    rc, out, _ = _sessions(capsys, "gc", *where)
+    report = json.loads(out)
+    assert rc == 0 and {"temp_files", "orphan_tails"} <= set(report)
+
+    rc, _, _ = _sessions(capsys, "delete", sid, *where)
+    assert rc == 0 and not (state / "sessions" / f"{sid}.json").exists()
+    rc, out, _ = _sessions(capsys, "list", *where)
+    assert rc == 0 and out.strip() == ""
+
+
+def test_sessions_command_errors(capsys, tiny_dir, tmp_path):
+    where = ["--state-dir", tmp_path / "state", "--model", tiny_dir]
+    for args, needle in ((["show"], "needs a session id"), (["show", "not-a-uuid"], "")):
+        rc, out, err = _sessions(capsys, *args, *where)
+        assert rc == 2 and out == ""
+        assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
+    rc, _, err = _sessions(capsys, "list", "--state-dir", tmp_path / "s", "--model", tmp_path / "none")
+    assert rc == 2 and "no such model folder" in err and len(err.strip().splitlines()) == 1
