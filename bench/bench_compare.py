@@ -36,23 +36,25 @@ TARGET_PREFILL_2048 = 3.0
 
 # ---- llama.cpp worker (runs under whichever interpreter has llama_cpp) ------------------------------
 def worker_llama(gguf: str, threads: int, tokens_file: str, prefill_sizes: list[int],
-                 decode_contexts: list[int], decode_steps: int, runs: int) -> dict[str, Any]:
+                 decode_contexts: list[int], decode_steps: int, runs: int, flash_attn: bool = True) -> dict[str, Any]:
     import numpy as np
     import llama_cpp
     from llama_cpp import Llama
     ids = json.loads(Path(tokens_file).read_text())
     t0 = time.perf_counter()
     llm = Llama(model_path=gguf, n_ctx=N_CTX, n_batch=2048, n_ubatch=512, n_threads=threads,
-                n_threads_batch=threads, logits_all=False, verbose=False, seed=0)
+                n_threads_batch=threads, logits_all=False, flash_attn=flash_attn, verbose=False, seed=0)
     out: dict[str, Any] = {"load_s": time.perf_counter() - t0, "version": llama_cpp.__version__,
-                           "prefill": {}, "decode": {}}
+                           "prefill": {}, "decode": {}, "flash_attn": flash_attn}
+    n_vocab = llm.n_vocab()
     try:
         out["system_info"] = llama_cpp.llama_print_system_info().decode()
     except Exception:
         pass
 
     def last_logits() -> Any:
-        return llm.scores[llm.n_tokens - 1]   # eval() keeps the last position's logits there
+        # eval() no longer copies logits into llm.scores unless logits_all: read llama.cpp's own.
+        return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
 
     def prefill(n: int) -> float:
         llm.reset()

@@ -28,7 +28,8 @@ RESULT_MARK = "@@BENCH-RESULT@@ "
 # The thread count every engine gets (llama.cpp's n_threads, ORT's intra-op threads).
 THREADS = int(os.environ.get("AMBER_BENCH_THREADS", "2"))
 # Optional side environment for engines that cannot share Amber's venv (see `python -m bench deps`).
-SIDE_VENV = Path(os.environ.get("AMBER_TEST_HOME") or REPO / ".amber-dev") / "bench-venv"
+SIDE_VENV = Path(os.environ.get("AMBER_BENCH_VENV") or
+                 Path(os.environ.get("AMBER_TEST_HOME") or REPO / ".amber-dev") / "bench-venv")
 
 
 # ---- timing ---------------------------------------------------------------------------------------
