@@ -45,8 +45,8 @@ def open_engine(model_dir: Path, state_dir: Path, settings: Settings) -> ChatEng
     model = load_model(model_dir, provider=provider)
     options = {
         "memory_budget_bytes": int(settings.memory_budget_mb) * 1024 * 1024,
-        "disk_budget_bytes": int(settings.disk_budget_mb) * 1024 * 1024,
-        "max_age_s": int(settings.cache_max_age_days) * 86400,
+        "cache_disk_bytes": int(settings.disk_budget_mb) * 1024 * 1024,
+        "cache_max_age_s": float(settings.cache_max_age_days) * 86400,
     }
     state_dir.mkdir(parents=True, exist_ok=True)
     return SessionManager(model, state_dir, **_accepting(SessionManager, options))
@@ -115,21 +115,29 @@ def list_models() -> list[str]:
         return []
 
 
-def import_gguf(src: Path, progress: ProgressFn, cancel: threading.Event) -> Path:
-    """Convert a GGUF file into an ONNX model folder under models/ (worker thread)."""
-    from engine.gguf_import import convert_gguf  # noqa: PLC0415
-
-    dest = _unique_dest(src.stem)
-    tmp = dest.with_name("." + dest.name + ".importing")
-    shutil.rmtree(tmp, ignore_errors=True)
+def _converter() -> Callable[..., Any]:
     try:
-        convert_gguf(src, tmp, weights="auto", progress=_adapt_progress(progress), cancel=cancel)
-        if cancel.is_set():
-            raise ImportCancelled()
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        from engine.convert import convert_gguf  # noqa: PLC0415
+    except ImportError:
+        from engine.gguf_import import convert_gguf  # type: ignore[no-redef]  # noqa: PLC0415
+    return convert_gguf
+
+
+def import_gguf(src: Path, progress: ProgressFn, cancel: threading.Event) -> Path:
+    """Convert a GGUF file into an ONNX model folder under models/ (worker thread).
+
+    The converter writes into a temporary sibling and renames at the end, so a cancelled or
+    failed import leaves nothing behind."""
+    dest = _unique_dest(src.stem)
+    try:
+        _converter()(src, dest, weights="auto", progress=_adapt_progress(progress), cancel=cancel)
+    except BaseException as exc:
+        if cancel.is_set() or type(exc).__name__ in ("ConversionCancelled", "Cancelled"):
+            raise ImportCancelled() from exc
         raise
+    if cancel.is_set():
+        shutil.rmtree(dest, ignore_errors=True)
+        raise ImportCancelled()
     return dest
 
 

@@ -300,6 +300,11 @@ class MessageWidget(QFrame):
         else:
             self.error_label.hide()
 
+    def set_model_name(self, name: str) -> None:
+        self._model_name = name
+        if self.item.role == "assistant":
+            self.role_label.setText(name + ("  ●" if self.streaming else ""))
+
     def set_regenerate_visible(self, visible: bool) -> None:
         self.regen_btn.setVisible(visible and self.item.role == "assistant" and not self.streaming)
 

@@ -160,6 +160,7 @@ class MainWindow(QMainWindow):
         self.last_figures: dict | None = None
         self.chats_loaded = False
         self._rendered_cache: dict[str, Any] = {}
+        self._watching: set[str] = set()
         self._load_seq = 0
         self.confirm: Callable[[str, str], bool] = self._ask_confirm
 
@@ -423,6 +424,8 @@ class MainWindow(QMainWindow):
             self.status.set_context(0, int(getattr(engine, "context_window", 0) or 0))
             self.status.set_message("")
             self.chat_view.model_name = getattr(engine, "model_name", "Assistant") or "Assistant"
+            for mw in self.chat_view.widgets:
+                mw.set_model_name(self.chat_view.model_name)
             self._update_composer()
             self._retry_engine_deletes()
             if self.current_id is not None:
@@ -577,10 +580,40 @@ class MainWindow(QMainWindow):
     def _apply_info(self, chat_id: str, info: Any) -> None:
         if info is None:
             return
-        where = getattr(info.kv_location, "value", str(info.kv_location))
-        nbytes = info.kv_bytes_disk if where == "disk" else info.kv_bytes_memory
-        self.chat_model.update(chat_id, kv_state=where, kv_bytes=int(nbytes or 0),
-                               saving=bool(getattr(info, "saving", False)))
+        where, nbytes = kv_state_of(info)
+        saving = bool(getattr(info, "saving", False))
+        self.chat_model.update(chat_id, kv_state=where, kv_bytes=int(nbytes or 0), saving=saving)
+        if saving:
+            self._watch_saving(chat_id)
+
+    def _watch_saving(self, chat_id: str) -> None:
+        """A background save is in flight: show progress until the engine says it is done."""
+        engine, store = self.engine, self._store_for(chat_id)
+        if engine is None or chat_id in self._watching:
+            return
+        self._watching.add(chat_id)
+
+        def work() -> Any:
+            deadline = time.monotonic() + 600
+            info = engine.info(chat_id)
+            while getattr(info, "saving", False) and time.monotonic() < deadline:
+                time.sleep(PIN_POLL_S)
+                info = engine.info(chat_id)
+            if store is not None and store is self.store:
+                store.set_kv_state(chat_id, *kv_state_of(info))
+            return info
+
+        def done(info: Any) -> None:
+            self._watching.discard(chat_id)
+            if self.chat_model.chat(chat_id) is not None:
+                where, nbytes = kv_state_of(info)
+                self.chat_model.update(chat_id, kv_state=where, kv_bytes=nbytes, saving=False)
+
+        def failed(exc: BaseException) -> None:
+            self._watching.discard(chat_id)
+            self.chat_model.update(chat_id, saving=False)
+
+        self.tasks.run_task(work, done, failed)
 
     def _show_messages(self, has_messages: bool) -> None:
         self.chat_view.setVisible(has_messages)
@@ -666,9 +699,7 @@ class MainWindow(QMainWindow):
                 except KeyError:
                     info = None
             if info is not None:
-                where = getattr(info.kv_location, "value", str(info.kv_location))
-                store.set_kv_state(chat_id, where, info.kv_bytes_disk if where == "disk"
-                                   else info.kv_bytes_memory)
+                store.set_kv_state(chat_id, *kv_state_of(info))
             else:
                 store.set_kv_state(chat_id, "none", 0)
             return info
@@ -842,6 +873,8 @@ class MainWindow(QMainWindow):
         self.chat_model.upsert(now_row)
         self.current_id = chat_id
         self.draft = None
+        if not draft.temporary:
+            self.settings.last_chat_id = chat_id
         self.sidebar.select(chat_id)
         self._update_header()
         self._start_reply(chat_id, mode="send", text=text, create=True)
@@ -949,9 +982,7 @@ class MainWindow(QMainWindow):
             except Exception:  # noqa: BLE001
                 info = None
             if info is not None and store is not self.temp:
-                where = getattr(info.kv_location, "value", str(info.kv_location))
-                store.set_kv_state(chat_id, where, info.kv_bytes_disk if where == "disk"
-                                   else info.kv_bytes_memory)
+                store.set_kv_state(chat_id, *kv_state_of(info))
             detail = store.get_conversation(chat_id)
             a_item = MessageItem.from_row(assistant, th) if assistant else None
             if a_item is not None and error is not None:
@@ -1240,7 +1271,7 @@ class MainWindow(QMainWindow):
         def work() -> None:
             clear = getattr(engine, "clear_cache", None)
             if clear is not None:
-                clear(keep_pinned=True)
+                clear()   # SessionManager.clear_cache: pinned sessions keep their blocks
             else:  # fall back: close every regular session so the engine drops its KV
                 for cid in list(self.opened):
                     if cid not in pinned:
@@ -1361,6 +1392,18 @@ class MainWindow(QMainWindow):
         shutdown_runner().run_task(work, finish, lambda exc: finish())
         QTimer.singleShot(300, show_wait)
         QTimer.singleShot(int(QUIT_WAIT_S * 1000) + 1000, finish)  # the wait is bounded
+
+
+def kv_state_of(info: Any) -> tuple[str, int]:
+    """What the sidebar shows for a session: "disk" when its KV is saved (a pinned chat, even
+    while it is also in memory), else where the engine has it."""
+    disk = int(getattr(info, "kv_bytes_disk", 0) or 0)
+    if disk > 0:
+        return "disk", disk
+    where = getattr(info.kv_location, "value", str(info.kv_location))
+    if where == "memory":
+        return "memory", int(getattr(info, "kv_bytes_memory", 0) or 0)
+    return ("disk", disk) if where == "disk" else ("none", 0)
 
 
 def _warm_up_rendering() -> None:

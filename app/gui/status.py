@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QStatusBar, QWidget
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar,
+                               QWidget)
 
 PROVIDER_NAMES = {
     "CPUExecutionProvider": "CPU", "CUDAExecutionProvider": "CUDA",
@@ -65,6 +66,8 @@ class StatusBar(QStatusBar):
         self.setSizeGripEnabled(False)
         self.message = QLabel("")
         self.message.setObjectName("StatusMessage")
+        # the transient message gives way to the figures (never squeezes them)
+        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.addWidget(self.message, 1)
         self.started = QLabel("")
         self.started.setObjectName("StatusStarted")

@@ -223,8 +223,10 @@ class FakeEngine:
     def stats(self) -> dict[str, Any]:
         return {"sessions": len(self.sessions)}
 
-    def clear_cache(self, keep_pinned: bool = True) -> None:
-        self._record("clear_cache", keep_pinned)
+    def clear_cache(self) -> int:
+        """Like SessionManager.clear_cache: the shared cache goes, pinned sessions keep theirs."""
+        self._record("clear_cache")
+        return 0
 
     def shutdown(self, timeout: float = 10.0) -> None:
         self._record("shutdown", timeout)

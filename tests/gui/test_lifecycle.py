@@ -113,6 +113,9 @@ def test_restart_shows_pinned_chats_and_resumes_without_prefill(make_window, hom
     assert started.endswith("prefilled 5 tokens in 2 ms")   # only the new message: <user> + 4 words
     fig = w2.store.active_path(pinned)[-1].figures
     assert fig["resume"] == "disk" and fig["reused_tokens"] == history
+    # the pinned chat saves its new KV in the background; the row shows it, then settles
+    qtbot.waitUntil(lambda: not w2.chat_model.chat(pinned).saving, timeout=5000)
+    assert w2.chat_model.chat(pinned).kv_state == "disk"
 
 
 def test_quit_waits_for_pending_saves_but_not_for_generation(make_window, engine, qtbot):
@@ -191,7 +194,7 @@ def test_settings_dialog_changes_defaults_and_clears_cache(make_window, engine, 
     monkeypatch.setattr(SettingsDialog, "exec", fake_exec)
     qtbot.keyClick(w, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)
     assert seen["folder"] == str(make_window.home)
-    qtbot.waitUntil(lambda: engine.called("clear_cache") == [(True,)], timeout=3000)
+    qtbot.waitUntil(lambda: engine.called("clear_cache") == [()], timeout=3000)
     saved = Settings.load(make_window.home / "settings.json")
     assert saved.system_prompt == "Answer like a pirate." and saved.sampling.temperature == 0.3
     qtbot.waitUntil(lambda: w.engine is not None, timeout=3000)   # budget changed: reloaded
