@@ -802,3 +802,27 @@ def test_shutdown_is_bounded_when_a_save_hangs(managers, monkeypatch):
         assert time.monotonic() - t0 < 5
     finally:
         release.set()
+
+
+# ---- plain-attention (optimum) graphs ----------------------------------------------------------
+def test_pinned_resume_on_a_plain_attention_model(plain_model, tmp_path, monkeypatch):
+    """Exact-size caches (no shared buffer): saved blocks and tail load back by concatenation."""
+    monkeypatch.setattr("engine.prefix_cache.JANITOR_DELAY_S", 0.01)
+    state = tmp_path / "plain-state"
+    m = SessionManager(plain_model, state, block_tokens=B)
+    try:
+        s = m.open(None, "pinned").session_id
+        t1 = collect(m.generate_tokens(s, P1, greedy())).token_ids
+        assert m.wait_for_saves()
+    finally:
+        m.shutdown()
+    m2 = SessionManager(plain_model, state, block_tokens=B)
+    try:
+        m2.open(s)
+        r = collect(m2.generate_tokens(s, turn2(t1), greedy()))
+        assert r.figures.resume == "disk" and r.figures.reused_tokens == 47 and r.figures.fallback_reason is None
+        assert r.token_ids == reference(plain_model, turn2(t1))
+        cache = cache_of(m2, s)
+        assert cache.keys[0].shape[2] == len(cache)
+    finally:
+        m2.shutdown()
