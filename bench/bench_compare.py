@@ -304,12 +304,22 @@ def plot(res: dict[str, Any], path: Path) -> Path | None:
             xs = [j + (i - (len(engines) - 1) / 2) * width for j in range(len(keys))]
             bars = ax.bar(xs, vals, width, label=name, color=colors.get(name))
             ax.bar_label(bars, fmt="%.0f" if kind == "prefill" else "%.1f", fontsize=7)
+        llama = dict(engines).get("llama.cpp")
+        if llama is not None:   # the targets for Amber, drawn over each group
+            for j, k in enumerate(keys):
+                factor = TARGET_DECODE if kind == "decode" else (TARGET_PREFILL_2048 if k == "2048" else None)
+                if factor:
+                    y = factor * llama[kind][k]["tokens_per_s"]
+                    ax.hlines(y, j - 0.45, j + 0.45, colors="#c0392b", linestyles="dashed", linewidth=1,
+                              label="Amber target" if j == len(keys) - 1 else None)
         ax.set_xticks(range(len(keys)), keys)
         ax.set_xlabel(label)
         ax.set_ylabel("tokens/s")
         ax.set_title(f"{kind} ({res['threads']} threads)")
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    for ax in axes:
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.3)   # headroom for the legend above the bars and targets
+        ax.legend(fontsize=7, loc="upper left", ncol=2)
     ratio_txt = ""
     if "llama.cpp" in res.get("ratios", {}):
         r = res["ratios"]["llama.cpp"]
