@@ -58,8 +58,8 @@ class Generator:
         """Streams `TextChunk`s, then one `GenerationResult`.
 
         The cache keeps the longest prefix it shares with `prompt_ids` and is extended in place;
-        afterwards it holds exactly the prompt and every generated token but the last (whose KV
-        was never computed), also after cancellation. `origin` says where the cache's content
+        afterwards it holds the prompt and every generated token whose KV was computed: all of them
+        after EOS, all but the last otherwise (also after cancellation). `origin` says where the cache's content
         came from, for the figures.
         """
         started = time.perf_counter()
@@ -73,7 +73,7 @@ class Generator:
         def finish(reason: FinishReason, text: str, tokens: list[int]) -> GenerationResult:
             fig.finish_reason = reason.value
             fig.generated_tokens = len(tokens)
-            fig.context_used = len(cache) + (1 if tokens else 0)
+            fig.context_used = len(prompt) + len(tokens)
             return GenerationResult(text=text, token_ids=tokens, figures=fig)
 
         if not prompt:

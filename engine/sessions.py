@@ -81,7 +81,14 @@ class _Writer:
 
     def drain(self, timeout: float) -> bool:
         """Waits for the jobs queued so far; False when the timeout passed first."""
-        return self.submit(lambda: None).exception(timeout) is None if timeout > 0 else False
+        from concurrent.futures import TimeoutError as FutureTimeout
+        if not self._thread.is_alive():
+            return self._jobs.empty()
+        try:
+            self.submit(lambda: None).result(timeout)
+        except FutureTimeout:
+            return False
+        return True
 
     def stop(self, timeout: float) -> None:
         self._jobs.put(None)
@@ -147,12 +154,13 @@ class SessionManager:
             if s is None:
                 s = self._read_manifest(sid) or _Session(sid, wanted or SessionKind.REGULAR, cache_salt)
                 self._open[sid] = s
-            if wanted is not None and wanted != s.kind:
-                if SessionKind.TEMPORARY in (wanted, s.kind):
-                    raise SessionError(f"session {sid} is {s.kind.value}; a temporary session cannot "
-                                       "become persistent or the other way round")
-                (self.pin if wanted == SessionKind.PINNED else self.unpin)(sid)
-            return self.info(sid)
+        if wanted is not None and wanted != s.kind:
+            if SessionKind.TEMPORARY in (wanted, s.kind):
+                raise SessionError(f"session {sid} is {s.kind.value}; a temporary session cannot "
+                                   "become persistent or the other way round")
+            # Outside the lock: unpin waits for the writer, which takes the lock.
+            (self.pin if wanted == SessionKind.PINNED else self.unpin)(sid)
+        return self.info(sid)
 
     def generate(self, session_id: str, messages: Sequence[ChatMessage | dict],
                  sampling: SamplingParams | None = None, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
@@ -180,12 +188,12 @@ class SessionManager:
             history.insert(0, {"role": "system", "content": system})
         history.append({"role": "user", "content": user_text})
         prompt = self.generator.encode_chat(history)
-        for event in self._stream(s, prompt, sampling, cancel):
-            if isinstance(event, GenerationResult):
-                s.transcript = history + [{"role": "assistant", "content": event.text}]
-                if s.kind == SessionKind.REGULAR:
-                    self._save_async(s)     # pinned sessions are saved when the stream ends
-            yield event
+
+        def record(result: GenerationResult) -> None:   # before the session is saved
+            s.transcript = history + [{"role": "assistant", "content": result.text}]
+            if s.kind == SessionKind.REGULAR:
+                self._save_async(s)     # pinned sessions are saved with their KV right after
+        yield from self._stream(s, prompt, sampling, cancel, on_result=record)
 
     def pin(self, session_id: str) -> None:
         """Makes a session persistent: its KV is written in the background."""
@@ -275,9 +283,11 @@ class SessionManager:
             ids = list(self._open)
         for sid in ids:
             self.close(sid)
-        self._writer.drain(timeout)
-        self._writer.stop(timeout)
-        self.prefix.stop(timeout)
+        try:
+            self._writer.drain(timeout)
+            self._writer.stop(timeout)
+        finally:
+            self.prefix.stop(timeout)
 
     # ---- listing (CLI) -------------------------------------------------------------------------
     def list_sessions(self) -> list[SessionInfo]:
@@ -306,7 +316,8 @@ class SessionManager:
         return s
 
     def _stream(self, s: _Session, prompt: list[int], sampling: SamplingParams | None,
-                cancel: CancelToken | None) -> Iterator[StreamEvent]:
+                cancel: CancelToken | None,
+                on_result: Callable[[GenerationResult], None] | None = None) -> Iterator[StreamEvent]:
         if not s.lock.acquire(blocking=False):
             raise SessionError(f"session {s.id} is already generating")
         try:
@@ -329,16 +340,29 @@ class SessionManager:
             figures.resume_ms += (time.perf_counter() - t0) * 1000 if (
                 figures.cache_tokens_memory or figures.cache_tokens_disk) else 0.0
             s.last_used = time.monotonic()
-            for event in self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin, figures=figures):
-                yield event
-            s.last_used = time.monotonic()
-            if s.kind != SessionKind.TEMPORARY:
-                self._publish(s)
-            if s.kind == SessionKind.PINNED:
-                self._save_async(s)
+            finished = False
+            try:
+                for event in self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin,
+                                                   figures=figures):
+                    if isinstance(event, GenerationResult):
+                        if on_result is not None:
+                            on_result(event)
+                        self._after_generation(s)      # before the result: a caller may stop there
+                        finished = True
+                    yield event
+            finally:
+                if not finished and s.cache is not None:
+                    self._after_generation(s)          # abandoned mid-stream: keep what was computed
         finally:
             s.lock.release()
         self._enforce_budget(keep=s.id)
+
+    def _after_generation(self, s: _Session) -> None:
+        s.last_used = time.monotonic()
+        if s.kind != SessionKind.TEMPORARY:
+            self._publish(s)
+        if s.kind == SessionKind.PINNED:
+            self._save_async(s)
 
     # ---- shared prefix cache -------------------------------------------------------------------
     def _fill_from_shared(self, s: _Session, prompt: list[int], figures: GenerationFigures) -> bool:
@@ -397,39 +421,44 @@ class SessionManager:
         assert s.cache is not None
         B = self.block_tokens
         expected = self.store.keys_for(s.disk_tokens, s.salt)
+        damaged: Path | None = None
         try:
             if expected != s.disk_keys:
                 raise KVFileError("the manifest's block list does not match its tokens")
             s.cache.reserve(len(s.disk_tokens))
             for i, key in enumerate(s.disk_keys):
                 toks = s.disk_tokens[i * B:(i + 1) * B]
+                damaged = self.store.path(key)
                 s.cache.append_block(self.store.read(key, toks), toks)
             tail_toks = s.disk_tokens[len(s.disk_keys) * B:]
             if tail_toks:
                 if not s.tail_file:
+                    damaged = None
                     raise KVFileError("the manifest names no tail file")
-                tail = read_kv_file(self._tails_dir / s.tail_file, self.shape, tail_toks)
+                damaged = self._tails_dir / s.tail_file
+                tail = read_kv_file(damaged, self.shape, tail_toks)
                 s.cache.append_block(tail, tail_toks)
         except KVFileError as exc:
             s.repair_note = f"saved KV unusable ({exc}); re-prefilled {len(s.disk_tokens) - len(s.cache)} tokens"
-            self._repair(s, len(s.cache))
+            self._repair(s, len(s.cache), damaged)
 
-    def _repair(self, s: _Session, valid_tokens: int) -> None:
-        """Drops what failed validation: the blocks after the valid prefix are unreferenced and removed
-        when no other session uses them; the next save writes them again."""
+    def _repair(self, s: _Session, valid_tokens: int, damaged: Path | None) -> None:
+        """Removes the damaged file (a damaged block is useless to every session that shares it; the
+        next save writes it again) and shortens the manifest to the valid prefix."""
         B = self.block_tokens
         keep = valid_tokens // B
-        bad = s.disk_keys[keep:]
         with self._lock:
-            for key in bad:
+            for key in s.disk_keys[keep:]:
                 self._refs.get(key, set()).discard(s.id)
             s.disk_keys = s.disk_keys[:keep]
             s.disk_tokens = s.disk_tokens[:keep * B]
             s.tail_file = None
 
         def fix() -> None:
-            for key in bad:
-                self.prefix._remove_unpinned(key)
+            if damaged is not None:
+                damaged.unlink(missing_ok=True)
+                if damaged.suffix == ".kvb":
+                    self.prefix.note_removed(damaged.stem)
             self._write_manifest(s, s.disk_tokens, s.disk_keys, None)
         self._writer.submit(fix)
 

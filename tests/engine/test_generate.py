@@ -259,10 +259,9 @@ def test_eos_keeps_every_reply_token_in_the_cache(generator, tiny_model, monkeyp
     result = collect(generator.stream(cache, prompt, greedy(20)))
     assert result.figures.finish_reason == "eos" and result.text == " Paris."
     assert result.token_ids == script and result.figures.generated_tokens == len(script)
-    # The last reply token was run (that is how EOS was sampled); the EOS token itself was not,
-    # but it occupies the next position.
+    # The last reply token was run (that is how EOS was sampled); the EOS token itself was not.
     assert cache.tokens == prompt + script
-    assert result.figures.context_used == len(prompt) + len(script) + 1
+    assert result.figures.context_used == len(prompt) + len(script)
 
 
 # ---- the context window ----------------------------------------------------------------------

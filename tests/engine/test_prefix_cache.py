@@ -807,11 +807,6 @@ def test_cli_cache_stats_gc_clear(tiny, model, tmp_path):
 
 
 # ---- settings reach the cache ------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: app/gui/backend.open_engine passes disk_budget_bytes= and max_age_s=, but SessionManager "
-    "takes cache_disk_bytes= and cache_max_age_s=; _accepting() silently drops unknown names, so the "
-    "Settings dialog's disk budget and 'Keep cached chats for' never reach the cache (the defaults, "
-    "4 GiB and 14 days, always apply)"))
 def test_gui_settings_reach_the_prefix_cache(tiny, tmp_path):
     from app.gui.backend import open_engine
     from app.gui.settings import Settings

@@ -372,10 +372,6 @@ def test_manifest_of_another_model_falls_back_and_is_repaired(tiny_model, manage
     assert r2.token_ids == r.token_ids
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a damaged block shared with another pinned session is never "
-                                       "rewritten (_repair keeps it for the other session's reference and "
-                                       "_save_async skips keys where store.has(key)), so every later resume "
-                                       "falls back again")
 def test_damaged_shared_block_is_repaired(tiny_model, managers, state):
     m = managers()
     a, b = sid(), sid()
@@ -530,9 +526,6 @@ def test_same_session_twice_at_once_is_refused(managers):
     assert collect(m.generate_tokens(s, random_prompt(10, seed=7), greedy(3))).figures.generated_tokens == 3
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a pinned session is not saved (and stays unsaved) when the "
-                                       "consumer stops iterating at the GenerationResult: _stream saves "
-                                       "only after its last yield returns")
 def test_pinned_session_saved_when_consumer_stops_at_the_result(managers, state):
     m = managers()
     s = m.open(None, "pinned").session_id
@@ -614,9 +607,6 @@ def test_cache_salt_separates_shared_blocks(managers, state):
     assert m.info(a).cache_salt == "alice"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: open(id, kind='regular') on a pinned session deadlocks: open() "
-                                       "holds the manager's lock while unpin() waits for the writer thread, "
-                                       "whose _write_regular -> _release_files needs that lock")
 def test_open_as_regular_unpins_a_pinned_session(tiny_model, state):
     # Not from `managers`: a deadlocked manager cannot be shut down (its lock is held forever).
     m = SessionManager(tiny_model, state, block_tokens=B)
@@ -779,9 +769,6 @@ def _stuck_save(managers, monkeypatch):
     return m, release
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: wait_for_saves(timeout) raises concurrent.futures.TimeoutError "
-                                       "instead of returning False (_Writer.drain calls Future.exception(timeout), "
-                                       "which raises on timeout)")
 def test_wait_for_saves_returns_false_on_timeout(managers, monkeypatch):
     m, release = _stuck_save(managers, monkeypatch)
     try:
@@ -791,9 +778,6 @@ def test_wait_for_saves_returns_false_on_timeout(managers, monkeypatch):
     assert m.wait_for_saves(timeout=30) is True
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: shutdown(timeout) with a save still in flight raises "
-                                       "concurrent.futures.TimeoutError (from _Writer.drain) instead of "
-                                       "returning after the bounded wait")
 def test_shutdown_is_bounded_when_a_save_hangs(managers, monkeypatch):
     m, release = _stuck_save(managers, monkeypatch)
     t0 = time.monotonic()
