@@ -76,6 +76,7 @@ AMBER_VARIANT=$VARIANT AMBER_VERSION=$VERSION AMBER_BUNDLE_MODEL=$BUILD/model/$M
   "$PYTHON" -m PyInstaller --noconfirm --clean --log-level WARN \
     --distpath "$BUILD/dist-$VARIANT" --workpath "$BUILD/work-$VARIANT" packaging/amber.spec
 echo "   bundle built in $(( $(date +%s) - T0 )) s"
+"$PYTHON" packaging/stage_model.py --restamp "$BUILD/dist-$VARIANT" "$SOURCE_DATE_EPOCH"
 [ "$BUNDLE_ONLY" = 1 ] && { echo "bundle: $BUILD/dist-$VARIANT"; exit 0; }
 
 # 4. the installers

@@ -37,12 +37,19 @@ def evict(root: Path) -> int:
     return n
 
 
-def base_env(home: Path, platform: str) -> dict[str, str]:
+def base_env(home: Path, platform: str, as_user: int | None = None) -> dict[str, str]:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "AMBER_HOME": str(home / "data"),
            "LANG": "C.UTF-8", "QT_QPA_PLATFORM": platform}
-    for k in ("DISPLAY", "XAUTHORITY"):
-        if k in os.environ and platform == "xcb":
-            env[k] = os.environ[k]
+    if platform == "xcb" and "DISPLAY" in os.environ:
+        env["DISPLAY"] = os.environ["DISPLAY"]
+        xauth = os.environ.get("XAUTHORITY")
+        if xauth:
+            if as_user is not None:   # the X cookie, readable by the user the app runs as
+                copy = home / ".Xauthority"
+                copy.write_bytes(Path(xauth).read_bytes())
+                os.chown(copy, as_user, as_user)
+                xauth = str(copy)
+            env["XAUTHORITY"] = xauth
     return env
 
 
@@ -62,7 +69,7 @@ def fresh_home(as_user: int | None) -> Path:
 
 def time_to_window(exe: str, platform: str, as_user: int | None) -> tuple[float, float, str]:
     home = fresh_home(as_user)
-    env = base_env(home, platform)
+    env = base_env(home, platform, as_user)
     env["AMBER_STARTUP_PROBE"] = "1"
     t0 = time.perf_counter()
     proc = subprocess.Popen(prefix(as_user) + [exe], env=env, stdout=subprocess.PIPE,

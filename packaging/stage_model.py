@@ -1,6 +1,8 @@
 """Copies the converted default model into the build tree, ready to ship read-only.
 
     python packaging/stage_model.py SRC_MODEL_DIR DEST_MODEL_DIR [EPOCH]
+    python packaging/stage_model.py --restamp BUNDLE_DIR EPOCH   (after PyInstaller, which copies
+                                                                  data files with new mtimes)
 
 Every file gets the same whole-second mtime (EPOCH, default $SOURCE_DATE_EPOCH or now) and mode
 0644, and `amber_fingerprint.json` is written for those stamps. tar, dpkg, Inno Setup and a .dmg
@@ -40,7 +42,28 @@ def stage(src: Path, dest: Path, epoch: int) -> str:
     return fp
 
 
+def restamp(bundle: Path, epoch: int) -> Path:
+    """Puts the staged times back on the model folder inside a built bundle and checks the cache."""
+    import json
+
+    found = [p.parent for p in bundle.rglob(CACHE_FILE)]
+    if len(found) != 1:
+        raise SystemExit(f"{bundle}: expected one bundled model, found {len(found)}")
+    folder = found[0]
+    for f in folder.iterdir():
+        os.utime(f, (epoch, epoch))
+    stamp = json.loads((folder / CACHE_FILE).read_text())["stamp"]
+    for name, size, mtime in stamp:
+        st = (folder / name).stat()
+        if (st.st_size, st.st_mtime_ns) != (size, mtime):
+            raise SystemExit(f"{folder / name}: does not match {CACHE_FILE}")
+    return folder
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--restamp":
+        print(f"restamped {restamp(Path(sys.argv[2]), int(sys.argv[3]))}")
+        sys.exit(0)
     src, dest = Path(sys.argv[1]), Path(sys.argv[2])
     epoch = int(sys.argv[3]) if len(sys.argv) > 3 else int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))
     print(f"staged {src.name}: fingerprint {stage(src, dest, epoch)}")

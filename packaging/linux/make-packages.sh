@@ -48,7 +48,8 @@ License: Apache-2.0
 EOF
 # Everything shipped is world-readable, executables and folders are 0755, owned by root (dpkg-deb).
 chmod -R u+rwX,go+rX,go-w "$R"
-find "$R" -exec touch -h -d "@$EPOCH" {} +
+# Reproducible file times; the model keeps its own (its fingerprint cache records them).
+find "$R" -path "$R/opt/amber/_internal/models" -prune -o -exec touch -h -d "@$EPOCH" {} +
 
 DEPENDS=$(bash "$HERE/shlibdeps.sh" "$R/opt/amber")
 INSTALLED_KB=$(du -sk --exclude=DEBIAN "$R" | cut -f1)
@@ -59,8 +60,7 @@ Architecture: $ARCH
 Maintainer: Amber developers <amber@example.org>
 Installed-Size: $INSTALLED_KB
 Depends: $DEPENDS
-Recommends: fonts-dejavu-core | fonts-noto-core, xdg-desktop-portal
-Suggests: libwayland-egl1
+Recommends: fonts-dejavu-core | fonts-noto-core, libwayland-egl1, xdg-desktop-portal
 Section: utils
 Priority: optional
 Homepage: https://github.com/amber-chat/amber

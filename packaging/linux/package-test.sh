@@ -91,16 +91,15 @@ run_installed "$T/tar/amber-$VERSION-linux-$(uname -m)/amber" --self-test | tail
 if [ "$TIMING" = 1 ]; then
   echo "== startup (the installed .deb, user nobody)"
   OUTJ=$ROOT/build/package/measurements.json
-  {
-    echo "{\"deb_bytes\": $(stat -c %s "$DEB"), \"tar_gz_bytes\": $(stat -c %s "$TGZ"),"
-    echo " \"installed_kbytes\": $(du -sk "$R/opt/amber" | cut -f1),"
-    echo " \"offscreen\": $(python3 "$ROOT/packaging/measure_startup.py" "$R/usr/bin/amber" "$R/opt/amber" --as-user $NOBODY)"
-    if command -v xvfb-run >/dev/null; then
-      echo ", \"xcb\": $(xvfb-run -a -s '-screen 0 1280x800x24' python3 "$ROOT/packaging/measure_startup.py" \
-                         "$R/usr/bin/amber" "$R/opt/amber" --platform xcb --as-user $NOBODY)"
-    fi
-    echo "}"
-  } > "$OUTJ"
+  OFF=$(python3 "$ROOT/packaging/measure_startup.py" "$R/usr/bin/amber" "$R/opt/amber" --as-user $NOBODY) \
+    || fail "startup (offscreen)"
+  XCB=null
+  if command -v xvfb-run >/dev/null; then
+    XCB=$(xvfb-run -a -s '-screen 0 1280x800x24' python3 "$ROOT/packaging/measure_startup.py" \
+            "$R/usr/bin/amber" "$R/opt/amber" --platform xcb --as-user $NOBODY) || fail "startup (xcb under Xvfb)"
+  fi
+  printf '{"deb_bytes": %s, "tar_gz_bytes": %s, "installed_kbytes": %s,\n "offscreen": %s,\n "xcb": %s}\n' \
+    "$(stat -c %s "$DEB")" "$(stat -c %s "$TGZ")" "$(du -sk "$R/opt/amber" | cut -f1)" "$OFF" "$XCB" > "$OUTJ"
   cat "$OUTJ"
 fi
 echo "package test PASSED"

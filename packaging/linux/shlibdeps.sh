@@ -10,6 +10,7 @@ B=$(cd "$1" && pwd)
 LIBPATH=$(find "$B" -name '*.so*' -type f -printf '%h\n' | sort -u | paste -sd:)
 declare -A pkgs=()
 declare -A missing=()
+declare -A seen=()
 elfs=()
 while IFS= read -r -d '' f; do
   [ "$(head -c4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] && elfs+=("$f")
@@ -22,11 +23,14 @@ while IFS= read -r line; do
       lib=$(echo "$line" | awk '{print $3}')
       case "$lib" in "$B"/*) continue ;; esac
       real=$(readlink -f "$lib")
+      [ -n "${seen[$real]:-}" ] && continue
+      seen[$real]=1
       owner=$(dpkg -S "$real" 2>/dev/null || dpkg -S "${real#/usr}" 2>/dev/null || dpkg -S "/usr$real" 2>/dev/null || true)
       owner=${owner%%:*}
       if [ -n "$owner" ]; then pkgs[$owner]=1; else echo "shlibdeps: no package owns $real" >&2; fi ;;
   esac
-done < <(for f in "${elfs[@]}"; do LD_LIBRARY_PATH=$LIBPATH ldd "$f" 2>/dev/null || true; done | sort -u)
+done < <(for f in "${elfs[@]}"; do LD_LIBRARY_PATH=$LIBPATH ldd "$f" 2>/dev/null || true; done \
+          | sed 's/ *(0x[0-9a-f]*)$//' | sort -u)
 
 glibc=$(cat "${elfs[@]}" | grep -aoE 'GLIBC_2\.[0-9]+' | sort -uV | tail -1 | sed 's/GLIBC_//')
 for m in "${!missing[@]}"; do echo "shlibdeps: not found (an optional plugin's dependency): $m" >&2; done
