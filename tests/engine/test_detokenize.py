@@ -1,6 +1,8 @@
 """engine.detokenize: incremental detokenization on real (in-memory) tokenizers, stop strings."""
 from __future__ import annotations
 
+import string
+
 import json
 import random
 
@@ -71,8 +73,11 @@ def _sentencepiece_like(style: str) -> Tokenizer:
             decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
             decoders.Strip(" ", 1, 0)])
     # A small alphabet: CJK and emoji are left to the byte-fallback tokens.
+    # The alphabet is fixed (ASCII only) so that CJK and emoji always fall back to bytes; letting
+    # the trainer pick the most frequent characters made that depend on hash-map order (flaky).
+    alphabet = ["▁"] + sorted(set(string.ascii_letters + string.digits + string.punctuation))
     trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
-                                  limit_alphabet=40, initial_alphabet=["▁"],
+                                  limit_alphabet=len(alphabet), initial_alphabet=alphabet,
                                   show_progress=False)
     tok.train_from_iterator(CORPUS, trainer)
     return _with_byte_fallback_tokens(tok)
