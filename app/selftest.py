@@ -166,7 +166,15 @@ def _check_qt() -> str:
 
 
 def run_self_test(out: TextIO | None = None) -> int:
-    """Runs every step; prints one line each and a verdict. Returns the exit status."""
+    """Runs every step; prints one line each and a verdict. Returns the exit status.
+
+    A windowed build has no stdout (Windows): the report then goes to `<data dir>/self-test.log`."""
+    if out is None and sys.stdout is None:
+        from engine import paths
+
+        paths.amber_home().mkdir(parents=True, exist_ok=True)
+        with open(paths.amber_home() / "self-test.log", "w", encoding="utf-8") as log:
+            return run_self_test(log)
     out = out or sys.stdout
     report = _Report(out)
     where = bundle_dir()
