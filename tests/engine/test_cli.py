@@ -59,7 +59,7 @@ def test_generate_json_on_the_default_model(default_model_dir, run_cli, tmp_path
     assert data["provider"] in ("CPU", "CUDA")
     assert data["context_window"] == 8192
     eos = 1 if data["finish_reason"] == "eos" else 0
-    assert data["context_used"] == data["prompt_tokens"] + data["generated_tokens"] + eos
+    assert data["context_used"] == data["prompt_tokens"] + data["generated_tokens"]
     assert str(uuid.UUID(data["session"])) == data["session"]
     # No --session: a temporary session, nothing written.
     assert not state.exists() or not [p for p in state.rglob("*") if p.is_file()]
