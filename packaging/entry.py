@@ -26,9 +26,13 @@ def _bundled_model_lookup() -> None:
     user_default = paths.default_model_dir
 
     def default_model_dir():   # type: ignore[no-untyped-def]
+        # called when the model is prepared (a worker thread): the import costs the window nothing
+        from engine.default_model import is_ready
+
         user = user_default()
         candidate = bundled / paths.DEFAULT_MODEL_NAME
-        if not (user / "amber_default.json").is_file() and (candidate / "model.onnx").is_file():
+        # only a complete bundled model, so that ensure_default_model never rewrites the bundle
+        if not is_ready(user) and is_ready(candidate):
             return candidate
         return user
 
