@@ -1,32 +1,32 @@
-"""The PySide6 6.12 / CPython 3.11 reference leak on None/True/False is neutralised."""
+"""The pinned Qt binding must not leak references to None/True/False.
+
+PySide6 6.12.0 on CPython 3.11 lost a reference to `None` on every void method call and to
+`True`/`False` on every `Signal.emit()`; the counts reached zero after some thousands of calls and
+the interpreter aborted ("Fatal Python error: none_dealloc"). Amber pins a release without it.
+"""
 from __future__ import annotations
 
 import sys
 
-import pytest
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QLabel
 
-import app.gui  # noqa: F401 - applies the work-around
 
-
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="singletons are immortal from 3.12 on")
-def test_singletons_cannot_reach_zero(qapp):
-    assert sys.getrefcount(None) > 1 << 59
-    assert sys.getrefcount(True) > 1 << 59 and sys.getrefcount(False) > 1 << 59
-
-
-def test_many_void_calls_and_emits_do_not_abort(qapp):
+def test_void_calls_and_emits_keep_singleton_refcounts(qapp):
     class O(QObject):
-        s = Signal(object)
+        flag = Signal(bool)
+        obj = Signal(object)
 
     label = QLabel()
     o = O()
-    o.s.connect(lambda _x: None)
-    before = sys.getrefcount(None)
-    for _ in range(100_000):   # more than the ~5,000 references None has in a fresh process
+    o.obj.connect(lambda _x: None)
+    before = (sys.getrefcount(None), sys.getrefcount(True), sys.getrefcount(False))
+    for _ in range(20_000):
         label.setText("x")
-        o.s.emit(None)
-    assert sys.getrefcount(None) > 0 and before > 0   # still alive: no "none_dealloc" abort
-    if sys.version_info < (3, 12):
-        assert sys.getrefcount(None) > 1 << 58
+        label.update()
+        o.flag.emit(True)
+        o.flag.emit(False)
+        o.obj.emit(None)
+    after = (sys.getrefcount(None), sys.getrefcount(True), sys.getrefcount(False))
+    # A leak would lose 20,000+ references; a few may move for unrelated reasons.
+    assert all(abs(a - b) < 100 for a, b in zip(after, before)), (before, after)
