@@ -18,7 +18,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="folder for chats, models and caches (default: the user data folder)")
     parser.add_argument("--self-test", action="store_true",
-                        help="check the installation and exit (not implemented yet)")
+                        help="check the installation (data folder, model, generation, pinned resume) "
+                             "and exit 0, or print what failed and exit 1")
     parser.add_argument("--verbose", "-v", action="store_true", help="log more")
     return parser.parse_known_args(list(argv))
 
@@ -26,11 +27,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args, qt_args = parse_args(argv)
-    if args.self_test:
-        print("not implemented")
-        return 3
     if args.data_dir is not None:
         os.environ["AMBER_HOME"] = str(args.data_dir.expanduser().resolve())
+    if args.self_test:
+        from app.selftest import run_self_test  # noqa: PLC0415
+
+        return run_self_test()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from app.gui.app import run_app  # noqa: PLC0415 - Qt only when the GUI starts

@@ -332,10 +332,14 @@ def test_window_is_visible_within_a_second(tmp_path):
     assert (tmp_path / "h").is_dir()
 
 
-def test_self_test_placeholder():
+def test_self_test_reports_a_missing_model(tmp_path, capsys, monkeypatch):
+    """`amber --self-test` on a data folder without a model fails and says what is missing."""
     from app.main import main
 
-    assert main(["--self-test"]) == 3
+    monkeypatch.delenv("AMBER_HOME", raising=False)
+    assert main(["--self-test", "--data-dir", str(tmp_path / "empty")]) != 0
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "default model is not prepared" in out
 
 
 def test_no_widgets_leak(make_window, engine, qtbot):
