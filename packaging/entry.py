@@ -1,13 +1,11 @@
 """The built app's entry point (PyInstaller runs this file as `__main__`).
 
-It starts `app.main.main`, with two things an installed build needs until `app.main` and
-`engine.paths` have them (see docs/PACKAGING.md; both shims step aside once they do):
-  * `--self-test` runs `app.selftest.run_self_test` (after `--data-dir`, like the real flag will);
-  * the default model bundled in `<bundle>/models/` is used when the user has no converted copy.
+It starts `app.main.main` (which handles `--self-test`), with one thing an installed build needs
+until `engine.paths` has it (see docs/PACKAGING.md; the shim steps aside once it does): the
+default model bundled in `<bundle>/models/` is used when the user has no converted copy.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 from app import main as amber_main   # first: app.main records the start time when imported
@@ -39,20 +37,9 @@ def _bundled_model_lookup() -> None:
     paths.default_model_dir = default_model_dir   # type: ignore[assignment]
 
 
-def _self_test(argv: list[str]) -> int:
-    args, _ = amber_main.parse_args(argv)
-    if args.data_dir is not None:
-        os.environ["AMBER_HOME"] = str(args.data_dir.expanduser().resolve())
-    from app.selftest import run_self_test
-
-    return run_self_test()
-
-
 def main() -> int:
     argv = sys.argv[1:]
     _bundled_model_lookup()
-    if "--self-test" in argv:
-        return _self_test(argv)
     return amber_main.main(argv)
 
 
