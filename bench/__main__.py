@@ -38,7 +38,8 @@ def _generic_section(key: str, title: str, res: dict[str, Any], targets: dict[st
         label, target = targets.get(k, (k, None))
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             continue
-        rows.append([label, f"{v:g} ms" if k.endswith("_ms") else f"{v:g}",
+        value = f"{v:.1f} ms" if k.endswith("_ms") and v >= 1 else f"{v:.3g} ms" if k.endswith("_ms") else f"{v:g}"
+        rows.append([label, value,
                      f"≤ {target:g} ms" if target is not None else "",
                      ok(v <= target) if target is not None else ""])
     body = "\n".join([f"Figures from `bench/bench_{key}.py` (`run()`), medians as that bench computes them.", "",

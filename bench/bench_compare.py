@@ -189,7 +189,7 @@ def _summ(raw: dict[str, Any], steps: int, rss: int) -> dict[str, Any]:
     s["peak_rss_bytes"] = rss
     s["greedy"] = raw.get("greedy", {})
     s["load_s"] = raw.get("load_s")
-    for k in ("version", "system_info", "provider"):
+    for k in ("version", "system_info", "provider", "flash_attn"):
         if k in raw:
             s[k] = raw[k]
     return s
@@ -386,7 +386,15 @@ def section(res: dict[str, Any], plot_path: Path | None = None) -> Section:
             body.append(f"**{name} could not run.** " + " ".join(reason[-3:])[:1200])
             body.append("")
         elif eng.get("version"):
-            body.append(f"- {name} {eng['version']}" + (f" — `{eng['system_info'].strip()}`" if eng.get("system_info") else ""))
+            how = ""
+            if name == "llama.cpp":
+                how = (f" (llama-cpp-python, `Llama.eval`, n_ctx {N_CTX}, n_batch 2048, n_ubatch 512, flash attention "
+                       f"{'on' if eng.get('flash_attn') else 'off'}; built with `CMAKE_ARGS=-DGGML_NATIVE=OFF`, "
+                       "which on x86-64 still enables AVX2/FMA/F16C — this CPU has no AVX-512)")
+            elif name == "onnxruntime-genai":
+                how = (" (Amber's converted model with a `genai_config.json` written by the bench; its own ONNX Runtime "
+                       "package, CPU)")
+            body.append(f"- {name} {eng['version']}{how}" + (f" — `{eng['system_info'].strip()}`" if eng.get("system_info") else ""))
     for name, agree in res.get("greedy_agreement", {}).items():
         body.append(f"- Greedy tokens shared with Amber after the decode contexts ({name}): "
                     + ", ".join(f"context {c}: {v}" for c, v in agree.items()))
