@@ -45,5 +45,14 @@ bench: $(STAMP) default-model
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q tests/gui -k screenshot --screenshots=screenshots
 
+# Linux .deb and .tar.gz (PyInstaller onedir with the default model inside) in dist/.
+package: $(STAMP) default-model
+	$(BIN)/python -m pip install -q -e '.[package]'
+	PYTHON=$(CURDIR)/$(BIN)/python AMBER_HOME=$(DEV_HOME) bash packaging/build.sh
+
+# Installs the built package into a throwaway root and runs its self-test offscreen.
+package-test: package
+	PYTHON=$(CURDIR)/$(BIN)/python bash packaging/linux/package-test.sh
+
 clean:
 	rm -rf $(VENV) $(DEV_HOME) build dist *.egg-info

