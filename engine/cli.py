@@ -39,10 +39,10 @@ def _model_dir(arg: str | None) -> Path:
 
 # ---- convert ---------------------------------------------------------------------------------
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .convert import ModelImportError, convert_gguf, print_progress
+    from .convert import EXACT, FAST, ModelImportError, convert_gguf, print_progress
     try:
         out = convert_gguf(args.src, args.dest, weights=args.weights, progress=print_progress,
-                           accuracy_level=4 if args.fast_matmul else 0)
+                           accuracy_level=EXACT if args.exact else FAST)
     except ModelImportError as exc:
         raise CliError(str(exc)) from None
     print(out)
@@ -134,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("src", help="the .gguf file")
     c.add_argument("dest", help="the model folder to create")
     c.add_argument("--weights", choices=["auto", "int4", "int8", "fp16", "fp32"], default="auto")
-    c.add_argument("--fast-matmul", action="store_true",
-                   help="int8 activations in quantized matmuls: about 2x faster decoding, less exact")
+    c.add_argument("--exact", action="store_true",
+                   help="float32 activations in quantized matmuls: equals the dequantized GGUF, "
+                        "about 2x slower decoding (default: int8 activations, as llama.cpp)")
     c.set_defaults(func=cmd_convert)
 
     f = sub.add_parser("fetch-default", help="prepare the default model (SmolLM2-135M-Instruct)")

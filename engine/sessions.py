@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -31,6 +31,8 @@ from .prefix_cache import (DEFAULT_DISK_TIER_BYTES, DEFAULT_MAX_AGE_S, DEFAULT_M
                            PrefixCache)
 
 MANIFEST_VERSION = 1
+RESUME_HEADROOM = 512          # room for the next turn when a saved session is loaded
+LOAD_THREADS = max(2, min(4, os.cpu_count() or 2))
 DEFAULT_MEMORY_BUDGET = 1 << 30
 
 
@@ -323,6 +325,7 @@ class SessionManager:
         try:
             if self._open.get(s.id) is not s:
                 raise SessionError(f"session {s.id} was closed")
+            started = time.perf_counter()
             figures = GenerationFigures()
             origin = KVLocation.MEMORY
             if s.cache is None:
@@ -343,7 +346,7 @@ class SessionManager:
             finished = False
             try:
                 for event in self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin,
-                                                   figures=figures):
+                                                   figures=figures, started=started):
                     if isinstance(event, GenerationResult):
                         if on_result is not None:
                             on_result(event)
@@ -425,11 +428,19 @@ class SessionManager:
         try:
             if expected != s.disk_keys:
                 raise KVFileError("the manifest's block list does not match its tokens")
-            s.cache.reserve(len(s.disk_tokens))
-            for i, key in enumerate(s.disk_keys):
-                toks = s.disk_tokens[i * B:(i + 1) * B]
-                damaged = self.store.path(key)
-                s.cache.append_block(self.store.read(key, toks), toks)
+            s.cache.reserve(len(s.disk_tokens) + RESUME_HEADROOM)
+            # Reading and checksumming release the GIL: blocks are read ahead on a small pool
+            # while the main thread copies the previous ones into the cache, in order.
+            chunks = [s.disk_tokens[i * B:(i + 1) * B] for i in range(len(s.disk_keys))]
+            with ThreadPoolExecutor(max_workers=LOAD_THREADS) as pool:
+                reads = [pool.submit(self.store.read, key, toks) for key, toks in zip(s.disk_keys, chunks)]
+                try:
+                    for key, toks, fut in zip(s.disk_keys, chunks, reads):
+                        damaged = self.store.path(key)
+                        s.cache.append_block(fut.result(), toks)
+                finally:
+                    for fut in reads:
+                        fut.cancel()
             tail_toks = s.disk_tokens[len(s.disk_keys) * B:]
             if tail_toks:
                 if not s.tail_file:

@@ -130,7 +130,9 @@ def import_gguf(src: Path, progress: ProgressFn, cancel: threading.Event) -> Pat
     failed import leaves nothing behind."""
     dest = _unique_dest(src.stem)
     try:
-        _converter()(src, dest, weights="auto", progress=_adapt_progress(progress), cancel=cancel)
+        from engine.convert import FAST  # noqa: PLC0415
+        _converter()(src, dest, weights="auto", progress=_adapt_progress(progress), cancel=cancel,
+                     accuracy_level=FAST)
     except BaseException as exc:
         if cancel.is_set() or type(exc).__name__ in ("ConversionCancelled", "Cancelled"):
             raise ImportCancelled() from exc

@@ -14,7 +14,8 @@ from engine.default_model import DefaultModelError, ensure_default_model, is_rea
 def _fake_ready(folder: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "model.onnx").write_bytes(b"graph")
-    (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": default_model.GGUF_SHA256}))
+    (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": default_model.GGUF_SHA256,
+                                                           "accuracy_level": default_model.FAST}))
     return folder
 
 
@@ -26,10 +27,13 @@ def test_ready_model_is_returned_without_any_download(tmp_path, monkeypatch):
     assert ensure_default_model() == paths.default_model_dir()   # idempotent
 
 
-def test_marker_from_another_gguf_is_not_ready(tmp_path):
+def test_marker_from_another_gguf_or_conversion_is_not_ready(tmp_path):
     folder = _fake_ready(tmp_path / "m")
     assert is_ready(folder)
-    (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": "0" * 64}))
+    (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": "0" * 64, "accuracy_level": 4}))
+    assert not is_ready(folder)
+    # An exact (older) conversion is converted again with the current settings.
+    (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": default_model.GGUF_SHA256}))
     assert not is_ready(folder)
 
 
