@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .kvfile import KVShape, read_kv_file, write_kv_file
+from .kvfile import KVShape, read_kv_file, read_kv_into, write_kv_file
 
 DEFAULT_BLOCK_TOKENS = 128
 _KEY_DOMAIN = b"amber-kv-block-v1"
@@ -62,6 +62,9 @@ class BlockStore:
 
     def read(self, key: str, token_ids: Sequence[int]) -> np.ndarray:
         return read_kv_file(self.path(key), self.shape, token_ids)
+
+    def read_into(self, key: str, token_ids: Sequence[int], views: Sequence[np.ndarray]) -> None:
+        read_kv_into(self.path(key), self.shape, token_ids, views)
 
     def remove(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)

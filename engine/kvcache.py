@@ -137,6 +137,20 @@ class KVCache:
         self._host_changed()
         self.tokens.extend(tokens)
 
+    def block_views(self, start: int, n: int) -> list[np.ndarray]:
+        """Writable views of positions [start, start+n) in KV-file payload order (layer, key/value,
+        head), for reading saved KV straight into the buffers (shared-buffer graphs; call
+        `reserve` first and `commit_loaded` after)."""
+        assert self.layout.shared_buffer and start + n <= self._capacity
+        keys, values = self.keys, self.values
+        return [arr[0, h, start:start + n] for i in range(self.layout.n_layers)
+                for arr in (keys[i], values[i]) for h in range(self.layout.kv_heads)]
+
+    def commit_loaded(self, tokens: list[int]) -> None:
+        """The positions after the current ones, filled through `block_views`, are now valid."""
+        self._host_changed()
+        self.tokens.extend(tokens)
+
     def ort_values(self) -> list[tuple[object, object]]:
         """OrtValues bound as past and present: views of the host arrays on CPU (no copy); on a GPU,
         device buffers uploaded once and then kept there between steps."""

@@ -429,18 +429,25 @@ class SessionManager:
             if expected != s.disk_keys:
                 raise KVFileError("the manifest's block list does not match its tokens")
             s.cache.reserve(len(s.disk_tokens) + RESUME_HEADROOM)
-            # Reading and checksumming release the GIL: blocks are read ahead on a small pool
-            # while the main thread copies the previous ones into the cache, in order.
             chunks = [s.disk_tokens[i * B:(i + 1) * B] for i in range(len(s.disk_keys))]
-            with ThreadPoolExecutor(max_workers=LOAD_THREADS) as pool:
-                reads = [pool.submit(self.store.read, key, toks) for key, toks in zip(s.disk_keys, chunks)]
-                try:
-                    for key, toks, fut in zip(s.disk_keys, chunks, reads):
-                        damaged = self.store.path(key)
-                        s.cache.append_block(fut.result(), toks)
-                finally:
-                    for fut in reads:
-                        fut.cancel()
+            if s.cache.layout.shared_buffer:
+                # Each block is read straight into its place in the buffers, several at a time
+                # (reads and checksums release the GIL); positions become valid in order.
+                with ThreadPoolExecutor(max_workers=LOAD_THREADS) as pool:
+                    reads = [pool.submit(self.store.read_into, key, toks, s.cache.block_views(i * B, len(toks)))
+                             for i, (key, toks) in enumerate(zip(s.disk_keys, chunks))]
+                    try:
+                        for key, toks, fut in zip(s.disk_keys, chunks, reads):
+                            damaged = self.store.path(key)
+                            fut.result()
+                            s.cache.commit_loaded(toks)
+                    finally:
+                        for fut in reads:
+                            fut.cancel()
+            else:
+                for key, toks in zip(s.disk_keys, chunks):
+                    damaged = self.store.path(key)
+                    s.cache.append_block(self.store.read(key, toks), toks)
             tail_toks = s.disk_tokens[len(s.disk_keys) * B:]
             if tail_toks:
                 if not s.tail_file:
@@ -465,13 +472,13 @@ class SessionManager:
             s.disk_tokens = s.disk_tokens[:keep * B]
             s.tail_file = None
 
-        def fix() -> None:
+            # Removed now, not in the writer: this turn's save must see the block missing and
+            # write it again rather than reference the damaged file.
             if damaged is not None:
                 damaged.unlink(missing_ok=True)
-                if damaged.suffix == ".kvb":
-                    self.prefix.note_removed(damaged.stem)
-            self._write_manifest(s, s.disk_tokens, s.disk_keys, None)
-        self._writer.submit(fix)
+        if damaged is not None and damaged.suffix == ".kvb":
+            self.prefix.note_removed(damaged.stem)
+        self._writer.submit(lambda: self._write_manifest(s, s.disk_tokens, s.disk_keys, None))
 
     # ---- disk: save ----------------------------------------------------------------------------
     def _save_async(self, s: _Session) -> None:

@@ -23,7 +23,7 @@ import pytest
 
 from engine.api import GenerationResult, SamplingParams, SessionKind
 from engine.generate import Generator, collect
-from engine.kvfile import MAGIC, looks_like_kv_file
+from engine.kvfile import FORMAT_VERSION, MAGIC, looks_like_kv_file
 from engine.sessions import SessionError, SessionManager
 
 B = 16                                     # block size used by these tests
@@ -299,7 +299,7 @@ def damage(path: Path, how: str) -> None:
                                             f'"fingerprint":"{fp[::-1]}"'.encode())
         assert fp[::-1] != fp
     elif how == "version":
-        data[12:end] = data[12:end].replace(b'"version":1,', b'"version":7,')
+        data[12:end] = data[12:end].replace(b'"version":%d,' % FORMAT_VERSION, b'"version":7,')
     path.write_bytes(bytes(data))
     if how in ("fingerprint", "version"):
         assert _header(path)[1] != header
