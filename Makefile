@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.amber-installed
 DEV_HOME := $(CURDIR)/.amber-dev
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test test-fast bench lint screenshots package package-test sysdeps default-model clean
+.PHONY: run test test-fast bench bench-deps lint screenshots package package-test sysdeps default-model clean
 
 $(STAMP): pyproject.toml
 	bash packaging/linux/install-sysdeps.sh
@@ -41,6 +41,12 @@ test-fast: $(STAMP)
 
 bench: $(STAMP) default-model
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench
+
+# llama-cpp-python (built from source, ~15 min) and onnxruntime-genai for the comparison bench,
+# in a side venv (genai would replace Amber's onnxruntime-gpu). Optional: without it the
+# comparison says what it skipped.
+bench-deps: $(STAMP) default-model
+	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench deps
 
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q tests/gui -k screenshot --screenshots=screenshots

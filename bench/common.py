@@ -294,10 +294,10 @@ class Section:
                 f"<!-- bench:{self.key}:end -->")
 
 
-ORDER = {"summary": 0, "engine": 10, "compare": 20, "sessions": 30, "store": 40, "gui": 50}
+ORDER = {"summary": 0, "engine": 10, "compare": 20, "sessions": 30, "prefix": 35, "store": 40, "gui": 50}
 HEADER = """# Amber benchmarks
 
-Written by `make bench` (`python -m bench [engine|compare|sessions|store|gui ...] [--quick]`).
+Written by `make bench` (`python -m bench [engine|compare|sessions|prefix|store|gui ...] [--quick]`).
 Each bench rewrites only its own section below; the others keep their last results and dates.
 Figures are medians of several runs after a warm-up unless a row says otherwise.
 """
