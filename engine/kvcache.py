@@ -29,6 +29,7 @@ class KVCache:
         self._values: list[np.ndarray] | None = []
         self._capacity = 0
         self._ort_values: list[tuple[object, object]] | None = None   # bound to the session
+        self.binding: object | None = None    # an IOBinding with the KV bound, reused across steps
         self._alloc(capacity if layout.shared_buffer else 0)
 
     # ---- host view (downloads from the device when needed) -------------------------------------
@@ -53,6 +54,7 @@ class KVCache:
     def _host_changed(self) -> None:
         """The host arrays were modified: the bound OrtValues must be rebuilt (uploaded)."""
         self._ort_values = None
+        self.binding = None     # the runner's IOBinding over those OrtValues
 
     # ---- size -------------------------------------------------------------------------------
     def __len__(self) -> int:
