@@ -134,25 +134,10 @@ def read_kv_into(path: Path, shape: KVShape, token_ids: Sequence[int], views: Se
         raise KVFileError(f"{path.name}: checksum mismatch (the file is damaged)")
 
 
-def read_kv_file(path: Path, shape: KVShape, token_ids: Sequence[int] | None = None) -> np.ndarray:
-    """Reads and validates a KV file; raises `KVFileError` naming what is wrong."""
-    try:
-        with open(path, "rb") as f:
-            header = _open_validated(f, path, shape, token_ids)
-            count = int(header.get("tokens", -1))
-            out = np.empty((shape.n_layers, 2, shape.kv_heads, count, shape.head_dim), dtype=shape.dtype)
-            view = memoryview(out).cast("B")
-            got = f.readinto(view)
-            if got != len(view):
-                raise KVFileError(f"{path.name}: truncated ({got} of {len(view)} payload bytes)")
-            if f.read(1):
-                raise KVFileError(f"{path.name}: trailing bytes")
-    except FileNotFoundError:
-        raise KVFileError(f"{path.name}: missing") from None
-    except (OSError, struct.error) as exc:
-        raise KVFileError(f"{path.name}: unreadable ({exc})") from None
-    if xxhash.xxh3_64_intdigest(view) != header.get("xxh3"):
-        raise KVFileError(f"{path.name}: checksum mismatch (the file is damaged)")
+def read_kv_file(path: Path, shape: KVShape, token_ids: Sequence[int]) -> np.ndarray:
+    """Reads and validates a KV file into a new [layers, 2, kv_heads, tokens, head_dim] array."""
+    out = np.empty((shape.n_layers, 2, shape.kv_heads, len(token_ids), shape.head_dim), dtype=shape.dtype)
+    read_kv_into(path, shape, token_ids, [out])    # the payload is exactly this array, in order
     return out
 
 
