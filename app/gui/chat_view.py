@@ -24,7 +24,8 @@ from .markdown_render import Rendered, document_css, render
 from .status import short_figures
 
 RENDER_MS = 80          # re-render a streaming reply at most this often
-BATCH_BUDGET_S = 0.012  # UI time per batch when filling the view with a loaded chat
+BATCH_BUDGET_S = 0.005  # UI time per batch when filling the view with a loaded chat (the
+                        # layout, polish and paint of the new widgets follow in the same turn)
 AT_BOTTOM_PX = 24
 
 

@@ -355,8 +355,13 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(1500, self, self._warm_up)   # cancelled if the window goes first
 
     def _warm_up(self) -> None:
-        if not self.shutdown_started:
-            self.tasks.run_task(_warm_up_rendering)
+        """Compile the Pygments lexers off the UI thread (once): the first code block of a
+        streaming reply would otherwise compile its lexer on the UI thread (~70 ms)."""
+        global _WARM_UP_RUNNER
+        if not self.shutdown_started and _WARM_UP_RUNNER is None:
+            # once per process, on its own runner: it is not this window's pending work
+            _WARM_UP_RUNNER = TaskRunner(max_threads=1)
+            _WARM_UP_RUNNER.run_task(_warm_up_rendering)
 
     def load_chats(self) -> None:
         db = self.home / "amber.sqlite3"
@@ -377,6 +382,7 @@ class MainWindow(QMainWindow):
             self.sidebar.set_loading(False)
             self.chats_loaded = True
             freeze_heap()   # the chat rows live as long as the window
+            self._warm_up()  # now rather than later: a reply may start at once
             last = self.settings.last_chat_id
             if self.current_id is None and self.draft is None and last and self.chat_model.chat(last):
                 self.open_chat(last)
@@ -1433,6 +1439,7 @@ def _warm_up_rendering() -> None:
 
 
 _SHUTDOWN_RUNNER: TaskRunner | None = None
+_WARM_UP_RUNNER: TaskRunner | None = None
 
 
 def shutdown_runner() -> TaskRunner:
