@@ -357,11 +357,12 @@ class MainWindow(QMainWindow):
     def _warm_up(self) -> None:
         """Compile the Pygments lexers off the UI thread (once): the first code block of a
         streaming reply would otherwise compile its lexer on the UI thread (~70 ms)."""
-        global _WARM_UP_RUNNER
-        if not self.shutdown_started and _WARM_UP_RUNNER is None:
-            # once per process, on its own runner: it is not this window's pending work
-            _WARM_UP_RUNNER = TaskRunner(max_threads=1)
-            _WARM_UP_RUNNER.run_task(_warm_up_rendering)
+        global _WARMED_UP
+        if not self.shutdown_started and not _WARMED_UP:
+            _WARMED_UP = True   # lexers are compiled once per process
+            # a window task: it holds the GIL in turns with the UI thread, so it should be done
+            # before a reply starts streaming (it is when the window counts as started)
+            self.tasks.run_task(_warm_up_rendering)
 
     def load_chats(self) -> None:
         db = self.home / "amber.sqlite3"
@@ -1439,7 +1440,7 @@ def _warm_up_rendering() -> None:
 
 
 _SHUTDOWN_RUNNER: TaskRunner | None = None
-_WARM_UP_RUNNER: TaskRunner | None = None
+_WARMED_UP = False
 
 
 def shutdown_runner() -> TaskRunner:
