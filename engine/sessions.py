@@ -32,7 +32,7 @@ from .prefix_cache import (DEFAULT_DISK_TIER_BYTES, DEFAULT_MAX_AGE_S, DEFAULT_M
 
 MANIFEST_VERSION = 1
 RESUME_HEADROOM = 512          # room for the next turn when a saved session is loaded
-LOAD_THREADS = max(2, min(4, os.cpu_count() or 2))
+LOAD_THREADS = 4                # reads of saved KV in flight at once (I/O-bound: more than the cores)
 DEFAULT_MEMORY_BUDGET = 1 << 30
 
 
