@@ -16,7 +16,6 @@ Targets (issue 3): decode ≥ 1.2× llama.cpp at both contexts; prefill of 2048 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import common
-from .common import Section, median, ok, table
+from .common import Section, ok, table
 
 PREFILL_SIZES = (128, 512, 2048)
 DECODE_CONTEXTS = (100, 1000)
@@ -337,7 +336,6 @@ def section(res: dict[str, Any], plot_path: Path | None = None) -> Section:
     engines = res["engines"]
     names = list(engines)
     ok_engines = [n for n in names if "error" not in engines[n]]
-    amber = engines.get("Amber", {})
     rows = []
     if ok_engines:
         first = engines[ok_engines[0]]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import common
-from .common import Section, median, ok, table
+from .common import Section, median, table
 
 GGUF_BYTES = 98_362_432
 PREFILL_SIZES = (128, 512, 2048)

@@ -11,9 +11,7 @@
 """
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import tempfile
 import threading
 import time

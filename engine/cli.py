@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from . import paths
-from .api import ChatMessage, GenerationResult, SamplingParams, TextChunk
+from .api import GenerationResult, SamplingParams, TextChunk
 
 
 class CliError(Exception):

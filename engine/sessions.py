@@ -8,7 +8,6 @@ temporary — never on disk; close() frees everything.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import threading
 import time

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
 from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow,
                                QMessageBox, QProgressBar, QProgressDialog, QPushButton, QSplitter,
@@ -29,7 +29,7 @@ from .memstore import MemoryStore
 from .settings import Settings
 from .sidebar import Sidebar
 from .sidebar_model import ChatListModel, ChatRow, build_items
-from .status import StatusBar, how_started
+from .status import StatusBar
 from .tasks import GeneratorWorker, ProgressRelay, TaskRunner
 
 log = logging.getLogger(__name__)

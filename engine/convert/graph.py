@@ -14,7 +14,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .gguf_source import ModelSpec
-from .weights import BLOCK, Weight, concat_rows
+from .weights import BLOCK, Weight, concat_rows, pack_nibbles
 
 MS = "com.microsoft"
 OPSET = 21
@@ -66,11 +66,6 @@ class QInits:
     packed: list[str]               # one MatMulNBits B input, or two (hi, lo nibbles of 8-bit)
     scales: str
     zero_points: str | None = None  # float, only for gathered (embedding) rows
-
-
-def pack_nibbles(levels: np.ndarray) -> np.ndarray:
-    """uint8 levels 0..15 [.., 32] -> MatMulNBits bytes [.., 16], low nibble first."""
-    return (levels[..., 0::2] | (levels[..., 1::2] << 4)).astype(np.uint8)
 
 
 def pack_nibbles_pairs(levels: np.ndarray) -> np.ndarray:
@@ -229,7 +224,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
                 progress: Callable[[int, int], None] | None = None) -> onnx.ModelProto:
     """The whole decoder as an ONNX model (weights inline; the caller saves them externally)."""
     g = _Graph(accuracy_level)
-    hd, nh, nkv, D = spec.head_dim, spec.n_head, spec.n_head_kv, spec.n_embd
+    hd, nh, nkv = spec.head_dim, spec.n_head, spec.n_head_kv
     inputs = [
         helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]),

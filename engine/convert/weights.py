@@ -26,6 +26,11 @@ Q4_TYPES = (QT.Q4_0, QT.Q4_1, QT.Q4_K)
 FLOAT_TYPES = (QT.F32, QT.F16, QT.BF16)
 
 
+def pack_nibbles(levels: np.ndarray) -> np.ndarray:
+    """uint8 levels 0..15 [.., 32] -> MatMulNBits bytes [.., 16], low nibble first."""
+    return (levels[..., 0::2] | (levels[..., 1::2] << 4)).astype(np.uint8)
+
+
 @dataclass
 class Weight:
     """A linear weight of N output rows by K inputs, in one of three storage forms."""
@@ -46,7 +51,6 @@ class Weight:
         assert self.values is not None
         if self.kind == "q8":
             return self.values
-        from .graph import pack_nibbles
         return pack_nibbles(self.values)
 
     def dequantized(self) -> np.ndarray:
