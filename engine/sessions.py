@@ -30,7 +30,6 @@ from .prefix_cache import (DEFAULT_DISK_TIER_BYTES, DEFAULT_MAX_AGE_S, DEFAULT_M
                            PrefixCache)
 
 MANIFEST_VERSION = 1
-RESUME_HEADROOM = 512          # room for the next turn when a saved session is loaded
 LOAD_THREADS = 4                # reads of saved KV in flight at once (I/O-bound: more than the cores)
 DEFAULT_MEMORY_BUDGET = 1 << 30
 
@@ -332,7 +331,9 @@ class SessionManager:
                 if s.kind == SessionKind.PINNED and s.disk_tokens:
                     origin = KVLocation.DISK
                     t0 = time.perf_counter()
-                    self._load_from_disk(s)
+                    # Buffers sized for this turn at once: growing right after would copy them.
+                    max_new = (sampling or SamplingParams()).max_new_tokens
+                    self._load_from_disk(s, max(len(prompt), len(s.disk_tokens)) + max_new)
                     figures.resume_ms = (time.perf_counter() - t0) * 1000
             if s.repair_note:
                 figures.fallback_reason, s.repair_note = s.repair_note, None
@@ -417,9 +418,10 @@ class SessionManager:
         self._writer.submit(job)
 
     # ---- disk: load ----------------------------------------------------------------------------
-    def _load_from_disk(self, s: _Session) -> None:
-        """Fills the cache from the block store; on any failure keeps the valid prefix, notes the
-        reason and repairs the store (the rest is re-prefilled from the token history)."""
+    def _load_from_disk(self, s: _Session, room: int) -> None:
+        """Fills the cache from the block store, with buffers for `room` positions; on any failure
+        keeps the valid prefix, notes the reason and repairs the store (the rest is re-prefilled
+        from the token history)."""
         assert s.cache is not None
         B = self.block_tokens
         expected = self.store.keys_for(s.disk_tokens, s.salt)
@@ -427,7 +429,7 @@ class SessionManager:
         try:
             if expected != s.disk_keys:
                 raise KVFileError("the manifest's block list does not match its tokens")
-            s.cache.reserve(len(s.disk_tokens) + RESUME_HEADROOM)
+            s.cache.reserve(min(self.context_window, max(room, len(s.disk_tokens) + 1)))
             chunks = [s.disk_tokens[i * B:(i + 1) * B] for i in range(len(s.disk_keys))]
             if s.cache.layout.shared_buffer:
                 # Each block is read straight into its place in the buffers, several at a time
