@@ -123,6 +123,7 @@ def worker_speed(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
 
     for ctx in decode_contexts:
         cache = runner.new_cache()
+        cache.reserve(ctx + decode_steps + 8)   # as `Generator.stream` does: no regrowth mid-reply
         first = _argmax(runner.forward(cache, ids[:ctx]))
 
         seq: list[int] = []
