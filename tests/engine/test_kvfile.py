@@ -35,13 +35,19 @@ def read_mode(request, monkeypatch) -> str:
     return request.param
 
 
-def test_read_into_scattered_views_round_trips(tmp_path: Path, read_mode: str) -> None:
+def _write_and_read_back(tmp_path: Path) -> np.ndarray:
+    """Writes a payload, reads it into cache-like buffers at positions 2..6, checks it; returns them."""
     payload = _payload()
     path = tmp_path / "a.kv"
     write_kv_file(path, SHAPE, TOKENS, payload)
     buf, views = _views()
     read_kv_into(path, SHAPE, TOKENS, views)
     np.testing.assert_array_equal(buf[:, :, :, 2:7], payload)
+    return buf
+
+
+def test_read_into_scattered_views_round_trips(tmp_path: Path, read_mode: str) -> None:
+    buf = _write_and_read_back(tmp_path)
     assert np.isnan(buf[:, :, :, :2]).all() and np.isnan(buf[:, :, :, 7:]).all()   # nothing else written
 
 
@@ -65,9 +71,4 @@ def test_damaged_file_is_refused_with_its_reason(tmp_path: Path, read_mode: str,
 
 def test_iov_batches_cover_more_views_than_one_call_takes(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(kvfile, "_IOV_MAX", 5)      # 12 views: three preadv calls (or readinto)
-    payload = _payload()
-    path = tmp_path / "a.kv"
-    write_kv_file(path, SHAPE, TOKENS, payload)
-    buf, views = _views()
-    read_kv_into(path, SHAPE, TOKENS, views)
-    np.testing.assert_array_equal(buf[:, :, :, 2:7], payload)
+    _write_and_read_back(tmp_path)
