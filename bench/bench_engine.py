@@ -277,11 +277,13 @@ def section(res: dict[str, Any]) -> Section:
     rows.append((f"Peak RSS: load + prefill {max(int(k) for k in res['prefill'])} + decode at 1000",
                  f"{res['peak_rss_bytes'] / mib:.0f} MiB", "ru_maxrss of the worker"))
     rows.append(("KV cache per token (float32, 30 layers × 3 KV heads × 64)", f"{res['kv_bytes_per_token']:,} B", ""))
+    from engine.runner import PREFILL_CHUNK
     body = [
         "Amber (ONNX Runtime, CPU provider) on the default model SmolLM2-135M-Instruct Q4_1, "
         f"{res['threads']} intra-op threads. Each figure is the median of 3 runs after a warm-up run; "
         "the range column shows the spread of the runs. Prompts are random-ish English-like text "
-        "(BOS + tokens); prefill times `Runner.forward` over a fresh cache (1024-token chunks).",
+        "(BOS + tokens); prefill times `Runner.forward` over a fresh cache "
+        f"({PREFILL_CHUNK}-token chunks).",
         "",
         table(("Figure", "Value", "Runs (min–max)"), rows),
         "",

@@ -8,7 +8,9 @@ import numpy as np
 from .kvcache import KVCache
 from .model import LoadedModel
 
-PREFILL_CHUNK = 1024   # long prompts run in chunks: bounded attention memory, cancellable
+# Long prompts run in chunks: bounded attention memory, cancellable between chunks. 512 prefills
+# as fast as 1024 here (2048 tokens: 453-458 vs 446-451 tok/s) with ~90 MiB less peak memory.
+PREFILL_CHUNK = 512
 
 
 class Runner:
