@@ -1,5 +1,5 @@
 import sys
 
-from app.main import main
+from app.main import launch
 
-sys.exit(main())
+sys.exit(launch())

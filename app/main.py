@@ -12,6 +12,9 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Sequence  # noqa: E402
 
+LAUNCHED_AT = "AMBER_LAUNCHED_AT"   # a re-executed launch counts from the first process's start
+_STARTED = float(os.environ.pop(LAUNCHED_AT, _STARTED))   # perf_counter is system-wide on Linux
+
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="amber", description="Amber: chat with local models")
@@ -38,6 +41,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from app.gui.app import run_app  # noqa: PLC0415 - Qt only when the GUI starts
 
     return run_app([sys.argv[0], *qt_args], started_at=_STARTED)
+
+
+def launch() -> int:
+    """The `amber` command: on Linux first re-executes with huge pages for ONNX Runtime's
+    buffers (engine.hugepages), then `main`."""
+    from engine.hugepages import reexec_with_huge_pages  # noqa: PLC0415
+
+    reexec_with_huge_pages({LAUNCHED_AT: repr(_STARTED)})
+    return main()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from engine.hugepages import reexec_env
+
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 BENCHMARKS_MD = DOCS / "BENCHMARKS.md"
@@ -154,6 +156,11 @@ def run_worker(module: str, func: str, args: dict[str, Any] | None = None, *, py
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = str(REPO) + (os.pathsep + full_env["PYTHONPATH"] if full_env.get("PYTHONPATH") else "")
     full_env.setdefault("PYTHONUNBUFFERED", "1")
+    # Every engine's worker runs with the malloc huge-page tunable that Amber's own entry points
+    # set for themselves (engine.hugepages): the same environment for all, as Amber runs.
+    tuned = reexec_env(full_env)
+    if tuned is not None:
+        full_env["GLIBC_TUNABLES"] = tuned["GLIBC_TUNABLES"]
     full_env.update(env or {})
     with tempfile.TemporaryFile(mode="w+") as out:
         start = time.perf_counter()

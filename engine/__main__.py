@@ -1,6 +1,6 @@
 """`python -m engine` is `amber-engine`."""
 import sys
 
-from .cli import main
+from .cli import launch
 
-sys.exit(main())
+sys.exit(launch())

@@ -38,6 +38,9 @@ def _bundled_model_lookup() -> None:
 
 
 def main() -> int:
+    from engine.hugepages import reexec_with_huge_pages
+
+    reexec_with_huge_pages({amber_main.LAUNCHED_AT: repr(amber_main._STARTED)})
     argv = sys.argv[1:]
     _bundled_model_lookup()
     return amber_main.main(argv)
