@@ -53,4 +53,4 @@ def launch() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(launch())

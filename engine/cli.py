@@ -190,13 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def launch() -> int:
     """The `amber-engine` command: huge pages for ONNX Runtime's buffers on Linux (a one-time
     re-exec, engine.hugepages), then `main`."""
     from .hugepages import reexec_with_huge_pages
     reexec_with_huge_pages()
     return main()
+
+
+if __name__ == "__main__":
+    sys.exit(launch())
