@@ -30,6 +30,7 @@ class KVCache:
         self._capacity = 0
         self._ort_values: list[tuple[object, object]] | None = None   # bound to the session
         self.binding: object | None = None    # an IOBinding with the KV bound, reused across steps
+        self.logits_out: np.ndarray | None = None   # where that binding's steps write their logits
         self._alloc(capacity if layout.shared_buffer else 0)
 
     # ---- host view (downloads from the device when needed) -------------------------------------

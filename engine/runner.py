@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import onnxruntime as ort
 
 from .kvcache import KVCache
 from .model import LoadedModel
@@ -21,6 +22,18 @@ class Runner:
         self.session = model.session
         self._has_mask = "attention_mask" in model.input_names
         self._has_positions = "position_ids" in model.input_names
+        self._logits_shape = self._last_position_logits_shape()
+
+    def _last_position_logits_shape(self) -> tuple[int, int, int] | None:
+        """(1, 1, vocab) when the graph returns float32 logits for the last position only (as
+        Amber's converted graphs do): then every step can write them into one buffer of the
+        cache's, bound once. None otherwise (e.g. logits for every position)."""
+        for out in self.session.get_outputs():
+            if out.name == self.model.logits_name:
+                shape = list(out.shape)
+                if out.type == "tensor(float)" and len(shape) == 3 and shape[1] == 1 and isinstance(shape[2], int):
+                    return (1, 1, shape[2])
+        return None
 
     def new_cache(self) -> KVCache:
         # On CUDA the cache stays on the device between steps (shared-buffer graphs).
@@ -43,7 +56,15 @@ class Runner:
             # The KV buffers are bound once, as past and present, and stay bound until they are
             # reallocated; each step only rebinds the small inputs.
             binding = self.session.io_binding()
-            binding.bind_output(self.model.logits_name, "cpu")   # first: outputs come back in binding order
+            if self._logits_shape is not None:
+                # Reading outputs back wraps every bound one (logits + 2 per layer): ~0.25 ms a
+                # step. A buffer of the cache's own (not the runner's: sessions may generate at
+                # once) is read directly instead.
+                if cache.logits_out is None or cache.logits_out.shape != self._logits_shape:
+                    cache.logits_out = np.empty(self._logits_shape, np.float32)
+                binding.bind_ortvalue_output(self.model.logits_name, ort.OrtValue.ortvalue_from_numpy(cache.logits_out))
+            else:
+                binding.bind_output(self.model.logits_name, "cpu")   # first: outputs come back in binding order
             for (pk, pv), (ok, ov), (k, v) in zip(self.model.kv.past_names, self.model.kv.present_names,
                                                   cache.ort_values()):
                 binding.bind_ortvalue_input(pk, k)
@@ -55,7 +76,10 @@ class Runner:
             binding.bind_cpu_input(name, value)
         self.session.run_with_iobinding(binding)
         cache.device_written()
-        logits = binding.get_outputs()[0].numpy()
+        if self._logits_shape is not None:
+            logits = cache.logits_out.copy()    # type: ignore[union-attr]   # the next step overwrites it
+        else:
+            logits = binding.get_outputs()[0].numpy()
         cache.tokens.extend(ids)
         return logits[0, -1]
 

@@ -101,6 +101,27 @@ def test_runner_split_prefill_equals_one_call(tiny_model):
     assert np.max(np.abs(whole.export(0, 90) - split.export(0, 90))) <= CACHE_TOL
 
 
+def test_logits_read_from_the_bound_buffer_equal_read_back_outputs(tiny_model):
+    """Amber's graphs return last-position logits, which each step writes into a buffer of the
+    cache's; the general path (read every output back) gives the same logits, step by step, and
+    a returned array is not overwritten by the next step."""
+    buffered = Runner(tiny_model)
+    assert buffered._logits_shape == (1, 1, tiny_model.session.get_outputs()[0].shape[2])
+    general = Runner(tiny_model)
+    general._logits_shape = None
+    ids = random_prompt(40, seed=3)
+    ca, cb = buffered.new_cache(), general.new_cache()
+    la, lb = buffered.forward(ca, ids), general.forward(cb, ids)
+    kept = la.copy()
+    for _ in range(5):
+        tok = int(np.argmax(la))
+        assert np.array_equal(la, lb)
+        na, lb = buffered.forward(ca, [tok]), general.forward(cb, [tok])
+        assert np.array_equal(kept, la)         # the previous step's array was not overwritten
+        la, kept = na, na.copy()
+    assert ca.logits_out is not None and cb.logits_out is None
+
+
 def test_second_prompt_extending_the_first_equals_one_call(generator):
     base = random_prompt(30, seed=2)
     first, second = base[:18], base
