@@ -73,7 +73,7 @@ def atomic_write(path: Path, chunks: Sequence[bytes | memoryview]) -> int:
 def write_kv_file(path: Path, shape: KVShape, token_ids: Sequence[int], payload: np.ndarray,
                   extra: dict[str, Any] | None = None) -> int:
     """Writes one KV file atomically; returns its size in bytes."""
-    data = np.ascontiguousarray(payload)
+    data = np.ascontiguousarray(payload, dtype=np.dtype(shape.dtype))   # a float16 store converts here
     view = memoryview(data).cast("B")
     header = {"version": FORMAT_VERSION, "fingerprint": shape.fingerprint, "dtype": shape.dtype,
               "layers": shape.n_layers, "kv_heads": shape.kv_heads, "head_dim": shape.head_dim,
@@ -141,7 +141,16 @@ def _read_scattered(f: Any, bufs: list[memoryview]) -> int:
 def read_kv_into(path: Path, shape: KVShape, token_ids: Sequence[int], views: Sequence[np.ndarray]) -> None:
     """Reads a KV file straight into `views` — one contiguous [tokens, head_dim] array per
     (layer, key/value, head), in payload order — with no intermediate copy. Raises `KVFileError`;
-    then the views hold garbage, which the caller never marks valid."""
+    then the views hold garbage, which the caller never marks valid. Views of another dtype than
+    the file's (a float16 store under a float32 cache) are filled through one converting copy."""
+    stored = np.dtype(shape.dtype)
+    if any(v.dtype != stored for v in views):
+        flat = read_kv_file(path, shape, token_ids).reshape(-1)
+        pos = 0
+        for view in views:
+            view[...] = flat[pos:pos + view.size].reshape(view.shape)
+            pos += view.size
+        return
     try:
         with open(path, "rb") as f:
             header = _open_validated(f, path, shape, token_ids)

@@ -30,6 +30,9 @@ from .prefix_cache import (DEFAULT_DISK_TIER_BYTES, DEFAULT_MAX_AGE_S, DEFAULT_M
                            PrefixCache)
 
 MANIFEST_VERSION = 1
+KV_STORE_MODEL = "model"          # saved KV in the model's own dtype: lossless (the default)
+KV_STORE_FLOAT16 = "float16"      # half the bytes; resumed logits differ slightly (docs/BENCHMARKS.md)
+KV_STORES = (KV_STORE_MODEL, KV_STORE_FLOAT16)
 LOAD_THREADS = 4                # reads of saved KV in flight at once (I/O-bound: more than the cores)
 DEFAULT_MEMORY_BUDGET = 1 << 30
 
@@ -53,6 +56,11 @@ class _Session:
     pending_saves: int = 0
     save_error: str | None = None
     repair_note: str | None = None     # a validation failure found while loading, for the figures
+    # KV saved under another model or KV store setting: unusable here, but kept (and protected
+    # from the shared cache's eviction) until this session is saved again, unpinned or deleted,
+    # so that switching back finds it intact.
+    foreign_keys: list[str] = field(default_factory=list)
+    foreign_tail: str | None = None
 
 
 class _Writer:
@@ -95,6 +103,17 @@ class _Writer:
         self._thread.join(timeout)
 
 
+def store_shape(model: LoadedModel, kv_store: str) -> KVShape:
+    """What the KV files of this model and store setting hold. A float16 store of a float32 model
+    is its own namespace (the fingerprint says so), so its blocks never mix with lossless ones."""
+    if kv_store not in KV_STORES:
+        raise ValueError(f"unknown KV store '{kv_store}' (choose from {', '.join(KV_STORES)})")
+    own = np.dtype(model.kv.dtype).name
+    dtype = own if kv_store == KV_STORE_MODEL else kv_store
+    fingerprint = model.fingerprint if dtype == own else f"{model.fingerprint}/kv-{dtype}"
+    return KVShape(fingerprint, dtype, model.kv.n_layers, model.kv.kv_heads, model.kv.head_dim)
+
+
 class SessionManager:
     """Sessions over one loaded model, a state directory and a memory budget (thread-safe)."""
 
@@ -104,13 +123,13 @@ class SessionManager:
                  cache_memory_bytes: int = DEFAULT_MEMORY_TIER_BYTES,
                  cache_disk_bytes: int = DEFAULT_DISK_TIER_BYTES,
                  cache_max_age_s: float = DEFAULT_MAX_AGE_S,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 kv_store: str = KV_STORE_MODEL) -> None:
         self.model = model
         self.generator = Generator(model)
         self.state_dir = Path(state_dir)
         self.memory_budget = memory_budget_bytes
-        self.shape = KVShape(model.fingerprint, np.dtype(model.kv.dtype).name, model.kv.n_layers,
-                             model.kv.kv_heads, model.kv.head_dim)
+        self.shape = store_shape(model, kv_store)
         self.store = BlockStore(self.state_dir, self.shape, block_tokens)
         self.block_tokens = block_tokens
         self._sessions_dir = self.state_dir / "sessions"
@@ -259,6 +278,7 @@ class SessionManager:
             "disk_blocks": len(disk_keys), "disk_block_bytes": sum(self.store.size(k) for k in disk_keys),
             "pending_saves": sum(s.pending_saves for s in sessions),
             "block_tokens": self.block_tokens,
+            "kv_store_dtype": self.shape.dtype,
             "cache": self.prefix.stats(),
         }
 
@@ -541,8 +561,24 @@ class SessionManager:
             s.disk_tokens, s.disk_keys, s.tail_file = tokens, keys, tail_name
         if old_tail and old_tail != tail_name:
             (self._tails_dir / old_tail).unlink(missing_ok=True)
+        self._drop_foreign(s)       # the manifest no longer names them
         # Blocks this session no longer uses stay as unpinned shared cache (budget and age apply).
         self.prefix.trigger()
+
+    def _drop_foreign(self, s: _Session, remove_blocks: bool = False) -> list[str]:
+        """Releases KV saved under another model or store setting (see `_Session.foreign_keys`);
+        returns the blocks removed (only with `remove_blocks`, those no other session uses)."""
+        removed: list[str] = []
+        with self._lock:
+            for key in s.foreign_keys:
+                self._refs.get(key, set()).discard(s.id)
+                if remove_blocks and not self._refs.get(key):
+                    self.store.remove(key)
+                    removed.append(key)
+            tail, s.foreign_keys, s.foreign_tail = s.foreign_tail, [], None
+        if tail:
+            (self._tails_dir / tail).unlink(missing_ok=True)
+        return removed
 
     def _write_regular(self, s: _Session, transcript: list[dict[str, str]] | None = None) -> None:
         """A regular session keeps only its manifest (transcript); pinned files are released."""
@@ -569,6 +605,7 @@ class SessionManager:
                         removed.append(key)
             tail, s.tail_file = s.tail_file, None
             s.disk_keys, s.disk_tokens = [], []
+        removed += self._drop_foreign(s, remove_blocks)
         for key in removed:
             self.prefix.note_removed(key)
         if not remove_blocks:
@@ -610,7 +647,13 @@ class SessionManager:
                 s.disk_keys = list(data.get("blocks", []))
                 s.tail_file = data.get("tail")
             elif data.get("tokens"):
-                why = "made by another model" if not same_model else "an older store format"
+                s.foreign_keys = [str(k) for k in data.get("blocks") or []]
+                s.foreign_tail = data.get("tail")
+                saved = str(data.get("fingerprint", ""))
+                if not same_model and saved.split("/")[0] == self.model.fingerprint:
+                    why = "saved with another KV store setting"
+                else:
+                    why = "made by another model" if not same_model else "an older store format"
                 s.repair_note = f"saved KV unusable ({why}); re-prefilled from the history"
         return s
 
@@ -663,10 +706,9 @@ class SessionManager:
                 if s is None:
                     report["bad_manifests"] += 1
                     continue
-                for key in s.disk_keys:
+                for key in s.disk_keys + s.foreign_keys:
                     self._refs.setdefault(key, set()).add(s.id)
-                if s.tail_file:
-                    live_tails.add(s.tail_file)
+                live_tails.update(t for t in (s.tail_file, s.foreign_tail) if t)
         if self._tails_dir.is_dir():
             for f in self._tails_dir.iterdir():
                 if f.name not in live_tails:

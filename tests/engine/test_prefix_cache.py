@@ -750,6 +750,34 @@ def test_regular_session_close_spills_and_a_new_manager_reuses_them(model, manag
     assert tier(mgr2, "memory")["blocks"] >= 5          # read blocks are promoted, then published
 
 
+def test_float16_store_disk_tier_round_trip(model, managers, tmp_path):
+    """With the float16 KV store the disk tier holds half-size blocks, and a new manager reuses
+    them (as float16 roundings of the KV computed in memory)."""
+    prompt = ids(5 * B + 9, seed=52)
+    lossless = managers(tmp_path / "lossless")
+    s0 = open_sid(lossless)
+    run(lossless, s0, prompt)
+    lossless.close(s0)
+    mgr = managers(tmp_path / "half", kv_store="float16")
+    s = open_sid(mgr)
+    first = run(mgr, s, prompt)
+    want = mgr._open[s].cache.export(0, 5 * B)
+    mgr.close(s)
+    assert lossless.wait_for_saves() and mgr.wait_for_saves()
+    keys = mgr.store.keys_for(prompt, None)
+    assert set(keys).isdisjoint(lossless.store.keys_for(prompt, None))    # separate namespaces
+    half, full = sum(mgr.store.size(k) for k in keys), sum(lossless.store.size(k) for k in lossless.store.keys_for(prompt, None))
+    assert 0.45 * full < half < 0.55 * full
+    mgr.shutdown()
+
+    mgr2 = managers(tmp_path / "half", kv_store="float16")
+    s2 = open_sid(mgr2)
+    r = run(mgr2, s2, prompt + first.token_ids + ids(6, seed=53))
+    assert r.figures.cache_tokens_disk == 5 * B and r.figures.resume == "disk"
+    got = mgr2._open[s2].cache.export(0, 5 * B)
+    assert np.array_equal(got, want.astype(np.float16).astype(np.float32))
+
+
 def test_evicted_regular_session_spills_to_the_disk_tier(model, managers, tmp_path):
     prompt = ids(4 * B + 1, seed=52)
     mgr = managers(tmp_path, memory_budget_bytes=1)     # every idle regular session is evicted

@@ -138,6 +138,81 @@ def test_pinned_resume_equals_uninterrupted_generation(tiny_model, managers, sta
     assert np.array_equal(got.export(0, len(got)), want.export(0, len(want)))
 
 
+def test_float16_store_halves_the_bytes_and_resumes_within_fp16_rounding(tiny_model, managers, state):
+    """The optional float16 KV store: half the bytes on disk, loaded back into the float32 cache as
+    the float16 rounding of the KV computed in memory, then generation continues from disk."""
+    s, t1 = pinned_turn1(lambda **kw: managers(kv_store="float16", **kw))
+    p2 = turn2(t1)
+    lossless_s, _ = pinned_turn1(lambda **kw: managers(state_dir=state.parent / "lossless", **kw))
+    m = managers(kv_store="float16")
+    full = managers(state_dir=state.parent / "lossless")
+    assert m.stats()["kv_store_dtype"] == "float16" and full.stats()["kv_store_dtype"] == "float32"
+    info, info_full = m.open(s), full.open(lossless_s)
+    payload_half = info.tokens * tiny_model.kv.bytes_per_token // 2
+    assert payload_half <= info.kv_bytes_disk < payload_half + 4096 * 4        # headers: token ids, JSON
+    assert info.kv_bytes_disk < 0.6 * info_full.kv_bytes_disk
+    r = collect(m.generate_tokens(s, p2, greedy()))
+    assert r.figures.resume == "disk" and r.figures.fallback_reason is None and r.figures.reused_tokens == 47
+    # The reference: the same history computed in memory, rounded to float16 and back.
+    live = managers(state_dir=state.parent / "live")
+    other = sid()
+    live.open(other, SessionKind.TEMPORARY)
+    collect(live.generate_tokens(other, p2, greedy(1)))
+    got, want = cache_of(m, s).export(0, 47), cache_of(live, other).export(0, 47)
+    assert got.dtype == np.float32
+    assert np.array_equal(got, want.astype(np.float16).astype(np.float32))
+    assert not np.array_equal(got, want)              # it really is the rounded copy
+
+
+def test_changing_the_kv_store_setting_re_prefills_once_and_keeps_the_chat(tiny_model, managers, state):
+    s, t1 = pinned_turn1(managers)                   # saved losslessly
+    p2 = turn2(t1)
+    m = managers(kv_store="float16")
+    assert m.open(s).kind == SessionKind.PINNED
+    r = collect(m.generate_tokens(s, p2, greedy()))
+    assert r.figures.resume != "disk" and "another KV store setting" in (r.figures.fallback_reason or "")
+    assert r.token_ids == reference(tiny_model, p2)   # nothing the user wrote is lost
+    assert m.wait_for_saves()
+    m.shutdown()
+    again = managers(kv_store="float16")
+    again.open(s)
+    r2 = collect(again.generate_tokens(s, p2 + r.token_ids[:-1] + EXTRA, greedy()))
+    assert r2.figures.resume == "disk" and r2.figures.fallback_reason is None
+
+
+def test_kv_saved_under_another_setting_survives_a_run_with_this_one(tiny_model, managers, state):
+    """A manager with the other KV store setting (or another model) cannot use a pinned chat's KV,
+    but must not treat it as evictable cache or orphan tails: switching back resumes from disk."""
+    s, t1 = pinned_turn1(managers)
+    before = kinds(state)
+    other = managers(kv_store="float16", cache_disk_bytes=0, cache_max_age_s=0.0)   # evicts all it may
+    assert other.cache_gc() is not None and other.gc() is not None
+    assert other.open(s).tokens == 0 and kinds(state) == before      # blocks and tail all still there
+    other.shutdown()
+    back = managers()
+    back.open(s)
+    r = collect(back.generate_tokens(s, turn2(t1), greedy()))
+    assert r.figures.resume == "disk" and r.figures.fallback_reason is None and r.figures.reused_tokens == 47
+
+
+def test_resaving_under_the_new_setting_releases_the_old_kv(tiny_model, managers, state):
+    s, t1 = pinned_turn1(managers)
+    old_tails = {p.name for p in (state / "tails").iterdir()}
+    m = managers(kv_store="float16", cache_disk_bytes=0, cache_max_age_s=0.0)
+    m.open(s)
+    collect(m.generate_tokens(s, turn2(t1), greedy()))      # re-prefilled, saved as float16
+    assert m.wait_for_saves()
+    assert old_tails.isdisjoint(p.name for p in (state / "tails").iterdir())
+    m.cache_gc()
+    lossless_keys = managers().store.keys_for(P1 + t1, None)
+    assert not any(m.store.has(k) for k in lossless_keys)   # no longer pinned: evicted by the budget
+
+
+def test_unknown_kv_store_setting_is_refused(tiny_model, state):
+    with pytest.raises(ValueError, match="unknown KV store 'int4'"):
+        SessionManager(tiny_model, state, kv_store="int4")
+
+
 def test_chat_transcript_resumes_and_reuses_the_saved_history(tiny_model, managers, state):
     m = managers()
     s = sid()
