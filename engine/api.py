@@ -6,6 +6,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Protocol, Sequence
 
 
+
+KV_STORE_MODEL = "model"          # saved KV in the model's own dtype: lossless (the default)
+KV_STORE_FLOAT16 = "float16"      # half the bytes; resumed logits differ slightly (docs/BENCHMARKS.md)
+KV_STORES = (KV_STORE_MODEL, KV_STORE_FLOAT16)
+
 class SessionKind(str, enum.Enum):
     PINNED = "pinned"        # transcript + KV on disk, resumes without prefill
     REGULAR = "regular"      # KV in memory (and the shared expiring cache)

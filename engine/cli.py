@@ -93,7 +93,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
     state = Path(args.state_dir) if args.state_dir else paths.state_dir()
-    manager = SessionManager(model, state)
+    manager = SessionManager(model, state, kv_store=args.kv_store)
     result: GenerationResult | None = None
     try:
         kind = "pinned" if args.pinned else "temporary" if args.temporary or not args.session else None
@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     kind.add_argument("--temporary", action="store_true", help="temporary session: nothing on disk")
     g.add_argument("--state-dir", help="engine state folder (default: in the user data folder)")
     g.add_argument("--cache-salt", help="only callers with the same salt share cached prefixes")
+    add_kv_store_option(g)
     g.set_defaults(func=cmd_generate)
 
     from .cli_cache import add_cache_commands
@@ -188,6 +189,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def add_kv_store_option(p: argparse.ArgumentParser) -> None:
+    from .api import KV_STORE_MODEL, KV_STORES
+    p.add_argument("--kv-store", choices=KV_STORES, default=KV_STORE_MODEL,
+                   help="saved KV: 'model' keeps the model's own dtype (lossless), 'float16' halves "
+                        "the bytes (use the same setting for every command on a state folder)")
 
 
 def launch() -> int:

@@ -27,4 +27,6 @@ def add_cache_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("action", choices=["stats", "gc", "clear"])
     c.add_argument("--state-dir")
     c.add_argument("--model")
+    from .cli import add_kv_store_option
+    add_kv_store_option(c)
     c.set_defaults(func=cmd_cache)

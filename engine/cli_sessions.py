@@ -16,7 +16,8 @@ def _manager(args: argparse.Namespace):   # -> SessionManager (imported lazily: 
         model = load_model(_model_dir(getattr(args, "model", None)), provider="cpu")
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
-    return SessionManager(model, Path(args.state_dir) if args.state_dir else paths.state_dir())
+    return SessionManager(model, Path(args.state_dir) if args.state_dir else paths.state_dir(),
+                          kv_store=args.kv_store)
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -62,4 +63,6 @@ def add_session_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("id", nargs="?")
     s.add_argument("--state-dir")
     s.add_argument("--model")
+    from .cli import add_kv_store_option
+    add_kv_store_option(s)
     s.set_defaults(func=cmd_sessions)

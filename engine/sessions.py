@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .api import (CancelToken, ChatMessage, GenerationFigures, GenerationResult, KVLocation,
-                  SamplingParams, SessionInfo, SessionKind, StreamEvent)
+from .api import (KV_STORE_MODEL, KV_STORES, CancelToken, ChatMessage, GenerationFigures, GenerationResult,
+                  KVLocation, SamplingParams, SessionInfo, SessionKind, StreamEvent)
 from .blockstore import DEFAULT_BLOCK_TOKENS, BlockStore
 from .generate import Generator, common_prefix
 from .kvcache import KVCache
@@ -30,9 +30,6 @@ from .prefix_cache import (DEFAULT_DISK_TIER_BYTES, DEFAULT_MAX_AGE_S, DEFAULT_M
                            PrefixCache)
 
 MANIFEST_VERSION = 1
-KV_STORE_MODEL = "model"          # saved KV in the model's own dtype: lossless (the default)
-KV_STORE_FLOAT16 = "float16"      # half the bytes; resumed logits differ slightly (docs/BENCHMARKS.md)
-KV_STORES = (KV_STORE_MODEL, KV_STORE_FLOAT16)
 LOAD_THREADS = 4                # reads of saved KV in flight at once (I/O-bound: more than the cores)
 DEFAULT_MEMORY_BUDGET = 1 << 30
 

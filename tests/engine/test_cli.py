@@ -169,6 +169,23 @@ def test_pinned_session_resumes_across_invocations_and_sessions_commands(run_cli
     assert rc == 0 and out.strip() == ""
 
 
+def test_float16_kv_store_across_invocations(run_cli, tiny_dir, tmp_path, capsys):
+    state = tmp_path / "state"
+    sid = str(uuid.uuid4())
+    common = ["--model", tiny_dir, "--session", sid, "--pinned", "--json", "--greedy", "--max-tokens", "8",
+              "--state-dir", state, "--kv-store", "float16"]
+    parse_json(run_cli("generate", "--chat", "Hello there", *common))
+    second = parse_json(run_cli("generate", "--chat", "Tell me more", *common))
+    assert second["resume"] == "disk" and second["fallback_reason"] is None and second["reused_tokens"] > 0
+    header = next((state / "tails").glob("*.kvt")).read_bytes()[:4096]    # a short chat: its tail only
+    assert b'"dtype":"float16"' in header
+    rc, out, _ = _sessions(capsys, "show", sid, "--state-dir", state, "--model", tiny_dir, "--kv-store", "float16")
+    assert rc == 0 and json.loads(out)["kv_location"] == "disk"
+    # The lossless setting cannot use it: one re-prefill, the chat itself intact.
+    third = parse_json(run_cli("generate", "--chat", "And then?", *common[:-2]))
+    assert third["resume"] != "disk" and "another KV store setting" in third["fallback_reason"]
+
+
 def test_sessions_command_errors(capsys, tiny_dir, tmp_path):
     where = ["--state-dir", tmp_path / "state", "--model", tiny_dir]
     for args, needle in ((["show"], "needs a session id"), (["show", "not-a-uuid"], "")):
