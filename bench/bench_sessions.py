@@ -44,12 +44,12 @@ TARGET_LIMIT = 1.5
 
 
 # ---- workers --------------------------------------------------------------------------------------
-def _manager(model_dir: str, state_dir: str, threads: int) -> Any:
+def _manager(model_dir: str, state_dir: str, threads: int, kv_store: str = "model") -> Any:
     from engine.model import load_model
     from engine.sessions import SessionManager
     model = load_model(model_dir, "cpu", threads)
     t0 = time.perf_counter()
-    mgr = SessionManager(model, state_dir)
+    mgr = SessionManager(model, state_dir, kv_store=kv_store)
     return mgr, time.perf_counter() - t0
 
 
@@ -82,11 +82,12 @@ def _first_token(mgr: Any, sid: str, prompt: list[int], kind: Any = None) -> dic
             "prefilled": f.prefilled_tokens, "fallback_reason": f.fallback_reason, "token": result.token_ids}
 
 
-def worker_build(model_dir: str, state_dir: str, threads: int, histories: dict[str, str]) -> dict[str, Any]:
+def worker_build(model_dir: str, state_dir: str, threads: int, histories: dict[str, str],
+                 kv_store: str = "model") -> dict[str, Any]:
     """Pinned sessions, one per history file; returns their ids, sizes and the next token."""
     from engine.api import SamplingParams
     from engine.generate import collect
-    mgr, _ = _manager(model_dir, state_dir, threads)
+    mgr, _ = _manager(model_dir, state_dir, threads, kv_store)
     out: dict[str, Any] = {}
     for name, path in histories.items():
         ids = json.loads(Path(path).read_text())
@@ -106,12 +107,47 @@ def worker_build(model_dir: str, state_dir: str, threads: int, histories: dict[s
     return out
 
 
-def worker_resume(model_dir: str, state_dir: str, threads: int, session_id: str, prompt_file: str) -> dict[str, Any]:
-    mgr, manager_s = _manager(model_dir, state_dir, threads)
+def worker_resume(model_dir: str, state_dir: str, threads: int, session_id: str, prompt_file: str,
+                  kv_store: str = "model") -> dict[str, Any]:
+    mgr, manager_s = _manager(model_dir, state_dir, threads, kv_store)
     _warm_up(mgr)
     r = _first_token(mgr, session_id, json.loads(Path(prompt_file).read_text()))
     r["manager_s"] = manager_s
     return r
+
+
+def worker_f16_error(model_dir: str, threads: int, lossless: dict[str, str], half: dict[str, str],
+                     prompt_file: str, steps: int) -> dict[str, Any]:
+    """The float16 store's error: the same history resumed from a lossless and from a float16 store,
+    then `steps` teacher-forced steps (the lossless run's greedy tokens) on both caches."""
+    import numpy as np
+    from engine.api import SamplingParams
+    from engine.generate import collect
+    prompt = json.loads(Path(prompt_file).read_text())
+    caches, mgrs = [], []
+    for spec, kv_store in ((lossless, "model"), (half, "float16")):
+        mgr, _ = _manager(model_dir, spec["state_dir"], threads, kv_store)
+        mgr.open(spec["session_id"])
+        r = collect(mgr.generate_tokens(spec["session_id"], prompt, SamplingParams(greedy=True, max_new_tokens=1)))
+        assert r.figures.resume == "disk", r.figures
+        caches.append(mgr._open[spec["session_id"]].cache)
+        mgrs.append(mgr)
+    n = len(caches[0])
+    loaded = len(caches[0]) - 1          # the last position was computed on top of the loaded ones
+    kv_a, kv_b = caches[0].export(0, loaded), caches[1].export(0, loaded)
+    runners = [m.generator.runner for m in mgrs]     # a cache's binding belongs to its manager's session
+    tok, max_dlogit, kls, agree = prompt[-1], 0.0, [], 0
+    caches[0].truncate(n - 1)
+    caches[1].truncate(n - 1)
+    for _ in range(steps):
+        la, lb = (r.forward(c, [tok]).astype(np.float64) for r, c in zip(runners, caches))
+        pa, pb = (np.exp(x - x.max()) / np.exp(x - x.max()).sum() for x in (la, lb))
+        max_dlogit = max(max_dlogit, float(np.abs(la - lb).max()))
+        kls.append(float((pa * (np.log(pa + 1e-30) - np.log(pb + 1e-30))).sum()))
+        agree += int(la.argmax() == lb.argmax())
+        tok = int(la.argmax())
+    return {"kv_max_abs_diff": float(np.abs(kv_a - kv_b).max()), "kv_max_abs": float(np.abs(kv_a).max()),
+            "max_dlogit": max_dlogit, "mean_kl": float(np.mean(kls)), "top1_agree": agree, "steps": steps}
 
 
 def worker_reprefill(model_dir: str, state_dir: str, threads: int, prompt_file: str, runs: int) -> dict[str, Any]:
@@ -246,6 +282,38 @@ def run(quick: bool = False) -> dict[str, Any]:
                   f"{entry['limit_warm_ms']:.0f} ms); re-prefill {entry['reprefill_ttft_ms']:.0f} ms "
                   f"-> {entry['speedup_cold']:.1f}x cold, {entry['speedup_warm']:.1f}x warm", flush=True)
 
+        # The optional float16 store, on the 2048-token history: size, resume time and error.
+        fn = "2048" if "2048" in histories else max(histories, key=int)
+        f16_state = tmp / "state-f16"
+        fb = common.run_worker("bench.bench_sessions", "worker_build", {
+            "model_dir": mdir, "state_dir": str(f16_state), "threads": threads,
+            "histories": {fn: str(histories[fn])}, "kv_store": "float16"}, timeout=1200).data[fn]
+        f16_files = _state_files(f16_state)
+        fargs = {"model_dir": mdir, "state_dir": str(f16_state), "threads": threads,
+                 "session_id": fb["session_id"], "prompt_file": str(prompts[fn]), "kv_store": "float16"}
+        common.run_worker("bench.bench_sessions", "worker_resume", fargs)
+        frs = []
+        for _ in range(runs):
+            common.drop_from_page_cache(f16_files)
+            frs.append(common.run_worker("bench.bench_sessions", "worker_resume", fargs).data)
+        err = common.run_worker("bench.bench_sessions", "worker_f16_error", {
+            "model_dir": mdir, "threads": threads, "prompt_file": str(prompts[fn]), "steps": 32,
+            "lossless": {"state_dir": str(state), "session_id": built[fn]["session_id"]},
+            "half": {"state_dir": str(f16_state), "session_id": fb["session_id"]}}, timeout=1200).data
+        results["float16_store"] = {
+            "tokens": fb["tokens"], "kv_bytes_disk": fb["kv_bytes_disk"],
+            "lossless_kv_bytes_disk": built[fn]["kv_bytes_disk"],
+            "cold_ttft_ms": median(r["ttft_s"] for r in frs) * 1000,
+            "cold_resume_ms": median(r["resume_ms"] for r in frs),
+            "lossless_cold_ttft_ms": results["sizes"][fn]["cold"]["ttft_ms"], **err}
+        f = results["float16_store"]
+        print(f"sessions: float16 store, {fn} tokens: {f['kv_bytes_disk'] / 2**20:.1f} MiB on disk "
+              f"(lossless {f['lossless_kv_bytes_disk'] / 2**20:.1f}), cold TTFT {f['cold_ttft_ms']:.0f} ms "
+              f"(load {f['cold_resume_ms']:.0f} ms; lossless {f['lossless_cold_ttft_ms']:.0f} ms); KV max |Δ| "
+              f"{f['kv_max_abs_diff']:.2e} (max |KV| {f['kv_max_abs']:.1f}); over {f['steps']} steps: max |Δ logit| "
+              f"{f['max_dlogit']:.2e}, mean KL {f['mean_kl']:.2e}, top-1 agreement {f['top1_agree']}/{f['steps']}",
+              flush=True)
+
         shutil.rmtree(state, ignore_errors=True)
         tokens_file = tmp / "save-history.json"
         tokens_file.write_text(json.dumps(bench_engine.token_ids(max(save_lengths) + SAVE_TURNS * TURN_TOKENS, seed=7)))
@@ -316,6 +384,15 @@ def section(res: dict[str, Any]) -> Section:
              f"≤ {TARGET_LIMIT}×", ok(t["limit_2048"]["met"])],
             ["Same, whole resume TTFT vs the limit (cold)", f"{e['cold']['ttft_ms'] / e['limit_cold_ms']:.2f}×", "", ""],
         ]), ""]
+    f = res.get("float16_store")
+    if f:
+        body += [f"The optional float16 KV store (`kv_store=\"float16\"`, `--kv-store float16`, a GUI setting) on "
+                 f"the same {f['tokens']}-token history: {f['kv_bytes_disk'] / 2**20:.1f} MiB on disk against "
+                 f"{f['lossless_kv_bytes_disk'] / 2**20:.1f} MiB lossless; cold resume TTFT {f['cold_ttft_ms']:.0f} ms "
+                 f"(KV load {f['cold_resume_ms']:.0f} ms) against {f['lossless_cold_ttft_ms']:.0f} ms. Its error, "
+                 f"resumed from both stores in one process: loaded KV max |Δ| {f['kv_max_abs_diff']:.2e} (largest |KV| "
+                 f"{f['kv_max_abs']:.1f}: float16 rounding); over {f['steps']} teacher-forced steps max |Δ logit| {f['max_dlogit']:.2e}, "
+                 f"mean KL {f['mean_kl']:.2e}, same top-1 token {f['top1_agree']}/{f['steps']}.", ""]
     srows = [[length, f"{s['total_ms']:.1f} ms", f"{s['max_ms']:.1f} ms", f"{s['snapshot_ms']:.2f} ms"]
              for length, s in res["saves"].items()]
     body += [f"Save time of a {TURN_TOKENS}-token turn (`_save_async` + `wait_for_saves`, fsync included) against "

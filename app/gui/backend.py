@@ -47,6 +47,7 @@ def open_engine(model_dir: Path, state_dir: Path, settings: Settings) -> ChatEng
         "memory_budget_bytes": int(settings.memory_budget_mb) * 1024 * 1024,
         "cache_disk_bytes": int(settings.disk_budget_mb) * 1024 * 1024,
         "cache_max_age_s": float(settings.cache_max_age_days) * 86400,
+        "kv_store": settings.kv_store,
     }
     state_dir.mkdir(parents=True, exist_ok=True)
     return SessionManager(model, state_dir, **_accepting(SessionManager, options))

@@ -1249,9 +1249,9 @@ class MainWindow(QMainWindow):
             old = self.settings
             self.settings = dlg.result_settings()
             self.save_settings()
-            if (old.provider, old.memory_budget_mb, old.disk_budget_mb, old.cache_max_age_days) != (
+            if (old.provider, old.memory_budget_mb, old.disk_budget_mb, old.cache_max_age_days, old.kv_store) != (
                     self.settings.provider, self.settings.memory_budget_mb,
-                    self.settings.disk_budget_mb, self.settings.cache_max_age_days):
+                    self.settings.disk_budget_mb, self.settings.cache_max_age_days, self.settings.kv_store):
                 self.stop()
                 self.load_engine()
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from engine.api import SamplingParams
+from engine.api import KV_STORE_MODEL, KV_STORES, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class Settings:
     memory_budget_mb: int = 1024           # KV kept in memory (all regular chats together)
     disk_budget_mb: int = 4096             # shared on-disk prefix cache (pinned chats not counted)
     cache_max_age_days: int = 14
+    kv_store: str = "model"                # saved KV: "model" (lossless) | "float16" (half the disk)
     model: str = ""                        # folder name under models/, "" = the default model
     last_chat_id: str | None = None
     window_geometry: str | None = None     # base64 of QWidget.saveGeometry()
@@ -88,6 +89,8 @@ class Settings:
             s.sampling = sd
         if s.provider not in PROVIDERS:
             s.provider = "auto"
+        if s.kv_store not in KV_STORES:
+            s.kv_store = KV_STORE_MODEL
         s.extra = {k: v for k, v in raw.items() if k not in known}
         return s
 

@@ -85,6 +85,11 @@ class SettingsDialog(QDialog):
         self.max_age = QSpinBox(minimum=1, maximum=3650, suffix=" days")
         self.max_age.setValue(settings.cache_max_age_days)
         ef.addRow("Keep cached chats for", self.max_age)
+        self.compact_kv = QCheckBox("Store pinned chats' KV in float16")
+        self.compact_kv.setToolTip("Half the disk space for pinned chats; replies after a restart can "
+                                   "differ very slightly. Changing it re-computes each pinned chat once.")
+        self.compact_kv.setChecked(settings.kv_store == "float16")
+        ef.addRow("Compact saved KV", self.compact_kv)
         self.clear_btn = QPushButton("Clear cache")
         self.clear_btn.setToolTip("Drop the cached KV of every chat except pinned ones")
         self.clear_btn.clicked.connect(self._clear)
@@ -123,6 +128,7 @@ class SettingsDialog(QDialog):
         s.memory_budget_mb = self.memory.value()
         s.disk_budget_mb = self.disk.value()
         s.cache_max_age_days = self.max_age.value()
+        s.kv_store = "float16" if self.compact_kv.isChecked() else "model"
         return s
 
 

@@ -838,9 +838,11 @@ def test_cli_cache_stats_gc_clear(tiny, model, tmp_path):
 def test_gui_settings_reach_the_prefix_cache(tiny, tmp_path):
     from app.gui.backend import open_engine
     from app.gui.settings import Settings
-    engine = open_engine(tiny[0], tmp_path, Settings(provider="cpu", disk_budget_mb=7, cache_max_age_days=3))
+    engine = open_engine(tiny[0], tmp_path, Settings(provider="cpu", disk_budget_mb=7, cache_max_age_days=3,
+                                                     kv_store="float16"))
     try:
         assert engine.prefix.disk_budget == 7 * 1024 * 1024
         assert engine.prefix.max_age_s == 3 * 86400
+        assert engine.stats()["kv_store_dtype"] == "float16"
     finally:
         engine.shutdown()

@@ -169,10 +169,11 @@ def test_settings_round_trip_and_bad_files(tmp_path):
     assert not list(tmp_path.glob(".settings-*"))          # no temp files left
     p.write_text("{not json")
     assert Settings.load(p) == Settings()
-    p.write_text(json.dumps({"provider": "quantum", "memory_budget_mb": "lots",
+    p.write_text(json.dumps({"provider": "quantum", "memory_budget_mb": "lots", "kv_store": "int2",
                              "sampling": {"temperature": "hot", "max_new_tokens": 64}}))
     s = Settings.load(p)
     assert s.provider == "auto" and s.memory_budget_mb == Settings().memory_budget_mb
+    assert s.kv_store == "model"
     assert s.sampling.temperature == 0.7 and s.sampling.max_new_tokens == 64
 
 
@@ -188,6 +189,8 @@ def test_settings_dialog_changes_defaults_and_clears_cache(make_window, engine, 
         dlg.system_prompt.setPlainText("Answer like a pirate.")
         dlg.sampling.temperature.setValue(0.3)
         dlg.memory.setValue(2048)
+        assert not dlg.compact_kv.isChecked()
+        dlg.compact_kv.setChecked(True)
         qtbot.mouseClick(dlg.clear_btn, Qt.MouseButton.LeftButton)
         return 1
 
@@ -197,6 +200,7 @@ def test_settings_dialog_changes_defaults_and_clears_cache(make_window, engine, 
     qtbot.waitUntil(lambda: engine.called("clear_cache") == [()], timeout=3000)
     saved = Settings.load(make_window.home / "settings.json")
     assert saved.system_prompt == "Answer like a pirate." and saved.sampling.temperature == 0.3
+    assert saved.kv_store == "float16"
     qtbot.waitUntil(lambda: w.engine is not None, timeout=3000)   # budget changed: reloaded
     w.new_chat()
     send(qtbot, w, "ahoy")
