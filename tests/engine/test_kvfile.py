@@ -72,3 +72,26 @@ def test_damaged_file_is_refused_with_its_reason(tmp_path: Path, read_mode: str,
 def test_iov_batches_cover_more_views_than_one_call_takes(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(kvfile, "_IOV_MAX", 5)      # 12 views: three preadv calls (or readinto)
     _write_and_read_back(tmp_path)
+
+
+def test_half_to_float_equals_numpys_cast_on_every_float16_value() -> None:
+    from engine.halfcast import half_to_float
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(256, 256)   # incl. subnormals, inf, nan
+    got, want = half_to_float(every), every.astype(np.float32)
+    assert got.dtype == np.float32 and got.shape == (256, 256)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))                          # -0.0 stays -0.0
+    assert half_to_float(np.zeros((0, 4), np.float16)).shape == (0, 4)
+
+
+def test_float16_file_read_into_float32_views(tmp_path: Path) -> None:
+    shape16 = KVShape(SHAPE.fingerprint, "float16", SHAPE.n_layers, SHAPE.kv_heads, SHAPE.head_dim)
+    payload = _payload()
+    path = tmp_path / "h.kv"
+    write_kv_file(path, shape16, TOKENS, payload)              # converted to float16 on write
+    write_kv_file(tmp_path / "f.kv", SHAPE, TOKENS, payload)
+    assert (tmp_path / "f.kv").stat().st_size - path.stat().st_size == payload.nbytes // 2
+    buf, views = _views()
+    read_kv_into(path, shape16, TOKENS, views)
+    np.testing.assert_array_equal(buf[:, :, :, 2:7], payload.astype(np.float16).astype(np.float32))
+    assert np.isnan(buf[:, :, :, :2]).all() and np.isnan(buf[:, :, :, 7:]).all()
