@@ -34,15 +34,18 @@ def _cast_session() -> Any:
         return _session
 
 
-def half_to_float(src: np.ndarray) -> np.ndarray:
-    """A new float32 array with the values of `src` (float16, any shape)."""
+def half_to_float(src: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The values of `src` (float16, any shape) as float32: in `out` (contiguous, same size) when
+    given, else in a new array."""
     import onnxruntime as ort
     flat = np.ascontiguousarray(src, dtype=np.float16).reshape(-1)
-    out = np.empty(flat.shape, np.float32)
+    if out is None:
+        out = np.empty(flat.shape, np.float32)
+    assert out.dtype == np.float32 and out.size == flat.size and out.flags.c_contiguous
     if flat.size:
         session = _cast_session()
         binding = session.io_binding()
         binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(flat))
-        binding.bind_ortvalue_output("y", ort.OrtValue.ortvalue_from_numpy(out))
+        binding.bind_ortvalue_output("y", ort.OrtValue.ortvalue_from_numpy(out.reshape(-1)))
         session.run_with_iobinding(binding)
     return out.reshape(src.shape)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -138,6 +139,19 @@ def _read_scattered(f: Any, bufs: list[memoryview]) -> int:
     return offset
 
 
+_scratch_buffers = threading.local()
+
+
+def _scratch(name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A reusable buffer of this thread's (contents undefined), grown when too small."""
+    size = int(np.prod(shape)) * dtype.itemsize
+    buf = getattr(_scratch_buffers, name, None)
+    if buf is None or buf.nbytes < size:
+        buf = np.empty(size, np.uint8)
+        setattr(_scratch_buffers, name, buf)
+    return buf[:size].view(dtype).reshape(shape)
+
+
 def read_kv_into(path: Path, shape: KVShape, token_ids: Sequence[int], views: Sequence[np.ndarray]) -> None:
     """Reads a KV file straight into `views` — one contiguous [tokens, head_dim] array per
     (layer, key/value, head), in payload order — with no intermediate copy. Raises `KVFileError`;
@@ -145,10 +159,13 @@ def read_kv_into(path: Path, shape: KVShape, token_ids: Sequence[int], views: Se
     the file's (a float16 store under a float32 cache) are filled through one converting copy."""
     stored = np.dtype(shape.dtype)
     if any(v.dtype != stored for v in views):
-        saved = read_kv_file(path, shape, token_ids)
+        # Through per-thread scratch buffers: fresh ones for every block cost page faults.
+        payload_shape = (shape.n_layers, 2, shape.kv_heads, len(token_ids), shape.head_dim)
+        saved = _scratch("stored", payload_shape, stored)
+        read_kv_into(path, shape, token_ids, [saved])
         if stored == np.float16 and all(v.dtype == np.float32 for v in views):
             from .halfcast import half_to_float    # ~15x numpy's cast
-            saved = half_to_float(saved)
+            saved = half_to_float(saved, _scratch("converted", payload_shape, np.dtype(np.float32)))
         flat = saved.reshape(-1)
         pos = 0
         for view in views:
