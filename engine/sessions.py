@@ -562,19 +562,24 @@ class SessionManager:
         # Blocks this session no longer uses stay as unpinned shared cache (budget and age apply).
         self.prefix.trigger()
 
-    def _drop_foreign(self, s: _Session, remove_blocks: bool = False) -> list[str]:
-        """Releases KV saved under another model or store setting (see `_Session.foreign_keys`);
-        returns the blocks removed (only with `remove_blocks`, those no other session uses)."""
-        removed: list[str] = []
+    def _drop_foreign(self, s: _Session) -> None:
+        """Releases KV saved under another model or store setting (see `_Session.foreign_keys`)
+        once the manifest no longer names it; the blocks stay as shared cache."""
         with self._lock:
-            for key in s.foreign_keys:
-                self._refs.get(key, set()).discard(s.id)
-                if remove_blocks and not self._refs.get(key):
-                    self.store.remove(key)
-                    removed.append(key)
+            self._unreference(s, s.foreign_keys, remove_blocks=False)
             tail, s.foreign_keys, s.foreign_tail = s.foreign_tail, [], None
         if tail:
             (self._tails_dir / tail).unlink(missing_ok=True)
+
+    def _unreference(self, s: _Session, keys: list[str], remove_blocks: bool) -> list[str]:
+        """Drops the session's references to `keys` (call under the manager lock: a concurrent save
+        cannot start referencing a block being removed); with `remove_blocks`, removes those no
+        other pinned session uses and returns them."""
+        for key in keys:
+            self._refs.get(key, set()).discard(s.id)
+        removed = [key for key in keys if remove_blocks and not self._refs.get(key)]
+        for key in removed:
+            self.store.remove(key)
         return removed
 
     def _write_regular(self, s: _Session, transcript: list[dict[str, str]] | None = None) -> None:
@@ -590,24 +595,16 @@ class SessionManager:
     def _release_files(self, s: _Session, remove_blocks: bool = False) -> None:
         """Drops the session's block references and its private tail. Unpinning leaves the blocks to
         the shared cache (budget and age apply); deleting removes those no other pinned session uses."""
-        removed: list[str] = []
         with self._lock:
-            for key in s.disk_keys:
-                self._refs.get(key, set()).discard(s.id)
-            if remove_blocks:
-                # Under the lock: a concurrent save cannot start referencing a block being removed.
-                for key in s.disk_keys:
-                    if not self._refs.get(key):
-                        self.store.remove(key)
-                        removed.append(key)
-            tail, s.tail_file = s.tail_file, None
-            s.disk_keys, s.disk_tokens = [], []
-        removed += self._drop_foreign(s, remove_blocks)
+            removed = self._unreference(s, s.disk_keys + s.foreign_keys, remove_blocks)
+            tails = [t for t in (s.tail_file, s.foreign_tail) if t]
+            s.tail_file = s.foreign_tail = None
+            s.disk_keys, s.disk_tokens, s.foreign_keys = [], [], []
         for key in removed:
             self.prefix.note_removed(key)
         if not remove_blocks:
             self.prefix.trigger()
-        if tail:
+        for tail in tails:
             (self._tails_dir / tail).unlink(missing_ok=True)
 
     def _delete_files(self, session_id: str) -> None:
