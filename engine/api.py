@@ -17,6 +17,13 @@ class SessionKind(str, enum.Enum):
     TEMPORARY = "temporary"  # never on disk; close frees everything
 
 
+class OverflowPolicy(str, enum.Enum):
+    """What a turn does when the history no longer fits the context window (per chat, or a default)."""
+    STOP = "stop"                        # refuse the turn: finish_reason context_full
+    TRUNCATE_MIDDLE = "truncate_middle"  # keep the system prompt and the latest turns (the default)
+    ROLLING = "rolling"                  # keep only the latest turns that fit
+
+
 class FinishReason(str, enum.Enum):
     EOS = "eos"                    # the model emitted an end-of-sequence token
     STOP = "stop"                  # a stop string matched (not emitted)
@@ -44,6 +51,7 @@ class SamplingParams:
     greedy: bool = False
     max_new_tokens: int = 512
     stop: list[str] = field(default_factory=list)
+    overflow: str = OverflowPolicy.TRUNCATE_MIDDLE.value   # an OverflowPolicy value
 
 
 @dataclass
@@ -65,6 +73,8 @@ class GenerationFigures:
     fallback_reason: str | None = None    # why a saved KV could not be used (re-prefilled instead)
     context_used: int = 0
     context_window: int = 0
+    dropped_messages: int = 0     # older messages left out to fit the context window (overflow policy)
+    dropped_tokens: int = 0       # ... and their tokens
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,7 +95,14 @@ class GenerationResult:
     figures: GenerationFigures
 
 
-StreamEvent = TextChunk | GenerationResult
+@dataclass
+class PrefillProgress:
+    """Prompt processing progress, sent between prefill chunks (before the first TextChunk)."""
+    done: int     # prompt tokens computed so far in this turn
+    total: int    # prompt tokens this turn computes (prefilled_tokens)
+
+
+StreamEvent = TextChunk | PrefillProgress | GenerationResult
 
 
 @dataclass
