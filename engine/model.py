@@ -5,14 +5,15 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx
 from tokenizers import Tokenizer
 
+from .convert.errors import ModelImportError
 from .fingerprint import model_fingerprint
-from .providers import ProviderChoice, create_session, short_name
+from .providers import CPU, ProviderChoice, create_session, short_name
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -55,6 +56,8 @@ class LoadedModel:
     fingerprint: str
     input_names: set[str] = field(default_factory=set)
     logits_name: str = "logits"
+    variant: str = "fp32"             # "fp16": the GPU variant (float16 activations and KV)
+    graph: Path | None = None         # the ONNX file the session runs
 
     @property
     def provider_short(self) -> str:
@@ -138,8 +141,27 @@ def _token_ids(value: Any) -> list[int]:
     return [int(v) for v in value] if isinstance(value, list) else [int(value)]
 
 
-def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads: int | None = None) -> LoadedModel:
-    """Opens a model folder; every problem becomes a `ModelLoadError` that names the file."""
+Variant = Literal["auto", "fp32", "fp16"]
+
+
+def _variant_maker(model_dir: Path, graph: Path, progress: Any) -> Any:
+    """The GPU graph for a folder: Amber's float16 variant (made on first use, with progress) for
+    graphs Amber converted; any other graph runs as it is."""
+    def make() -> str:
+        if not _uses_gqa(graph):
+            return str(graph)
+        from .convert.variants import ensure_variant
+        return str(ensure_variant(model_dir, graph, progress))
+    return make
+
+
+def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads: int | None = None,
+               variant: Variant = "auto", progress: Any = None) -> LoadedModel:
+    """Opens a model folder; every problem becomes a `ModelLoadError` that names the file.
+
+    `variant`: "auto" runs the float32 graph on CPU and the float16 variant on a GPU; "fp16" runs
+    the variant on whichever provider (on CPU: to check its numerics); "fp32" never uses it.
+    `progress(done, total, what)` reports making the variant (first use of a GPU)."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ModelLoadError(f"{model_dir}: no such model folder")
@@ -155,10 +177,20 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     except Exception as exc:
         raise ModelLoadError(f"{tok_path}: not a valid tokenizer ({exc})") from None
     try:
+        cpu_graph = graph
+        if variant == "fp16":
+            from .convert.variants import ensure_variant
+            cpu_graph = ensure_variant(model_dir, graph, progress)
+        gpu_graph: Any = str(graph) if variant == "fp32" else _variant_maker(model_dir, graph, progress)
+        if variant == "fp16":
+            gpu_graph = str(cpu_graph)
+        result = create_session(str(cpu_graph), provider, threads, gpu_model_path=gpu_graph)
+        graph = Path(result.model_path or cpu_graph)
         gqa = _uses_gqa(graph)
-        result = create_session(str(graph), provider, threads)
     except ModelLoadError:
         raise
+    except ModelImportError as exc:
+        raise ModelLoadError(f"{graph}: {exc}") from None
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"{graph}: ONNX Runtime cannot load it ({first_line[:400]})") from None
@@ -181,8 +213,12 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
             eos.append(int(tokenizer.token_to_id(eos_tok)))
     window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
     name = model_dir.name
+    from .convert.variants import VARIANT_NAME, variant_dir
+    is_variant = graph.parent == variant_dir(model_dir)
     return LoadedModel(path=model_dir, name=name, session=session, provider=result.provider,
                        provider_fallback_reason=result.fallback_reason, kv=kv, tokenizer=tokenizer,
                        config=config, generation_config=generation_config, tokenizer_config=tokenizer_config,
                        context_window=window, eos_token_ids=eos,
-                       fingerprint=model_fingerprint(model_dir, graph), input_names=inputs, logits_name=logits)
+                       fingerprint=model_fingerprint(model_dir, graph, VARIANT_NAME if is_variant else ""),
+                       input_names=inputs, logits_name=logits, variant=VARIANT_NAME if is_variant else "fp32",
+                       graph=graph)
