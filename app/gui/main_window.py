@@ -21,7 +21,7 @@ from engine import paths
 from engine.api import ChatMessage, GenerationResult, SessionKind, TextChunk
 
 from . import theme
-from .backend import Backend, ImportCancelled
+from .backend import Backend, ImportCancelled, _accepting
 from .chat_view import ChatView, MessageItem, copy_to_clipboard
 from .composer import Composer
 from .markdown_render import render
@@ -421,7 +421,9 @@ class MainWindow(QMainWindow):
                 old.shutdown(timeout=QUIT_WAIT_S)
             model_dir = self.backend.model_preparer(settings.model, progress)
             progress(-1.0, f"Loading {model_dir.name}…")
-            return self.backend.engine_factory(model_dir, self.home / "state", settings)
+            # A factory that takes `progress` reports making the GPU variant on first use of a GPU.
+            return self.backend.engine_factory(model_dir, self.home / "state", settings,
+                                               **_accepting(self.backend.engine_factory, {"progress": progress}))
 
         def done(engine: Any) -> None:
             self.engine_loading = False

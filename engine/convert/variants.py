@@ -325,6 +325,17 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
     return folder / MODEL_FILE
 
 
+def print_variant_progress(done: int, total: int, what: str) -> None:
+    """CLI progress while the GPU variant is made (first use of a GPU): one line on stderr."""
+    import sys
+    end = "\n" if done == total else ""
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\rpreparing the GPU (float16) variant: {done}/{total} tensors{end}")
+    elif done == total:
+        sys.stderr.write(f"preparing the GPU (float16) variant: {done}/{total} tensors\n")
+    sys.stderr.flush()
+
+
 def ensure_variant(model_dir: Path | str, cpu_graph: Path | None = None,
                    progress: ProgressFn | None = None) -> Path:
     """The variant's graph, made first if missing or stale (first use of a GPU on an older folder)."""
