@@ -16,6 +16,7 @@ from .errors import ModelImportError
 from .gguf_source import GGUFSource, ModelSpec
 from .graph import LayerWeights, ModelWeights, build_graph
 from .tokenizer import build_tokenizer_files, eos_token_ids
+from .variants import VARIANT_DIR, build_variant
 from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
 
 __all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_POLICIES", "EXACT", "FAST"]
@@ -135,14 +136,18 @@ def _write_json(path: Path, data: object) -> None:
 
 def _fsync_tree(folder: Path) -> None:
     for p in folder.iterdir():
+        if p.is_dir():
+            continue     # gpu/: fsynced when written
         with open(p, "rb") as f:
             os.fsync(f.fileno())
 
 
 def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPolicy = "auto",
                  progress: ProgressFn | None = None, cancel: _Cancel | None = None,
-                 accuracy_level: int = 0) -> Path:
+                 accuracy_level: int = 0, gpu_variant: bool = True) -> Path:
     """Converts a GGUF file into an Amber/optimum model folder at `dest_dir`.
+
+    With `gpu_variant` the folder also gets the float16 GPU variant (gpu/, see variants.py).
 
     Writes into a temporary sibling folder and renames it at the end, so an interrupted or
     failed conversion leaves nothing half-made.
@@ -171,6 +176,9 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
         del model
         if cancel is not None and cancel.is_set():
             raise ConversionCancelled()
+        if gpu_variant:
+            # The float16 graph GPUs run (CUDA's GroupQueryAttention has no float32 kernel), in gpu/.
+            build_variant(tmp, tmp / MODEL_FILE, dest=tmp / VARIANT_DIR)
         tokens = list(tok_json["model"]["vocab"].keys())
         eos_ids = eos_token_ids(src, tokens)
         config = spec.to_config()
