@@ -48,6 +48,12 @@ bench: $(STAMP) default-model
 bench-deps: $(STAMP) default-model
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench deps
 
+# The float16 GPU variant on a real CUDA device vs the CPU (issue 16): one table, appended to
+# docs/BENCHMARKS.md; without CUDA it prints a skip line and exits 0.
+.PHONY: gpu-check
+gpu-check: $(STAMP) default-model
+	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.gpu_check
+
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q tests/gui -k screenshot --screenshots=screenshots
 
