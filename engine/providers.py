@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,7 @@ def strict_session_options(provider: str, threads: int | None = None) -> ort.Ses
     """Options for a GPU session that must run every node on `provider`: a node without a kernel
     there is an error at creation, not a silent CPU path with copies in between."""
     so = session_options(threads)
+    so.log_severity_level = 4    # a refusal is reported once, through fallback_reason
     so.add_session_config_entry(DISABLE_CPU_FALLBACK, "1")
     if provider == DML:
         # DirectML supports neither memory patterns nor parallel execution (ORT's DirectML docs).
@@ -87,7 +89,7 @@ def provider_library_problem(provider: str) -> str | None:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", str(exc).strip())
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
@@ -104,8 +106,14 @@ def _explain(provider: str, gpu_path: str, exc: BaseException) -> str:
     except Exception:
         nodes = []
     if nodes:
-        more = f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
-        detail += f" (no {short_name(provider)} kernel for {', '.join(nodes[:3])}{more})"
+        # Grouped by op and type: "GroupQueryAttention float ×30 (GroupQueryAttention_12, …)".
+        groups: dict[str, list[str]] = {}
+        for entry in nodes:
+            name, _, kind = entry.partition(" (")
+            groups.setdefault(kind.rstrip(")"), []).append(name)
+        parts = [f"{kind} ×{len(names)} ({names[0]}{', …' if len(names) > 1 else ''})"
+                 for kind, names in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+        detail += f"; no {short_name(provider)} kernel for: {'; '.join(parts)}"
     return f"{short_name(provider)} failed: {detail}"
 
 
