@@ -151,8 +151,17 @@ def _variant_maker(model_dir: Path, graph: Path, progress: Any) -> Any:
         if not _uses_gqa(graph):
             return str(graph)
         from .convert.variants import ensure_variant
-        return str(ensure_variant(model_dir, graph, progress))
+        return str(ensure_variant(model_dir, graph, progress, spare_root=_spare_root()))
     return make
+
+
+def _spare_root() -> Path | None:
+    """Where variants of read-only model folders go (Amber's data folder), if it can tell."""
+    try:
+        from . import paths
+        return paths.amber_home() / "variants"
+    except Exception:
+        return None
 
 
 def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads: int | None = None,
@@ -180,7 +189,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         cpu_graph = graph
         if variant == "fp16":
             from .convert.variants import ensure_variant
-            cpu_graph = ensure_variant(model_dir, graph, progress)
+            cpu_graph = ensure_variant(model_dir, graph, progress, spare_root=_spare_root())
         gpu_graph: Any = str(graph) if variant == "fp32" else _variant_maker(model_dir, graph, progress)
         if variant == "fp16":
             gpu_graph = str(cpu_graph)
@@ -213,8 +222,8 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
             eos.append(int(tokenizer.token_to_id(eos_tok)))
     window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
     name = model_dir.name
-    from .convert.variants import VARIANT_NAME, variant_dir
-    is_variant = graph.parent == variant_dir(model_dir)
+    from .convert.variants import VARIANT_NAME, is_variant_folder
+    is_variant = graph.parent != model_dir and is_variant_folder(graph.parent)
     return LoadedModel(path=model_dir, name=name, session=session, provider=result.provider,
                        provider_fallback_reason=result.fallback_reason, kv=kv, tokenizer=tokenizer,
                        config=config, generation_config=generation_config, tokenizer_config=tokenizer_config,

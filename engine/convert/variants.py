@@ -376,11 +376,37 @@ def print_variant_progress(done: int, total: int, what: str) -> None:
     sys.stderr.flush()
 
 
+def is_variant_folder(folder: Path) -> bool:
+    """True for a folder holding a variant graph (its marker file is there)."""
+    return (Path(folder) / MARKER).is_file()
+
+
 def ensure_variant(model_dir: Path | str, cpu_graph: Path | None = None,
-                   progress: ProgressFn | None = None) -> Path:
-    """The variant's graph, made first if missing or stale (first use of a GPU on an older folder)."""
+                   progress: ProgressFn | None = None, spare_root: Path | None = None) -> Path:
+    """The variant's graph, made first if missing or stale (first use of a GPU on an older folder).
+
+    A model folder Amber cannot write (an installed package's read-only copy of the default model)
+    gets its variant under `spare_root` instead, one folder per model folder path."""
     model_dir = Path(model_dir)
     cpu_graph = cpu_graph or model_dir / MODEL_FILE
     if variant_is_current(model_dir, cpu_graph):
         return variant_graph(model_dir)
-    return build_variant(model_dir, cpu_graph, progress)
+    try:
+        return build_variant(model_dir, cpu_graph, progress)
+    except OSError:
+        if spare_root is None:
+            raise
+    import hashlib
+    tag = hashlib.blake2b(str(model_dir.resolve()).encode(), digest_size=6).hexdigest()
+    spare = Path(spare_root) / f"{model_dir.name}-{tag}"
+    marker_ok = False
+    try:
+        marker = json.loads((spare / MARKER).read_text())
+        marker_ok = (marker.get("format") == VARIANT_FORMAT and marker.get("source") == _source_stamp(cpu_graph)
+                     and (spare / MODEL_FILE).is_file())
+    except (OSError, ValueError):
+        pass
+    if marker_ok:
+        return spare / MODEL_FILE
+    spare.parent.mkdir(parents=True, exist_ok=True)
+    return build_variant(model_dir, cpu_graph, progress, dest=spare)

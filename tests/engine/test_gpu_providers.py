@@ -232,3 +232,26 @@ def test_no_variant_is_made_for_a_gpu_that_cannot_load(tiny_dir, tmp_path, monke
     m = load_model(folder, provider="auto", threads=1)
     assert m.provider_fallback_reason == "CUDA failed: libcudart.so.13: cannot open it"
     assert not (folder / "gpu").exists()
+
+
+def test_read_only_model_folder_gets_its_variant_in_amber_home(tiny_dir, tiny_model, tmp_path, monkeypatch):
+    """An installed package's model folder is read-only: the variant goes under AMBER_HOME/variants.
+    (Tests run as root, which ignores file modes, so writing into the folder is refused here.)"""
+    from engine.convert import variants
+    folder = tmp_path / "installed" / "model"
+    shutil.copytree(tiny_dir, folder, ignore=shutil.ignore_patterns("gpu", "amber_fingerprint.json"))
+    home = tmp_path / "home"
+    monkeypatch.setenv("AMBER_HOME", str(home))
+    real = variants.build_variant
+
+    def read_only(model_dir, cpu_graph=None, progress=None, dest=None):
+        if dest is None:
+            raise PermissionError(13, "Permission denied", str(Path(model_dir) / ".gpu.partial"))
+        return real(model_dir, cpu_graph, progress, dest)
+    monkeypatch.setattr(variants, "build_variant", read_only)
+    m = load_model(folder, provider="cpu", threads=1, variant="fp16")
+    assert m.variant == "fp16" and m.graph.parent.parent == home / "variants"
+    assert not (folder / "gpu").exists()
+    fp = m.fingerprint
+    again = load_model(folder, provider="cpu", threads=1, variant="fp16")   # reused, same fingerprint
+    assert again.graph == m.graph and again.fingerprint == fp != tiny_model.fingerprint
