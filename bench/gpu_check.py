@@ -234,6 +234,7 @@ def exact_copy(model_dir: Path, dest: Path) -> Path:
 def run_cpu_part(model_dir: Path, quick: bool = False) -> dict[str, Any]:
     from engine.model import load_model
     threads = int(os.environ.get("AMBER_BENCH_THREADS", "2"))
+    load = os.getloadavg()[0]
     fp32 = load_model(model_dir, "cpu", threads, variant="fp32")
     fp16 = load_model(model_dir, "cpu", threads, variant="fp16")
     prompts = chat_prompts(fp32, PROMPTS[:2] if quick else PROMPTS)
@@ -247,6 +248,7 @@ def run_cpu_part(model_dir: Path, quick: bool = False) -> dict[str, Any]:
     res["speed_fp16"] = speed(fp16, quick)
     res["cpu"] = cpu_model()
     res["threads"] = threads
+    res["load"] = load
     return res
 
 
@@ -297,7 +299,9 @@ def cpu_section(res: dict[str, Any]) -> Section:
     rows += _agree_rows("fp16 vs fp32 exact (accuracy level 0)", res["agreement_exact"])
     for k in res["speed_fp32"]:
         rows.append([k.replace("_", " "), f"{res['speed_fp32'][k]:.1f} (fp32) / {res['speed_fp16'][k]:.1f} (fp16)"])
-    body = (f"`python -m bench.gpu_check --cpu-part` on {res['cpu']}, {res['threads']} threads, CPU provider. "
+    body = (f"`python -m bench.gpu_check --cpu-part` on {res['cpu']}, {res['threads']} threads, CPU provider, "
+            f"load average {res['load']:.1f} at the start (speed figures are only comparable at low load; "
+            "the agreement figures do not depend on it). "
             "The float16 GPU variant against the float32 graph of the default model (greedy, "
             f"{GREEDY_TOKENS} tokens per prompt, {res['agreement']['prompts']} prompts). ONNX Runtime's CPU "
             "provider has no float16 kernels for the elementwise ops and wraps them in casts, so the "
