@@ -199,7 +199,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     except ModelLoadError:
         raise
     except ModelImportError as exc:
-        raise ModelLoadError(f"{graph}: {exc}") from None
+        raise ModelLoadError(str(exc)) from None     # it names the file already
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"{graph}: ONNX Runtime cannot load it ({first_line[:400]})") from None

@@ -153,16 +153,10 @@ DEFAULT_MAX_DLOGIT = 0.25
 
 
 def _scratch_copy(model_dir: Path, dest: Path) -> Path:
-    """The default model in a scratch folder (big files linked): its gpu/ must not go into the
-    shared prepared model."""
-    dest.mkdir()
-    for p in model_dir.iterdir():
-        if p.is_file() and p.name != "amber_fingerprint.json":
-            if p.stat().st_size > 1 << 20:
-                (dest / p.name).symlink_to(p)
-            else:
-                (dest / p.name).write_bytes(p.read_bytes())
-    return dest
+    """The default model in a scratch folder (onnx refuses linked external data): its gpu/ must not
+    go into the shared prepared model."""
+    import shutil
+    return Path(shutil.copytree(model_dir, dest, ignore=shutil.ignore_patterns("gpu", "amber_fingerprint.json")))
 
 
 @pytest.mark.slow
@@ -173,6 +167,6 @@ def test_default_model_fp16_variant_agrees_with_float32(default_model_dir, tmp_p
     fp16 = load_model(folder, provider="cpu", variant="fp16")
     assert fp16.variant == "fp16" and fp16.kv.dtype == np.float16
     exact = load_model(exact_copy(folder, tmp_path / "exact"), provider="cpu", variant="fp32")
-    res = compare(exact, fp16, chat_prompts(exact, PROMPTS[:2]), 24)
+    res = compare(exact, fp16, chat_prompts(exact, PROMPTS[:2]), 16)
     assert res["identical"] == res["prompts"] == 2, res
     assert res["top1_agree"] == 1.0 and res["max_dlogit"] < DEFAULT_MAX_DLOGIT, res
