@@ -102,6 +102,7 @@ class RemoteEngine:
     """A chat engine whose model runs on an OpenAI-compatible server. Thread-safe."""
 
     per_chat_salt = True      # the GUI stores a salt with each (non-temporary) chat for us
+    is_remote = True
 
     def __init__(self, endpoint: RemoteEndpoint, *, connect: bool = True):
         self.endpoint = endpoint
