@@ -220,6 +220,8 @@ class RemoteEngine:
             body["seed"] = int(sp.seed)
         if sp.presence_penalty:
             body["presence_penalty"] = float(sp.presence_penalty)
+        if getattr(sp, "frequency_penalty", None):
+            body["frequency_penalty"] = float(sp.frequency_penalty)
         if sp.stop:
             body["stop"] = list(sp.stop)[:4]      # OpenAI's limit
         if self.flavor in ("vllm", "llamacpp") and not sp.greedy:
