@@ -24,10 +24,11 @@ from dataclasses import dataclass, fields
 from typing import Any, Iterator, Sequence
 
 from .api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
-                  KVLocation, SamplingParams, SessionInfo, SessionKind, StreamEvent, TextChunk)
-from .remote_http import (MAX_JSON_BODY, RemoteEndpoint, RemoteError, httpx, make_client,
-                          one_line, parse_json, read_bounded, read_error_body, socket_of, sse_data,
-                          status_error, transport_error)
+                  KVLocation, OverflowPolicy, SamplingParams, SessionInfo, SessionKind, StreamEvent,
+                  TextChunk)
+from .remote_http import (MAX_JSON_BODY, ContextOverflow, RemoteEndpoint, RemoteError, httpx,
+                          make_client, one_line, parse_json, read_bounded, read_error_body, socket_of,
+                          sse_data, status_error, transport_error)
 
 __all__ = ["RemoteEndpoint", "RemoteEngine", "RemoteError", "detect_flavor", "list_models",
            "new_cache_salt"]
@@ -35,6 +36,7 @@ __all__ = ["RemoteEndpoint", "RemoteEngine", "RemoteError", "detect_flavor", "li
 SALTED = ("vllm", "amber")            # servers that take a per-request cache_salt
 FLAVOR_NAMES = {"vllm": "vLLM", "llamacpp": "llama.cpp", "amber": "Amber", "openai": "OpenAI API"}
 _POLL_S = 0.05                        # how often a waiting generate() looks at its cancel token
+MAX_OVERFLOW_RETRIES = 12             # requests one turn may take to fit the server's window
 
 
 def new_cache_salt() -> str:
@@ -92,6 +94,18 @@ class _Session:
     salt: str | None          # the chat's stored salt (None for temporary chats)
     wire_salt: str | None     # what is sent: the stored salt, or a memory-only one
     tokens: int = 0
+
+
+def _drop_oldest(msgs: list[Any], keep_system: bool) -> tuple[list[Any], int]:
+    """Leaves out the oldest messages (a quarter of them, at least one turn), never the last one."""
+    def role(m: Any) -> str:
+        return m.role if isinstance(m, ChatMessage) else str(m.get("role", ""))
+    head = [m for m in msgs[:1] if keep_system and role(m) == "system"]
+    rest = msgs[len(head):]
+    n = min(len(rest) - 1, max(2, len(rest) // 4))
+    if n <= 0:
+        return msgs, 0
+    return head + rest[n:], n
 
 
 def _num(v: Any) -> float | None:
@@ -243,14 +257,31 @@ class RemoteEngine:
     def generate(self, session_id: str, messages: Sequence[ChatMessage | dict],
                  sampling: SamplingParams | None = None,
                  cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+        """Streams one turn. When the server refuses the chat as too long for its context window,
+        the overflow policy applies here (the server's tokenizer is unknown to Amber): older
+        messages are left out and the turn is retried (`truncate_middle` keeps the system prompt,
+        `rolling` does not; `stop` passes the server's error on)."""
         if session_id not in self._sessions:
             self.open(session_id)
-        body = self.request_body(session_id, messages, sampling)
-        stops = bool(body.get("stop"))
-        return self._stream(session_id, body, stops, cancel)
+        msgs = list(messages)
+        policy = (sampling or SamplingParams()).overflow
+        dropped = 0
+        for _ in range(MAX_OVERFLOW_RETRIES):
+            body = self.request_body(session_id, msgs, sampling)
+            try:
+                yield from self._stream(session_id, body, bool(body.get("stop")), cancel, dropped)
+                return
+            except ContextOverflow:
+                if policy == OverflowPolicy.STOP.value:
+                    raise
+                msgs, n = _drop_oldest(msgs, keep_system=policy != OverflowPolicy.ROLLING.value)
+                if n == 0:
+                    raise
+                dropped += n
+        raise RemoteError(f"{self.endpoint.host} kept refusing the chat as too long for its context window")
 
     def _stream(self, session_id: str, body: dict[str, Any], stops: bool,
-                cancel: CancelToken | None) -> Iterator[StreamEvent]:
+                cancel: CancelToken | None, dropped: int = 0) -> Iterator[StreamEvent]:
         events: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1024)
         cut = threading.Event()
         holder: dict[str, socket.socket | None] = {"sock": None}
@@ -311,6 +342,7 @@ class RemoteEngine:
                     pass
         end = time.perf_counter()
         self._figures(figs, finish, stops, usage, timings, amber, start, first_at, end)
+        figs.dropped_messages = dropped
         with self._lock:
             s = self._sessions.get(session_id)
             if s is not None and figs.context_used:

@@ -28,6 +28,16 @@ class RemoteError(Exception):
     """A remote server could not be used; the message is one line saying why."""
 
 
+class ContextOverflow(RemoteError):
+    """The server refused the prompt as longer than its context window (a 400 saying so)."""
+
+
+# How servers word "the prompt does not fit": OpenAI / vLLM ("maximum context length"), llama.cpp
+# ("exceeds the available context size"), llama-cpp-python ("exceed context window"), Amber
+# (code context_length_exceeded: "the prompt has N tokens; this server accepts at most M").
+_OVERFLOW = re.compile(r"context[ _](length|size|window)|maximum context|prompt has \d+ tokens", re.I)
+
+
 @dataclass
 class RemoteEndpoint:
     """An OpenAI-compatible server: base URL (…/v1), optional API key, the model to use."""
@@ -122,6 +132,9 @@ def status_error(ep: RemoteEndpoint, status: int, body: bytes, what: str) -> Rem
         return RemoteError(f"{ep.host} is busy ({status}); try again in a moment{said}")
     if status == 413:
         return RemoteError(f"{ep.host} refused the request as too large (413){said}")
+    if status == 400 and _OVERFLOW.search(body[:MAX_ERROR_BODY].decode("utf-8", "replace")):
+        return ContextOverflow(f"{ep.host} rejected the request ({status}): the chat is longer than "
+                               f"the model's context window{said}")
     if 400 <= status < 500:
         return RemoteError(f"{ep.host} rejected the request ({status}){said}")
     return RemoteError(f"{ep.host} failed with a server error ({status}){said}")

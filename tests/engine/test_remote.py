@@ -209,3 +209,16 @@ def test_cancel_cuts_a_silent_stream_and_the_server_sees_it(server):
         time.sleep(0.05)
     assert server.disconnects
     eng.shutdown()
+
+
+@pytest.mark.parametrize("body", [
+    b'{"error": {"message": "This model\'s maximum context length is 4096 tokens. However, you requested 5000 tokens", "code": 400}}',
+    b'{"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it", "type": "exceed_context_size_error"}}',
+    b'{"error": {"message": "the prompt has 635 tokens; this server accepts at most 511", "code": "context_length_exceeded"}}',
+])
+def test_servers_ways_of_saying_too_long_are_recognised(body):
+    from engine.remote_http import ContextOverflow, status_error
+    ep = RemoteEndpoint("http://127.0.0.1:1/v1", "m")
+    assert isinstance(status_error(ep, 400, body, "/chat/completions"), ContextOverflow)
+    assert not isinstance(status_error(ep, 400, b'{"error": {"message": "temperature must be <= 2"}}', "x"),
+                          ContextOverflow)

@@ -6,7 +6,6 @@ import threading
 
 import pytest
 
-from conftest import KEY_A, KEY_B
 from engine.api import ChatMessage, GenerationResult, SamplingParams, SessionKind, TextChunk
 from engine.remote import RemoteEndpoint, RemoteEngine, RemoteError, new_cache_salt
 
@@ -29,8 +28,15 @@ def turn(eng: RemoteEngine, sid: str, text: str, system: str = SYSTEM,
 
 
 @pytest.fixture
-def remote(server):
-    eng = RemoteEngine(RemoteEndpoint(server.url, MODEL, api_key=KEY_A))
+def keys(client_a, client_b) -> tuple[str, str]:
+    """The server's two API keys (from tests/server/conftest.py, through its client fixtures:
+    `from conftest import` would find another folder's conftest when the suites run together)."""
+    return client_a.api_key, client_b.api_key
+
+
+@pytest.fixture
+def remote(server, keys):
+    eng = RemoteEngine(RemoteEndpoint(server.url, MODEL, api_key=keys[0]))
     yield eng
     eng.shutdown()
 
@@ -62,7 +68,7 @@ def test_streamed_reply_equals_the_local_engine_and_figures_are_the_servers(remo
     assert remote.info(CHAT_1).tokens == f.context_used
 
 
-def test_a_chats_salt_reuses_its_prefix_and_other_chats_do_not(remote):
+def test_a_chats_salt_reuses_its_prefix_and_other_chats_do_not(remote, keys):
     salt_1, salt_2 = new_cache_salt(), new_cache_salt()
     remote.open(CHAT_1, SessionKind.PINNED, salt_1)
     _, first = turn(remote, CHAT_1, "Hello there!")
@@ -74,7 +80,7 @@ def test_a_chats_salt_reuses_its_prefix_and_other_chats_do_not(remote):
     _, other = turn(remote, CHAT_2, "Hello there!")
     assert other.figures.reused_tokens == 0 and other.text == first.text   # same prompt, other salt: a miss
     # The same salt under another API key is another namespace too (the server's rule).
-    eng_b = RemoteEngine(RemoteEndpoint(remote.endpoint.base_url, MODEL, api_key=KEY_B))
+    eng_b = RemoteEngine(RemoteEndpoint(remote.endpoint.base_url, MODEL, api_key=keys[1]))
     try:
         eng_b.open(CHAT_1, SessionKind.REGULAR, salt_1)
         _, under_b = turn(eng_b, CHAT_1, "Hello there!")
@@ -126,14 +132,14 @@ def test_cancel_stops_the_server_and_it_serves_the_next_request(remote):
     assert chunks and after.figures.finish_reason in ("length", "eos")
 
 
-def test_errors_from_amber_are_one_line(server):
+def test_errors_from_amber_are_one_line(server, keys):
     with pytest.raises(RemoteError, match=r"answered 401 \(the API key was refused\)"):
         RemoteEngine(RemoteEndpoint(server.url, MODEL, api_key="wrong-key-" + "9" * 20))
     with pytest.raises(RemoteError, match=r"answered 401 \(no API key was given\)"):
         RemoteEngine(RemoteEndpoint(server.url, MODEL))
     with pytest.raises(RemoteError, match=rf"does not serve model 'gpt-9' \(it serves: {MODEL}\)"):
-        RemoteEngine(RemoteEndpoint(server.url, "gpt-9", api_key=KEY_A))
-    eng = RemoteEngine(RemoteEndpoint(server.url, MODEL, api_key=KEY_A))
+        RemoteEngine(RemoteEndpoint(server.url, "gpt-9", api_key=keys[0]))
+    eng = RemoteEngine(RemoteEndpoint(server.url, MODEL, api_key=keys[0]))
     try:
         eng.endpoint.model = "gpt-9"         # the server itself refuses an unknown model
         with pytest.raises(RemoteError, match=r"404") as e:
@@ -144,3 +150,28 @@ def test_errors_from_amber_are_one_line(server):
             turn(eng, CHAT_1, "word " * 5000)   # longer than the context window
     finally:
         eng.shutdown()
+
+
+def _long_chat(turns: int) -> list[ChatMessage]:
+    msgs = [ChatMessage("system", "You are terse.")]
+    for i in range(turns):
+        msgs += [ChatMessage("user", f"Question {i}: " + "tell me about the lazy dog " * 6),
+                 ChatMessage("assistant", f"Answer {i}: " + "the quick brown fox " * 6)]
+    return msgs + [ChatMessage("user", "Last question?")]
+
+
+def test_a_chat_longer_than_the_servers_window_follows_the_overflow_policy(remote):
+    from engine.api import OverflowPolicy
+    remote.open(CHAT_1, SessionKind.REGULAR, new_cache_salt())
+    msgs = _long_chat(12)                      # well over the tiny model's 512 tokens
+    events = list(remote.generate(CHAT_1, msgs, SamplingParams(greedy=True, max_new_tokens=8)))
+    f = events[-1].figures
+    assert f.dropped_messages > 0 and f.prompt_tokens < 512 and f.finish_reason in ("length", "eos")
+    kept = remote.request_body(CHAT_1, msgs[:1] + msgs[1 + f.dropped_messages:])["messages"]
+    assert kept[0]["role"] == "system" and kept[-1]["content"] == "Last question?"
+    with pytest.raises(RemoteError, match=r"longer than the model's context window"):
+        list(remote.generate(CHAT_1, msgs, SamplingParams(greedy=True, max_new_tokens=8,
+                                                          overflow=OverflowPolicy.STOP.value)))
+    rolled = list(remote.generate(CHAT_1, msgs, SamplingParams(greedy=True, max_new_tokens=8,
+                                                               overflow=OverflowPolicy.ROLLING.value)))
+    assert rolled[-1].figures.dropped_messages > f.dropped_messages - 1
