@@ -15,6 +15,7 @@ Amber's `amber` field); time to first token and tokens/s are measured here when 
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import secrets
 import socket
@@ -307,6 +308,11 @@ class RemoteEngine:
                 if kind == "error":
                     raise value
                 if kind == "end":
+                    if not value and not finish:
+                        # No [DONE] and no finish_reason: the server gave up mid-reply (llama-cpp-
+                        # python, for one, ends the stream this way when the prompt is too long).
+                        raise RemoteError(f"{self.endpoint.host} ended the reply without finishing it "
+                                          "(no finish_reason, no [DONE]); the server's log may say why")
                     break
                 chunk = value
                 if isinstance(chunk.get("usage"), dict):
@@ -364,7 +370,17 @@ class RemoteEngine:
             return False
 
         try:
-            with self._client.stream("POST", ep.base_url + "/chat/completions", json=body) as r:
+            with contextlib.ExitStack() as stack:
+                for attempt in (1, 2):
+                    try:
+                        r = stack.enter_context(self._client.stream(
+                            "POST", ep.base_url + "/chat/completions", json=body))
+                        break
+                    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                        # A kept-alive connection the server had dropped (after a failed reply,
+                        # say): it never answered, so one retry on a fresh connection is safe.
+                        if attempt == 2 or cut.is_set():
+                            raise
                 holder["sock"] = socket_of(r)
                 if r.status_code != 200:
                     raise status_error(ep, r.status_code, read_error_body(r), "/chat/completions")
@@ -372,15 +388,18 @@ class RemoteEngine:
                     # A server that ignored `stream`: one JSON reply.
                     put(("chunk", self._check(parse_json(read_bounded(r, MAX_JSON_BODY),
                                                          f"{ep.host}'s reply"))))
+                    done = True
                 else:
+                    done = False
                     for data in sse_data(r):
                         if cut.is_set():
                             return
                         if data.strip() == "[DONE]":
+                            done = True
                             break
                         if not put(("chunk", self._check(parse_json(data.encode(), f"an event from {ep.host}")))):
                             return
-            put(("end", None))
+            put(("end", done))
         except BaseException as exc:  # noqa: BLE001 - everything becomes one line for the caller
             if not cut.is_set():
                 err = exc if isinstance(exc, RemoteError) else transport_error(ep, exc)

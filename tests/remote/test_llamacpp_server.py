@@ -130,3 +130,23 @@ def test_wrong_model_and_wrong_address_are_one_line(llama_server):
         RemoteEngine(RemoteEndpoint(llama_server, "gpt-9"))
     with pytest.raises(RemoteError, match=r"404"):
         RemoteEngine(RemoteEndpoint(llama_server.rsplit("/v1", 1)[0] + "/nope", "smollm2"))
+
+
+def test_a_chat_longer_than_the_window_is_a_clear_error(llama_server):
+    """llama-cpp-python starts a 200 stream and then ends it without a word when the prompt does not
+    fit (its log has the ValueError): the engine says so instead of storing an empty reply. (Its C++
+    llama-server answers 400 "exceeds the available context size", which the overflow policy
+    handles: tests/engine/test_remote.py.)"""
+    eng = RemoteEngine(RemoteEndpoint(llama_server, "smollm2"))
+    eng.open(SID)
+    msgs = [ChatMessage("system", "You are terse.")]
+    for i in range(40):      # ~3,000 tokens: more than n_ctx 2048
+        msgs += [ChatMessage("user", f"Question {i}: " + "tell me about the lazy dog " * 6),
+                 ChatMessage("assistant", f"Answer {i}: " + "the quick brown fox " * 6)]
+    msgs.append(ChatMessage("user", "Last question?"))
+    with pytest.raises(RemoteError, match=r"ended the reply without finishing it|closed the connection") as e:
+        list(eng.generate(SID, msgs, SamplingParams(greedy=True, max_new_tokens=8)))
+    print(f"\nllama.cpp, {len(msgs)} messages over n_ctx 2048: {e.value}")
+    text, _ = _reply(eng, SID, "Hi", SamplingParams(greedy=True, max_new_tokens=4))
+    assert text                                   # and the server still answers
+    eng.shutdown()
