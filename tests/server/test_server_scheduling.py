@@ -178,3 +178,31 @@ def test_stopping_the_server_answers_waiting_requests(serve, engine):
     assert not h.running
     # The held request was cancelled by the shutdown: it ends (200 with what was generated, or 503).
     assert out and out[0][0] in (200, 503)
+
+
+def test_waiting_callers_are_admitted_round_robin(serve, engine):
+    h = serve(max_active=1, api_keys=["ka", "kb"])
+    engine.gate.clear()
+
+    def send(key: str, n: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", h.port, timeout=120)
+        conn.request("POST", "/v1/completions", json.dumps(completion(n)),
+                     {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+        assert conn.getresponse().status == 200
+        conn.close()
+    # Key A holds the engine and queues two more; key B queues one after them.
+    order = [("ka", 2), ("ka", 3), ("ka", 4), ("kb", 5)]
+    threads = []
+    for i, (key, n) in enumerate(order):
+        t = threading.Thread(target=send, args=(key, n))
+        t.start()
+        threads.append(t)
+        if i == 0:
+            wait_until(lambda: len(engine.started) == 1)
+        else:
+            wait_until(lambda: json.loads(http_get(h.port, "/health"))["waiting"] == i)
+    engine.gate.set()
+    for t in threads:
+        t.join(120)
+    # B is not made to wait behind all of A's queue: A, then B, then A's rest.
+    assert engine.started == [2, 3, 5, 4]
