@@ -422,7 +422,11 @@ class MainWindow(QMainWindow):
         self.opened.clear()
         self._update_composer()
 
+        server = getattr(self, "_api_server", None)
+
         def work() -> Any:
+            if server is not None:
+                server.stop_now()     # it serves the old engine
             if old is not None:
                 old.shutdown(timeout=QUIT_WAIT_S)
             if is_remote_choice(settings.model):    # an OpenAI-compatible server (engine.remote)
@@ -448,6 +452,8 @@ class MainWindow(QMainWindow):
                 mw.set_model_name(self.chat_view.model_name)
             self._update_composer()
             self._retry_engine_deletes()
+            if server is not None:
+                server.engine_replaced()
             if self.current_id is not None:
                 self._open_in_engine(self.current_id)
             self.refresh_models()
@@ -1262,7 +1268,7 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         from .settings_dialog import SettingsDialog  # noqa: PLC0415
 
-        dlg = SettingsDialog(self.settings, self.home, parent=self)
+        dlg = SettingsDialog(self.settings, self.home, parent=self, server=self.api_server())
         dlg.clearCacheRequested.connect(self.clear_cache)
         self.settings_dialog = dlg
         if dlg.exec():
@@ -1274,6 +1280,14 @@ class MainWindow(QMainWindow):
                     self.settings.disk_budget_mb, self.settings.cache_max_age_days, self.settings.kv_store):
                 self.stop()
                 self.load_engine()
+
+    def api_server(self) -> Any:
+        """The local API server's control (app/gui/server_control.py), made on first use."""
+        if getattr(self, "_api_server", None) is None:
+            from .server_control import ServerControl  # noqa: PLC0415
+            self._api_server = ServerControl(lambda: self.engine, self.home / "state", parent=self,
+                                             runner=self.tasks.run_task)
+        return self._api_server
 
     def open_chat_settings(self) -> None:
         chat_id = self.current_id
@@ -1388,7 +1402,11 @@ class MainWindow(QMainWindow):
 
         streams = self.stream_pool_runner.pool
 
+        server = getattr(self, "_api_server", None)
+
         def work() -> None:
+            if server is not None:
+                server.stop_now()
             streams.waitForDone(2000)   # a cancelled reply stops within a token; it saves its text
             tasks.pool.waitForDone(int(QUIT_WAIT_S * 1000 / 2))
             if engine is not None:

@@ -50,7 +50,11 @@ def _describe(err: dict[str, Any]) -> tuple[str, str | None]:
     if err.get("type") == "json_invalid":
         return f"the body is not valid JSON ({err.get('ctx', {}).get('error', 'parse error')})", None
     if err.get("type") == "missing":
+        if param is None:
+            return "the request body is missing: send a JSON object (not valid JSON: empty body)", None
         return f"'{param}' is required", param
+    if param is None and isinstance(err.get("input"), (bytes, bytearray)):
+        return "the body must be a JSON object sent with 'Content-Type: application/json'", None
     msg = str(err.get("msg", "invalid value"))
     return (f"'{param}': {msg}" if param else msg), param
 
