@@ -69,6 +69,9 @@ class RemoteDialog(QDialog):
         lay.addWidget(note)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.connect_btn = self.buttons.addButton("Connect", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.forget_btn = self.buttons.addButton("Forget this server", QDialogButtonBox.ButtonRole.DestructiveRole)
+        self.forget_btn.setObjectName("RemoteForget")
+        self.forget_btn.hide()          # shown when the dialog edits a saved server
         self.buttons.accepted.connect(self._accept)
         self.buttons.rejected.connect(self.reject)
         lay.addWidget(self.buttons)
@@ -144,7 +147,7 @@ def add_remote_items(picker: QComboBox, remotes: list[Any], icon: Any) -> None:
 
 def open_connect_dialog(window: Any) -> RemoteDialog:
     """Shows the dialog; once accepted, the endpoint is saved (worker) and becomes the model."""
-    from .remote_config import find_remote, save_remote  # noqa: PLC0415
+    from .remote_config import find_remote, remove_remote, save_remote  # noqa: PLC0415
 
     current = window.settings.model
     initial: list[Any] = []
@@ -159,6 +162,7 @@ def open_connect_dialog(window: Any) -> RemoteDialog:
             dlg.model.setEditText(saved.endpoint.model)
             dlg.flavor.setCurrentIndex(max(0, dlg.flavor.findData(saved.endpoint.flavor)))
             dlg.name.setText(saved.endpoint.name)
+            dlg.forget_btn.show()
 
     window.tasks.run_task(lambda: find_remote(window.home, current) if current else None, fill,
                           lambda exc: None)
@@ -179,6 +183,25 @@ def open_connect_dialog(window: Any) -> RemoteDialog:
 
         window.tasks.run_task(lambda: save_remote(window.home, ep, rid), saved, failed)
 
+    def forget() -> None:
+        if not initial:
+            return
+        rid = initial[0].id
+
+        def removed(_: Any) -> None:
+            if window.settings.model == initial[0].choice:
+                window.settings.model = ""          # back to the default local model
+                window.save_settings()
+                window.stop()
+                window.load_engine()
+            window.refresh_models()
+            window.status.set_message("Server forgotten (its API key is deleted from remotes.json)")
+
+        dlg.reject()
+        window.tasks.run_task(lambda: remove_remote(window.home, rid), removed,
+                              lambda exc: window.status.set_message(f"Could not forget the server: {exc}"))
+
+    dlg.forget_btn.clicked.connect(forget)
     dlg.accepted.connect(accepted)
     dlg.open()
     window.remote_dialog = dlg

@@ -97,6 +97,19 @@ def test_connect_list_models_chat_and_store(make_window, engine, home, qtbot, am
     assert w.store is not None and all(r.id != tmp_id for r in w.store.list_conversations())
     wait_idle(qtbot, w)
 
+    # The dialog again: it edits the saved server, which can be forgotten (key and all).
+    dlg = w.connect_remote_dialog()
+    qtbot.waitUntil(lambda: dlg.url.text() == amber_server.url, timeout=5000)
+    assert dlg.key.text() == KEY and dlg.model.currentText() == "tiny-chat"
+    assert dlg.forget_btn.isVisibleTo(dlg)
+    with qtbot.waitSignal(w.engineReady, timeout=20000):
+        dlg.forget_btn.click()
+    assert w.engine is engine and w.settings.model == ""
+    assert json.loads(remotes.read_text()) == {"remotes": []}
+    qtbot.waitUntil(lambda: all(not str(w.model_picker.itemData(i) or "").startswith("remote:")
+                                for i in range(w.model_picker.count())), timeout=5000)
+    wait_idle(qtbot, w)
+
 
 def test_an_unreachable_server_is_a_banner_not_a_crash(make_window, engine, home, qtbot):
     sock = socket.socket()
