@@ -220,7 +220,7 @@ class MainWindow(QMainWindow):
         self.model_picker.activated.connect(self._on_model_picked)
         hl.addWidget(self.model_picker)
         self.import_btn = QToolButton()
-        self.import_btn.setToolTip("Import a model")
+        self.import_btn.setToolTip("Import a model, or connect to a server")
         self.import_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.import_btn)
         self.act_import_gguf = menu.addAction("Import GGUF file…", self.import_gguf_dialog)

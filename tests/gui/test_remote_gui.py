@@ -49,7 +49,7 @@ def connect(qtbot, w, url: str, key: str, model: str | None = None):
     return dlg
 
 
-def test_connect_list_models_chat_and_store(make_window, engine, home, qtbot, amber_server):
+def test_connect_list_models_chat_and_store(make_window, engine, home, qtbot, amber_server, shots):
     w = make_window(engine)                   # starts on the (fake) local engine
     w.settings.system_prompt = SYSTEM
     w.settings.sampling.max_new_tokens = 16     # the tiny model's window is 512 tokens
@@ -94,6 +94,7 @@ def test_connect_list_models_chat_and_store(make_window, engine, home, qtbot, am
     send(qtbot, w, "Hello there!", timeout=30000)
     tmp_id = w.current_id
     assert w.chat_view.widgets[-1].item.content
+    shots(w, "remote-temporary-chat")
     assert w.store is not None and all(r.id != tmp_id for r in w.store.list_conversations())
     wait_idle(qtbot, w)
 
