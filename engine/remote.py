@@ -28,7 +28,7 @@ from .api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, Gen
                   KVLocation, OverflowPolicy, SamplingParams, SessionInfo, SessionKind, StreamEvent,
                   TextChunk)
 from .remote_http import (MAX_JSON_BODY, ContextOverflow, RemoteEndpoint, RemoteError, httpx,
-                          make_client, one_line, parse_json, read_bounded, read_error_body, socket_of,
+                          make_client, one_line, parse_json, read_bounded, read_error_body, redact, socket_of,
                           sse_data, status_error, transport_error)
 
 __all__ = ["RemoteEndpoint", "RemoteEngine", "RemoteError", "detect_flavor", "list_models",
@@ -411,7 +411,8 @@ class RemoteEngine:
         err = chunk.get("error")
         if err:
             msg = err.get("message") if isinstance(err, dict) else err
-            raise RemoteError(f"{self.endpoint.host} reported an error: {one_line(msg or err, 200)}")
+            said = redact(self.endpoint, one_line(msg or err, 200))
+            raise RemoteError(f"{self.endpoint.host} reported an error: {said}")
         return chunk
 
     @staticmethod

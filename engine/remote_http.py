@@ -91,6 +91,11 @@ def one_line(text: Any, limit: int = 300) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+def redact(ep: RemoteEndpoint, text: str) -> str:
+    """`text` without the endpoint's API key (a server may echo it back in an error)."""
+    return text.replace(ep.api_key, "[key]") if len(ep.api_key) >= 4 else text
+
+
 def make_client(ep: RemoteEndpoint) -> httpx.Client:
     headers = {"Accept": "application/json, text/event-stream", "User-Agent": "Amber"}
     if ep.api_key:
@@ -120,7 +125,7 @@ def server_message(body: bytes) -> str:
 
 def status_error(ep: RemoteEndpoint, status: int, body: bytes, what: str) -> RemoteError:
     """A RemoteError for an HTTP error status, worded by what it usually means."""
-    said = server_message(body)
+    said = redact(ep, server_message(body))
     said = f": {said}" if said else ""
     if status in (401, 403):
         hint = "no API key was given" if not ep.api_key else "the API key was refused"

@@ -59,7 +59,8 @@ class _Handler(BaseHTTPRequestHandler):
                                      "body": json.loads(raw or b"null")})
         mode = self.server.behaviour
         if mode == "401":
-            return self._send(401, json.dumps({"error": {"message": "Invalid API key"}}).encode())
+            key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            return self._send(401, json.dumps({"error": {"message": f"Invalid API key {key}"}}).encode())
         if mode == "404":
             return self._send(404, json.dumps({"error": {"message": "The model `x` does not exist."}}).encode())
         if mode == "500":

@@ -143,7 +143,7 @@ def test_refused_connection_is_one_line():
 
 
 @pytest.mark.parametrize("mode, pattern", [
-    ("401", r"answered 401 \(the API key was refused\): Invalid API key"),
+    ("401", r"answered 401 \(the API key was refused\): Invalid API key \[key\]$"),
     ("404", r"answered 404 .*unknown model 'm'.*does not exist"),
     ("500", r"failed with a server error \(500\): Internal Server Error"),
     ("garbage", r"an event from 127\.0\.0\.1:\d+ is not JSON"),
@@ -153,7 +153,7 @@ def test_refused_connection_is_one_line():
     ("cut", ""),
 ])
 def test_error_replies_become_one_clear_message(server, mode, pattern):
-    eng = RemoteEngine(RemoteEndpoint(server.base_url, "m", api_key="k"))
+    eng = RemoteEngine(RemoteEndpoint(server.base_url, "m", api_key="sk-very-secret"))
     server.behaviour = mode
     if mode == "cut":      # ends without finish_reason or [DONE]: what arrived, then the error
         got = []
@@ -164,7 +164,7 @@ def test_error_replies_become_one_clear_message(server, mode, pattern):
         return
     with pytest.raises(RemoteError, match=pattern) as e:
         run(eng)
-    assert "\n" not in str(e.value) and "\x1b" not in str(e.value)
+    assert "\n" not in str(e.value) and "\x1b" not in str(e.value) and "very-secret" not in str(e.value)
     eng.shutdown()
 
 
