@@ -173,3 +173,9 @@ def test_stream_ends_with_done_and_the_server_survives_all_of_the_above(server):
     assert all(e.startswith("data: ") for e in events)
     status, raw, _ = request(server, "GET", "/health", headers={})
     assert status == 200 and json.loads(raw)["status"] == "ok"
+
+
+def test_a_form_encoded_body_says_to_send_json(server):
+    status, raw, _ = request(server, "POST", "/v1/chat/completions", chat_body(),
+                             {**AUTH, "Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 400 and "Content-Type: application/json" in error_of(400, raw)["message"]
