@@ -1,7 +1,9 @@
 """Choosing an ONNX Runtime execution provider, and telling the truth about which one runs."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import re
 import sys
 from dataclasses import dataclass
@@ -83,9 +85,32 @@ def provider_library_problem(provider: str) -> str | None:
         return None
     try:
         ctypes.CDLL(str(lib))
-    except OSError as exc:
-        return str(exc).strip().splitlines()[0][:300]
+    except OSError:
+        # pip's NVIDIA wheels (onnxruntime-gpu[cuda,cudnn]) are not on the loader's path until
+        # ORT's preload_dlls loads them; an installed GPU build preloads its own copy at import.
+        _preload_cuda_quietly()
+        try:
+            ctypes.CDLL(str(lib))
+        except OSError as exc:
+            return str(exc).strip().splitlines()[0][:300]
     return None
+
+
+_preload_tried = False
+
+
+def _preload_cuda_quietly() -> None:
+    """ORT's preload_dlls from the NVIDIA site packages, once; it prints its warnings on stdout,
+    which is the CLI's output, so they are swallowed (a failure shows as the missing library)."""
+    global _preload_tried
+    if _preload_tried or not hasattr(ort, "preload_dlls"):
+        return
+    _preload_tried = True
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            ort.preload_dlls(directory="")
+    except Exception:   # noqa: BLE001 - best effort; the library check reports what is missing
+        pass
 
 
 def _first_line(exc: BaseException) -> str:
