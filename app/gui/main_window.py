@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLab
                                QToolButton, QVBoxLayout, QWidget, QMenu)
 
 from engine import paths
-from engine.api import ChatMessage, GenerationResult, SessionKind, TextChunk
+from engine.api import ChatMessage, GenerationResult, PrefillProgress, SessionKind, TextChunk
 
 from . import theme
 from .backend import Backend, ImportCancelled
@@ -31,6 +31,8 @@ from .sidebar import Sidebar
 from .sidebar_model import ChatListModel, ChatRow, build_items
 from .status import StatusBar
 from .tasks import GeneratorWorker, ProgressRelay, TaskRunner
+from .widgets.turn import LiveTurn
+from . import chat_figures
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ class StreamState:
     stopped: bool = False           # Stop pressed: the UI has already moved on
     figures: dict | None = None
     after_done: list[Callable[[], None]] = field(default_factory=list)
+    live: LiveTurn = field(default_factory=LiveTurn)   # this turn's figures so far
 
 
 class Banner(QFrame):
@@ -431,7 +434,9 @@ class MainWindow(QMainWindow):
             self.provider_fallback = getattr(getattr(engine, "model", None),
                                              "provider_fallback_reason", None)
             self.status.set_provider(provider, self.provider_fallback)
-            self.status.set_context(0, int(getattr(engine, "context_window", 0) or 0))
+            self.status.show_chat(self.last_figures, int(getattr(engine, "context_window", 0) or 0),
+                                  "" if self.current_id is None else
+                                  chat_figures.kv_text(self.chat_model.chat(self.current_id)))
             self.status.set_message("")
             self.chat_view.model_name = getattr(engine, "model_name", "Assistant") or "Assistant"
             for mw in self.chat_view.widgets:
@@ -501,8 +506,7 @@ class MainWindow(QMainWindow):
         self.chat_view.clear()
         self._show_messages(False)
         self.last_figures = None
-        self.status.set_figures(None)
-        self.status.set_context(0, int(getattr(self.engine, "context_window", 0) or 0))
+        self.status.show_chat(None, int(getattr(self.engine, "context_window", 0) or 0))
         self._update_header()
         self._update_composer()
         self.composer.focus()
@@ -519,6 +523,9 @@ class MainWindow(QMainWindow):
         seq = self._load_seq
         self.sidebar.select(chat_id)
         self.chat_view.clear()
+        self.last_figures = None   # none of the previous chat's figures stay on screen
+        self.status.show_chat(None, int(getattr(self.engine, "context_window", 0) or 0),
+                              chat_figures.kv_text(row))
         self._update_header()
         self._update_composer()
         if not row.temporary:
@@ -546,11 +553,12 @@ class MainWindow(QMainWindow):
                 self.chat_view.append_stream(self.stream.text)
             else:
                 self.chat_view.set_messages(items)
-            figs = next((m.figures for m in reversed(items) if m.role == "assistant" and m.figures), None)
+            figs = chat_figures.last_figures(items)
             self.last_figures = figs
-            self.status.set_figures(figs)
-            if not figs:
-                self.status.set_context(0, int(getattr(self.engine, "context_window", 0) or 0))
+            self.status.show_chat(figs, chat_figures.window(self.engine, figs),
+                                  chat_figures.kv_text(self.chat_model.chat(chat_id)))
+            if self.stream is not None and self.stream.chat_id == chat_id and not self.stream.stopped:
+                self.status.set_live(self.stream.live)
             self.chatLoaded.emit(chat_id)
 
         self.tasks.run_task(work, done, self._report_error)
@@ -575,12 +583,8 @@ class MainWindow(QMainWindow):
 
         def done(info: Any) -> None:
             self._apply_info(chat_id, info)
-            if chat_id == self.current_id and info is not None and getattr(info, "tokens", 0):
-                where = getattr(info.kv_location, "value", str(info.kv_location))
-                if where == "disk":
-                    self.status.set_message(f"{info.tokens:,} tokens on disk — resumes without prefill")
-                elif where == "memory":
-                    self.status.set_message(f"{info.tokens:,} tokens in memory")
+            if chat_id == self.current_id and info is not None:
+                self.status.set_kv(chat_figures.info_text(info))
 
         def failed(exc: BaseException) -> None:
             self.opened.pop(chat_id, None)
@@ -926,6 +930,7 @@ class MainWindow(QMainWindow):
         self.opened[chat_id] = kind
         settings = self.settings.copy()
         th = theme.current()
+        model_name = getattr(engine, "model_name", "") or None
         if temporary and create:
             self.temp.create_conversation(id=chat_id, system_prompt=settings.system_prompt,
                                           model_id=getattr(engine, "model_name", ""))
@@ -967,12 +972,15 @@ class MainWindow(QMainWindow):
             messages = ([ChatMessage("system", system)] if system else []) + \
                 [ChatMessage(m.role, m.content) for m in path]
             sampling = settings.sampling.to_params(overrides.get("sampling"))
+            sampling.overflow = chat_figures.overflow_policy(overrides, settings)
             reply, result, error = "", None, None
             try:
                 for ev in engine.generate(chat_id, messages, sampling, cancel):
                     if isinstance(ev, TextChunk):
                         reply += ev.text
-                        yield ("chunk", ev.text)
+                        yield ("chunk", ev.text, len(ev.token_ids))
+                    elif isinstance(ev, PrefillProgress):
+                        yield ("prefill", ev.done, ev.total)
                     elif isinstance(ev, GenerationResult):
                         result = ev
             except Exception as exc:  # noqa: BLE001 - shown in the bubble
@@ -986,7 +994,7 @@ class MainWindow(QMainWindow):
             if reply or result is not None:
                 assistant = store.add_message(chat_id, "assistant", reply,
                                               parent_id=user.id if user else parent_id,
-                                              figures=figures)
+                                              figures=figures, model_name=model_name)
             rows = store.active_path(chat_id)
             try:
                 info = engine.info(chat_id)
@@ -1007,6 +1015,8 @@ class MainWindow(QMainWindow):
         worker.yielded.connect(lambda ev: self._on_stream_event(state, ev))
         worker.finished.connect(lambda res: self._on_stream_done(state, res, None))
         worker.errored.connect(lambda exc: self._on_stream_done(state, None, exc))
+        if chat_id == self._target_id():
+            self.status.set_live(state.live)   # the previous turn's figures are not this turn's
         self._update_composer()
         worker.start()
 
@@ -1021,8 +1031,16 @@ class MainWindow(QMainWindow):
                 self.chat_view.replace_message("pending:user", item)
         elif kind == "chunk":
             state.text += ev[1]
+            state.live.on_chunk(ev[2])
             if current:
                 self.chat_view.append_stream(ev[1])
+                self.chat_view.set_stream_meta(state.live.summary())
+                self.status.set_live(state.live)
+        elif kind == "prefill":
+            state.live.on_prefill(ev[1], ev[2])
+            if current:
+                self.chat_view.set_stream_prefill(ev[1], ev[2])
+                self.status.set_live(state.live)
 
     def stop(self) -> None:
         """Stop at once: the UI is released now; the worker saves the partial reply."""
@@ -1074,7 +1092,9 @@ class MainWindow(QMainWindow):
                     self.chat_view.end_stream(items[-1] if items else None)
                     self._sync_view(items)
                 self.last_figures = figs
-                self.status.set_figures(figs)
+                self.status.show_chat(figs, chat_figures.window(self.engine, figs),
+                                      chat_figures.info_text(result["info"])
+                                      if result["info"] is not None else "")
                 if result["error"] is not None:
                     self.status.set_message(f"Generation failed: {result['error']}")
                 else:
@@ -1152,7 +1172,8 @@ class MainWindow(QMainWindow):
             for it in items:
                 it.rendered = cache.get(it.id) or render(it.content, th)
             self._sync_view(items)
-            figs = next((m.figures for m in reversed(items) if m.role == "assistant" and m.figures), None)
+            figs = chat_figures.last_figures(items)
+            self.last_figures = figs
             self.status.set_figures(figs)
 
         self.tasks.run_task(work, done, self._report_error)
