@@ -73,7 +73,8 @@ class FakeEngine:
         self.release_prefill = threading.Event()  # with hold_prefill: the prefill waits for it
         self.hold_prefill = False
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
-        self.generations: list[list[ChatMessage]] = []
+        self.generations: list[list[ChatMessage]] = []   # what the GUI asked for
+        self.prompts: list[list[ChatMessage]] = []       # ... and what fitted (overflow policy)
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
         self._saves: list[threading.Thread] = []
@@ -123,6 +124,7 @@ class FakeEngine:
                 raise KeyError(f"session {session_id} is not open")
         sampling = sampling or SamplingParams()
         messages, dropped, dropped_tokens = self._fit(list(messages), sampling)
+        self.prompts.append(list(messages))
         prompt = count_tokens(messages)
         if len(prompt) > self.context_window:   # STOP, or nothing left to drop
             figures = GenerationFigures(
