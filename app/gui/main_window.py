@@ -32,11 +32,17 @@ from .sidebar_model import ChatListModel, ChatRow, build_items
 from .status import StatusBar
 from .tasks import GeneratorWorker, ProgressRelay, TaskRunner
 from .widgets.turn import LiveTurn
+from .titles import derived_title
+from .widgets.hover_pause import HoverPause
+from .widgets.search_jump import SearchJump
 from . import chat_figures
 
 log = logging.getLogger(__name__)
 
-UNDO_MS = 6000          # how long a deleted chat can be brought back
+UNDO_MS = 10000         # how long a deleted chat can be brought back (paused while hovered)
+CHAT_EMPTY = "Everything runs on this computer. Pinned chats resume instantly after a restart."
+TEMP_EMPTY = ("Everything runs on this computer. Nothing of this chat is written to disk, and it "
+              "is gone when you close it.")
 QUIT_WAIT_S = 10.0      # the longest quit waits for pending KV saves
 PIN_POLL_S = 0.05
 
@@ -258,6 +264,7 @@ class MainWindow(QMainWindow):
         self.chat_view.regenerateRequested.connect(self.regenerate)
         self.chat_view.siblingRequested.connect(self.flip_sibling)
         self.chat_view.branchRequested.connect(self.branch_from)
+        self.search_jump = SearchJump(self.chat_view)
         self.empty = self._build_empty_state()
         rl.addWidget(self.empty, 1)
         rl.addWidget(self.chat_view, 1)
@@ -292,6 +299,8 @@ class MainWindow(QMainWindow):
         self._toast_timer = QTimer(self)
         self._toast_timer.setSingleShot(True)
         self._toast_timer.timeout.connect(self.toast.hide)
+        self.toast_pause = HoverPause(self.toast, self)   # the countdown waits while hovered
+        self.toast_pause.watch(self._toast_timer)
         self._update_icons()
         theme.changed_signal().connect(self._update_icons)
         self.composer.set_ready(False, "Loading the model…")
@@ -310,8 +319,7 @@ class MainWindow(QMainWindow):
         self.empty_title.setObjectName("EmptyTitle")
         self.empty_title.setAlignment(Qt.AlignmentFlag.AlignCenter)
         lay.addWidget(self.empty_title)
-        self.empty_sub = QLabel("Everything runs on this computer. Pinned chats resume instantly "
-                                "after a restart.")
+        self.empty_sub = QLabel(CHAT_EMPTY)
         self.empty_sub.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_sub.setWordWrap(True)
         lay.addWidget(self.empty_sub)
@@ -532,6 +540,8 @@ class MainWindow(QMainWindow):
             self.settings.last_chat_id = chat_id
         store = self._store_for(chat_id)
         th = theme.current()
+        # opened from a search hit: show it at the match
+        query = self.sidebar.search.text().strip() if self.chat_model.searching else ""
         if store is None:
             return
 
@@ -553,6 +563,8 @@ class MainWindow(QMainWindow):
                 self.chat_view.append_stream(self.stream.text)
             else:
                 self.chat_view.set_messages(items)
+            if query:
+                self.search_jump.jump_when_loaded(query)
             figs = chat_figures.last_figures(items)
             self.last_figures = figs
             self.status.show_chat(figs, chat_figures.window(self.engine, figs),
@@ -647,6 +659,7 @@ class MainWindow(QMainWindow):
         self.subtitle_label.setVisible(bool(self.subtitle_label.text()))
         self.temp_notice.setVisible(temporary)
         self.empty_title.setText("Temporary chat" if temporary else "How can I help?")
+        self.empty_sub.setText(TEMP_EMPTY if temporary else CHAT_EMPTY)
         self.chat_settings_btn.setEnabled(row is not None and not row.temporary)
         title = row.title if row is not None else ("New temporary chat" if temporary else "New chat")
         self.setWindowTitle(f"{title} — Amber")
@@ -737,8 +750,13 @@ class MainWindow(QMainWindow):
         if store is None or store is self.temp:
             return
 
+        row = self.chat_model.chat(chat_id)
+        title = derived_title(row.title if row else "New chat",
+                              (r.title for r in self.chat_model.all_chats()),
+                              branch=upto_message_id is not None)
+
         def work() -> Any:
-            return store.duplicate(chat_id, upto_message_id=upto_message_id)
+            return store.duplicate(chat_id, upto_message_id=upto_message_id, title=title)
 
         def done(detail: Any) -> None:
             self.chat_model.upsert(ChatRow.from_store(detail))
@@ -784,14 +802,16 @@ class MainWindow(QMainWindow):
         if row.temporary:
             self.close_chat(chat_id)
             return
-        if not self.confirm("Delete chat?",
-                            f"“{row.title}” and its saved cache will be deleted."):
-            return
+        # one gesture: no confirmation, an undo toast instead (10 s, paused while hovered)
         if self.stream is not None and self.stream.chat_id == chat_id:
             self.stop()
+        neighbour = _neighbour(self.chat_model, chat_id)
         self.chat_model.hide(chat_id)
         if chat_id == self.current_id:
-            self.new_chat()
+            if neighbour is not None:
+                self.open_chat(neighbour)
+            else:
+                self.new_chat()
         timer = QTimer(self)
         timer.setSingleShot(True)
         timer.setInterval(UNDO_MS)
@@ -801,6 +821,9 @@ class MainWindow(QMainWindow):
         self._last_deleted = chat_id
         self.toast.popup(f"Deleted “{row.title[:40]}”")
         self._toast_timer.start(UNDO_MS)
+        self.toast_pause.watch(timer)
+        if self.toast_pause.paused:   # the pointer already rests on the toast
+            self.toast_pause.pause()
 
     def undo_delete(self) -> None:
         chat_id = getattr(self, "_last_deleted", None)
@@ -840,6 +863,8 @@ class MainWindow(QMainWindow):
         query = text.strip()
         if not query:
             self.chat_model.set_search(None)
+            self.sidebar.view.doItemsLayout()   # back to one-line rows
+            self.sidebar.select(self.current_id)
             return
         store, temp = self.store, self.temp
 
@@ -861,7 +886,9 @@ class MainWindow(QMainWindow):
 
         def done(result: tuple[list[str], dict[str, str]]) -> None:
             if self.sidebar.search.text().strip() == query:
+                # the list changes; the chat on screen does not (nothing opens while typing)
                 self.chat_model.set_search(*result)
+                self.sidebar.view.doItemsLayout()   # search hits are two-line rows
                 self.sidebar.select(self.current_id)
 
         self.tasks.run_task(work, done, self._report_error)
@@ -1491,6 +1518,20 @@ def _siblings(store: Any, chat_id: str, message_id: str) -> list[Any]:
     return [_S(m["id"]) for m in sibs]
 
 
+def _neighbour(model: ChatListModel, chat_id: str) -> str | None:
+    """The chat to show after `chat_id` goes: the next one down the list, else the one above;
+    never a temporary chat."""
+    ids = model.visible_chat_ids()
+    if chat_id not in ids:
+        return None
+    i = ids.index(chat_id)
+    for cid in ids[i + 1:] + list(reversed(ids[:i])):
+        row = model.chat(cid)
+        if row is not None and not row.temporary:
+            return cid
+    return None
+
+
 def shiboken_valid(obj: Any) -> bool:
     import shiboken6  # noqa: PLC0415
 
@@ -1503,7 +1544,8 @@ def _title_from(text: str, limit: int = 48) -> str:
 
 
 def _clean_snippet(s: str) -> str:
-    for mark in ("\u00ab", "\u00bb", "<b>", "</b>"):
+    """One line; the «» around matched words stay (the sidebar highlights them)."""
+    for mark in ("<b>", "</b>"):
         s = (s or "").replace(mark, "")
     return " ".join((s or "").split())
 

@@ -272,7 +272,10 @@ class MemoryStore:
                     pos = m.content.lower().find(q)
                     if pos >= 0:
                         start = max(0, pos - 30)
-                        snippet = m.content[start: pos + len(q) + 30].replace("\n", " ")
+                        end = pos + len(q)
+                        # the matched words marked like the real store's snippets (« »)
+                        snippet = (m.content[start:pos] + "\u00ab" + m.content[pos:end] + "\u00bb"
+                                   + m.content[end:end + 30]).replace("\n", " ")
                         hits.append(SearchHit(conv.detail.id, conv.detail.title, snippet, 1.0))
                         break
         hits.sort(key=lambda h: -h.rank)
