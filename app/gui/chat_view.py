@@ -322,6 +322,8 @@ class MessageWidget(QFrame):
         if not self.streaming:
             self.meta.setText(short_figures(it.figures) if it.figures and it.role == "assistant" else "")
             self.prefill.hide()
+        if it.extra.get("queued"):     # sent while another chat generates: waiting its turn
+            self.meta.setText(str(it.extra["queued"]))
         notice = overflow_notice(it.figures) if it.role == "assistant" else ""
         self.overflow_label.setText(notice)
         self.overflow_label.setVisible(bool(notice))

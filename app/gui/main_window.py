@@ -65,6 +65,14 @@ class StreamState:
     live: LiveTurn = field(default_factory=LiveTurn)   # this turn's figures so far
 
 
+@dataclass
+class QueuedSend:
+    """A message sent while another chat's reply was generating: it waits its turn, visibly."""
+    chat_id: str
+    text: str
+    bubble_id: str
+
+
 class Banner(QFrame):
     """A slim notice above the chat: model preparation progress or errors."""
 
@@ -163,6 +171,8 @@ class MainWindow(QMainWindow):
         self.current_id: str | None = None
         self.draft: Draft | None = None
         self.stream: StreamState | None = None
+        self.queued: list[QueuedSend] = []   # sends waiting for the running reply, in order
+        self.engine_kv: dict[str, str] = {}  # what the engine last said of each chat's KV
         self.opened: dict[str, SessionKind] = {}
         self.pending_deletes: dict[str, QTimer] = {}
         self.shutdown_started = False
@@ -425,6 +435,7 @@ class MainWindow(QMainWindow):
         old = self.engine
         self.engine = None
         self.opened.clear()
+        self.engine_kv.clear()
         self._update_composer()
 
         def work() -> Any:
@@ -443,8 +454,7 @@ class MainWindow(QMainWindow):
                                              "provider_fallback_reason", None)
             self.status.set_provider(provider, self.provider_fallback)
             self.status.show_chat(self.last_figures, int(getattr(engine, "context_window", 0) or 0),
-                                  "" if self.current_id is None else
-                                  chat_figures.kv_text(self.chat_model.chat(self.current_id)))
+                                  self._kv_for(self.current_id))
             self.status.set_message("")
             self.chat_view.model_name = getattr(engine, "model_name", "Assistant") or "Assistant"
             for mw in self.chat_view.widgets:
@@ -533,7 +543,7 @@ class MainWindow(QMainWindow):
         self.chat_view.clear()
         self.last_figures = None   # none of the previous chat's figures stay on screen
         self.status.show_chat(None, int(getattr(self.engine, "context_window", 0) or 0),
-                              chat_figures.kv_text(row))
+                              self._kv_for(chat_id))
         self._update_header()
         self._update_composer()
         if not row.temporary:
@@ -563,12 +573,15 @@ class MainWindow(QMainWindow):
                 self.chat_view.append_stream(self.stream.text)
             else:
                 self.chat_view.set_messages(items)
+            if any(q.chat_id == chat_id for q in self.queued):
+                self._show_messages(True)
+                self._reshow_queued(chat_id)
             if query:
                 self.search_jump.jump_when_loaded(query)
             figs = chat_figures.last_figures(items)
             self.last_figures = figs
             self.status.show_chat(figs, chat_figures.window(self.engine, figs),
-                                  chat_figures.kv_text(self.chat_model.chat(chat_id)))
+                                  self._kv_for(chat_id))
             if self.stream is not None and self.stream.chat_id == chat_id and not self.stream.stopped:
                 self.status.set_live(self.stream.live)
             self.chatLoaded.emit(chat_id)
@@ -595,8 +608,10 @@ class MainWindow(QMainWindow):
 
         def done(info: Any) -> None:
             self._apply_info(chat_id, info)
+            if info is not None:
+                self.engine_kv[chat_id] = chat_figures.info_text(info)
             if chat_id == self.current_id and info is not None:
-                self.status.set_kv(chat_figures.info_text(info))
+                self.status.set_kv(self._kv_for(chat_id))
 
         def failed(exc: BaseException) -> None:
             self.opened.pop(chat_id, None)
@@ -670,12 +685,23 @@ class MainWindow(QMainWindow):
             self.composer.set_ready(False, reason)
         elif self.stream is not None and not self.stream.stopped and \
                 self.stream.chat_id != self._target_id():
-            self.composer.set_ready(False, "Another chat is generating a reply…")
+            self.composer.set_ready(True)
+            self.composer.send_btn.setToolTip("Send (Enter) — queued until the reply in the other "
+                                              "chat is done")
         else:
             self.composer.set_ready(True)
         mine = self.stream is not None and not self.stream.stopped and \
             self.stream.chat_id == self._target_id()
         self.composer.set_generating(mine)
+
+    def _kv_for(self, chat_id: str | None) -> str:
+        """The status bar's KV text for this chat: the engine's word if it has spoken (this
+        model), else what the chat list knows."""
+        if chat_id is None:
+            return ""
+        if chat_id in self.engine_kv:
+            return self.engine_kv[chat_id]
+        return chat_figures.kv_text(self.chat_model.chat(chat_id))
 
     def _target_id(self) -> str | None:
         return self.current_id or (self.draft.id if self.draft else None)
@@ -899,14 +925,80 @@ class MainWindow(QMainWindow):
             return
         if self.stream is not None:
             if not self.stream.stopped:
+                if self.stream.chat_id != self._target_id():
+                    self._queue_send(text)   # another chat is generating: wait for it, visibly
                 return
             self.stream.after_done.append(lambda: self.send(text))  # previous reply winding down
+            return
+        if any(q.chat_id == self._target_id() for q in self.queued):
+            self._queue_send(text)   # keep this chat's order
             return
         if self.current_id is None:
             draft = self.draft or Draft(str(uuid.uuid4()), False)
             self._create_and_send(draft, text)
             return
         self._start_reply(self.current_id, mode="send", text=text)
+
+    def _queue_send(self, text: str) -> None:
+        """Show the message at once, marked queued; it is sent when the running reply ends."""
+        if self.current_id is None:   # a new chat: it exists from now on, in the list too
+            draft = self.draft or Draft(str(uuid.uuid4()), False)
+            self.chat_model.upsert(ChatRow(id=draft.id, title=_title_from(text),
+                                           temporary=draft.temporary, updated_at=_utcnow()))
+            self.current_id, self.draft = draft.id, None
+            if draft.temporary:
+                self.temp.create_conversation(id=draft.id, system_prompt=self.settings.system_prompt,
+                                              model_id=getattr(self.engine, "model_name", ""))
+            elif self.store is not None:
+                store, prompt = self.store, self.settings.system_prompt
+                model = getattr(self.engine, "model_name", "")
+                self.tasks.run_task(lambda: store.create_conversation(
+                    id=draft.id, system_prompt=prompt, model_id=model), None, self._report_error)
+                self.settings.last_chat_id = draft.id
+            self.sidebar.select(draft.id)
+            self._update_header()
+        chat_id = self.current_id
+        q = QueuedSend(chat_id, text, f"pending:queued:{uuid.uuid4().hex[:8]}")
+        self.queued.append(q)
+        self._show_queued(q)
+        self.chat_model.update(chat_id, busy=True)
+        self._update_composer()
+
+    def _show_queued(self, q: QueuedSend) -> None:
+        running = self.chat_model.chat(self.stream.chat_id) if self.stream is not None else None
+        self._show_messages(True)
+        item = MessageItem(id=q.bubble_id, role="user", content=q.text,
+                           rendered=render(q.text, theme.current()))
+        item.extra["queued"] = (f"Queued — sends when the reply in “{running.title[:30]}” is done"
+                                if running is not None else "Queued")
+        self.chat_view.append_message(item)
+        self.chat_view.scroll_to_bottom()
+
+    def _hide_queued(self) -> None:
+        queued = [w.item.id for w in self.chat_view.widgets if w.item.extra.get("queued")]
+        if queued:   # queued bubbles are always the last ones
+            self.chat_view.truncate_after(queued[0], keep=False)
+
+    def _reshow_queued(self, chat_id: str) -> None:
+        """The chat's queued messages, at the end of its view (after a reload or a new turn)."""
+        shown = set(self.chat_view.message_ids())
+        for q in self.queued:
+            if q.chat_id == chat_id and q.bubble_id not in shown:
+                self._show_queued(q)
+
+    def _run_queue(self) -> None:
+        """The running reply ended: send the oldest queued message (in its own chat)."""
+        if self.stream is not None or not self.queued or self.engine is None:
+            return
+        q = self.queued.pop(0)
+        if self.chat_model.chat(q.chat_id) is None:   # deleted or closed meanwhile
+            self._run_queue()
+            return
+        if q.chat_id == self.current_id:
+            w = self.chat_view.widget_for(q.bubble_id)
+            if w is not None:
+                self.chat_view.truncate_after(q.bubble_id, keep=False)
+        self._start_reply(q.chat_id, mode="send", text=q.text)
 
     def _create_and_send(self, draft: Draft, text: str) -> None:
         chat_id = draft.id
@@ -963,17 +1055,22 @@ class MainWindow(QMainWindow):
                                           model_id=getattr(engine, "model_name", ""))
 
         # The view changes at once; the store and the engine follow on the worker.
-        self._show_messages(True)
-        if mode == "edit" and remove_id:
+        on_screen = chat_id == self._target_id()   # a queued send may run in another chat
+        if on_screen:
+            self._show_messages(True)
+            self._hide_queued()   # shown again below the new turn
+        if on_screen and mode == "edit" and remove_id:
             self.chat_view.truncate_after(remove_id, keep=False)
-        elif mode == "regenerate" and remove_id:
+        elif on_screen and mode == "regenerate" and remove_id:
             self.chat_view.truncate_after(remove_id, keep=False)
-        if mode in ("send", "edit"):
+        if on_screen and mode in ("send", "edit"):
             self.chat_view.append_message(MessageItem(
                 id="pending:user", role="user", content=text, rendered=render(text, th),
                 parent_id=parent_id))
-        self.chat_view.scroll_to_bottom()
-        self.chat_view.begin_stream()
+        if on_screen:
+            self.chat_view.scroll_to_bottom()
+            self.chat_view.begin_stream()
+            self._reshow_queued(chat_id)
         self.chat_model.update(chat_id, busy=True)
 
         def factory(cancel: Any):
@@ -1111,6 +1208,7 @@ class MainWindow(QMainWindow):
                 self._apply_info(chat_id, result["info"])
             if current:
                 items = self._items_for(result["rows"], result["assistant"])
+                self._hide_queued()
                 if state.stopped or self.chat_view.message_ids() != [i.id for i in items][:-1] + \
                         ["pending:assistant"]:
                     self.chat_view.end_stream()
@@ -1118,10 +1216,12 @@ class MainWindow(QMainWindow):
                 else:
                     self.chat_view.end_stream(items[-1] if items else None)
                     self._sync_view(items)
+                self._reshow_queued(chat_id)
                 self.last_figures = figs
+                if result["info"] is not None:
+                    self.engine_kv[chat_id] = chat_figures.info_text(result["info"])
                 self.status.show_chat(figs, chat_figures.window(self.engine, figs),
-                                      chat_figures.info_text(result["info"])
-                                      if result["info"] is not None else "")
+                                      self._kv_for(chat_id))
                 if result["error"] is not None:
                     self.status.set_message(f"Generation failed: {result['error']}")
                 else:
@@ -1130,9 +1230,12 @@ class MainWindow(QMainWindow):
         if row is not None:
             self.chat_model.update(chat_id, busy=False)
         self._update_composer()
+        if any(q.chat_id == chat_id for q in self.queued) and row is not None:
+            self.chat_model.update(chat_id, busy=True)
         self.replyFinished.emit(chat_id)
         for fn in state.after_done:
             fn()
+        self._run_queue()
 
     def _items_for(self, rows: list[Any], assistant: MessageItem | None) -> list[MessageItem]:
         existing = {w.item.id: w.item for w in self.chat_view.widgets}
