@@ -72,6 +72,8 @@ class MessageBrowser(QTextBrowser):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("MessageBody")
+        # for reading and mouse selection: Tab does not stop in every message of a chat
+        self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         self.setOpenLinks(False)
         self.setOpenExternalLinks(False)
         self.setFrameShape(QFrame.Shape.NoFrame)
@@ -213,6 +215,7 @@ def _tool(icon: str, tip: str, slot: Callable[[], None], name: str) -> QToolButt
     b.setAccessibleName(tip)
     b.setAutoRaise(True)
     b.setCursor(Qt.CursorShape.PointingHandCursor)
+    b.setFocusPolicy(Qt.FocusPolicy.ClickFocus)   # reached by shortcuts, not by every Tab
     b.clicked.connect(slot)
     return b
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import gc
 import logging
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ from .widgets.turn import LiveTurn
 from .titles import derived_title
 from .widgets.hover_pause import HoverPause
 from .widgets.search_jump import SearchJump
+from .widgets.elided import ElidedLabel
+from .window_view import ViewController, apply_theme_choice
+from .import_progress import staged
 from . import chat_figures
 
 log = logging.getLogger(__name__)
@@ -187,9 +191,12 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Amber")
         self.setWindowIcon(theme.app_icon())
         self.resize(1180, 780)
-        self.setMinimumSize(720, 480)
+        self.setMinimumSize(640, 480)
         self._build()
         self._make_shortcuts()
+        self.view_ctl = ViewController(self)   # sidebar toggle, small windows, keyboard
+        if self.settings.theme != theme.choice() or self.settings.theme != "system":
+            apply_theme_choice(self.settings.theme)
         self._restore_geometry()
         freeze_heap()
         if autostart:
@@ -223,7 +230,7 @@ class MainWindow(QMainWindow):
         hl.setContentsMargins(18, 10, 12, 10)
         titles = QVBoxLayout()
         titles.setSpacing(0)
-        self.title_label = QLabel("New chat")
+        self.title_label = ElidedLabel("New chat")
         self.title_label.setObjectName("ChatTitle")
         self.subtitle_label = QLabel("")
         self.subtitle_label.setObjectName("ChatSubtitle")
@@ -311,6 +318,10 @@ class MainWindow(QMainWindow):
         self._toast_timer.timeout.connect(self.toast.hide)
         self.toast_pause = HoverPause(self.toast, self)   # the countdown waits while hovered
         self.toast_pause.watch(self._toast_timer)
+        self.import_clear = QTimer(self)   # an import's last word leaves the status bar
+        self.import_clear.setSingleShot(True)
+        self.import_clear.setInterval(4000)
+        self.import_clear.timeout.connect(self._clear_import_message)
         self._update_icons()
         theme.changed_signal().connect(self._update_icons)
         self.composer.set_ready(False, "Loading the model…")
@@ -1335,15 +1346,26 @@ class MainWindow(QMainWindow):
         self.load_engine()
 
     def import_gguf_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", str(Path.home()),
+        path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", self._dialog_dir(),
                                               "GGUF models (*.gguf);;All files (*)")
         if path:
+            self._remember_dir(Path(path).parent)
             self.import_model(Path(path), gguf=True)
 
     def import_folder_dialog(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Import an ONNX model folder", str(Path.home()))
+        path = QFileDialog.getExistingDirectory(self, "Import an ONNX model folder", self._dialog_dir())
         if path:
+            self._remember_dir(Path(path).parent)
             self.import_model(Path(path), gguf=False)
+
+    def _dialog_dir(self) -> str:
+        """Where a file dialog opens: the folder the last one was in (if it still exists)."""
+        last = self.settings.last_dir
+        return last if last and Path(last).is_dir() else str(Path.home())
+
+    def _remember_dir(self, folder: Path) -> None:
+        self.settings.last_dir = str(folder)
+        self.save_settings()
 
     def import_model(self, src: Path, *, gguf: bool) -> QProgressDialog:
         import threading  # noqa: PLC0415
@@ -1357,6 +1379,8 @@ class MainWindow(QMainWindow):
         dlg.setAutoReset(False)
         dlg.setValue(0)
         dlg.canceled.connect(cancel.set)
+        dlg.canceled.connect(lambda: self.status.set_message("Import cancelled"))
+        dlg.canceled.connect(self.import_clear.start)
         progress = ProgressRelay(dlg)
 
         def on_progress(f: float, msg: str) -> None:
@@ -1372,19 +1396,35 @@ class MainWindow(QMainWindow):
         importer = self.backend.gguf_importer if gguf else self.backend.folder_importer
 
         def done(dest: Path) -> None:
+            cancelled = cancel.is_set()
+            dlg.canceled.disconnect()   # closing a QProgressDialog emits canceled()
             dlg.close()
+            if cancelled:   # cancelled, but the import finished first: undo it
+                self.tasks.run_task(lambda: shutil.rmtree(dest, ignore_errors=True))
+                self.status.set_message("Import cancelled")
+                self.import_clear.start()
+                return
             self.status.set_message(f"Imported {dest.name}")
+            self.import_clear.start()
+            if self.engine is None and self.engine_error is not None:
+                # the model in use could not be loaded (e.g. the default is missing): use this one
+                self.settings.model = dest.name
+                self.save_settings()
+                self.load_engine()
             self.refresh_models()
 
         def failed(exc: BaseException) -> None:
+            dlg.canceled.disconnect()
             dlg.close()
+            self.import_clear.start()
             if isinstance(exc, ImportCancelled) or cancel.is_set():
                 self.status.set_message("Import cancelled")
             else:
                 self.status.set_message(f"Import failed: {exc}")
                 QMessageBox.warning(self, "Import failed", str(exc))
 
-        self.tasks.run_task(lambda: importer(src, progress, cancel), done, failed)
+        feed = staged(progress) if gguf else progress   # stages that visibly move
+        self.tasks.run_task(lambda: importer(src, feed, cancel), done, failed)
         dlg.show()
         self.import_dialog = dlg
         return dlg
@@ -1400,6 +1440,8 @@ class MainWindow(QMainWindow):
             old = self.settings
             self.settings = dlg.result_settings()
             self.save_settings()
+            if old.theme != self.settings.theme:
+                apply_theme_choice(self.settings.theme)
             if (old.provider, old.memory_budget_mb, old.disk_budget_mb, old.cache_max_age_days, old.kv_store) != (
                     self.settings.provider, self.settings.memory_budget_mb,
                     self.settings.disk_budget_mb, self.settings.cache_max_age_days, self.settings.kv_store):
@@ -1447,6 +1489,10 @@ class MainWindow(QMainWindow):
             self.status.set_message("Cache cleared (pinned chats keep theirs)")
 
         self.tasks.run_task(work, done, self._report_error)
+
+    def _clear_import_message(self) -> None:
+        if self.status.message.text().startswith(("Imported ", "Import cancelled")):
+            self.status.set_message("")
 
     def save_settings(self) -> None:
         try:

@@ -1,0 +1,129 @@
+"""The main window's view in daily use: a collapsible sidebar (Ctrl+B, and on its own when the
+window gets narrow), a layout that holds down to 640×480, a keyboard path through the window
+(Tab order, Enter/Space on buttons, a visible focus ring from the stylesheet) and the theme
+setting (system / light / dark)."""
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QAbstractButton, QApplication, QToolButton, QWidget
+
+from . import theme
+
+MIN_SIZE = (640, 480)
+NARROW_PX = 760        # below this the sidebar folds away by itself (unless shown on purpose)
+WIDE_PX = 900          # ... and comes back above this, if it was folded by the width
+SHORT_PLACEHOLDER = "Message Amber…"
+LONG_PLACEHOLDER = "Message Amber…  (Enter to send, Shift+Enter for a new line)"
+THEMES = {"light": theme.LIGHT, "dark": theme.DARK}
+
+
+class EnterClicks(QObject):
+    """Enter (and Return) press the focused button, as Space does."""
+
+    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802
+        if event.type() == QEvent.Type.KeyPress and isinstance(obj, QAbstractButton) and \
+                event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not event.modifiers():
+            if obj.isEnabled():
+                if isinstance(obj, QToolButton) and obj.menu() is not None:
+                    obj.showMenu()
+                else:
+                    obj.animateClick()
+            return True
+        return False
+
+
+class ViewController(QObject):
+    def __init__(self, w: Any):
+        super().__init__(w)
+        self.w = w
+        self.auto_folded = False     # the sidebar was folded because the window got narrow
+        w.setMinimumSize(*MIN_SIZE)
+        self.toggle_btn = QToolButton()
+        self.toggle_btn.setObjectName("SidebarToggle")
+        self.toggle_btn.setToolTip("Show or hide the chat list (Ctrl+B)")
+        self.toggle_btn.setAccessibleName("Toggle the chat list")
+        self.toggle_btn.setCheckable(True)
+        self.toggle_btn.setChecked(True)
+        self.toggle_btn.clicked.connect(lambda: self.set_sidebar(not self.sidebar_shown(), user=True))
+        header_layout = w.title_label.parentWidget().layout()
+        header_layout.insertWidget(0, self.toggle_btn)
+        self.act_sidebar = QAction("Toggle sidebar", w)
+        self.act_sidebar.setShortcut(QKeySequence("Ctrl+B"))
+        self.act_sidebar.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.act_sidebar.triggered.connect(lambda: self.set_sidebar(not self.sidebar_shown(),
+                                                                    user=True))
+        w.addAction(self.act_sidebar)
+        w.model_picker.setMaximumWidth(220)
+        w.model_picker.setMinimumContentsLength(8)
+        w.composer.edit.setPlaceholderText(LONG_PLACEHOLDER)
+        self.enter = EnterClicks(self)
+        self._keyboard()
+        self._icons()
+        theme.changed_signal().connect(self._icons)
+        w.installEventFilter(self)
+
+    # --- sidebar -------------------------------------------------------------------------------
+    def sidebar_shown(self) -> bool:
+        return not self.w.sidebar.isHidden()
+
+    def set_sidebar(self, shown: bool, *, user: bool = False) -> None:
+        if user:
+            self.auto_folded = False
+        self.w.sidebar.setVisible(shown)
+        self.toggle_btn.setChecked(shown)
+        if not shown and self.w.sidebar.isAncestorOf(QApplication.focusWidget()):
+            self.w.composer.focus()
+
+    def _on_width(self, width: int) -> None:
+        if width < NARROW_PX and self.sidebar_shown() and not self.auto_folded:
+            self.set_sidebar(False)
+            self.auto_folded = True
+        elif width > WIDE_PX and self.auto_folded:
+            self.set_sidebar(True)
+            self.auto_folded = False
+        short = self.w.composer.edit.width() < 430
+        self.w.composer.edit.setPlaceholderText(SHORT_PLACEHOLDER if short else LONG_PLACEHOLDER)
+
+    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802
+        if obj is self.w and event.type() == QEvent.Type.Resize:
+            self._on_width(event.size().width())
+        return False
+
+    # --- keyboard ------------------------------------------------------------------------------
+    def tab_chain(self) -> list[QWidget]:
+        """The window's Tab order: write, then the chat list, then the header's controls."""
+        w = self.w
+        sb = w.sidebar
+        return [w.composer.edit, w.composer.send_btn, sb.new_btn, sb.temp_btn, sb.search, sb.view,
+                self.toggle_btn, w.model_picker, w.import_btn, w.chat_settings_btn,
+                w.settings_btn]
+
+    def _keyboard(self) -> None:
+        w = self.w
+        chain = self.tab_chain()
+        for a, b in zip(chain, chain[1:]):
+            w.setTabOrder(a, b)
+        for widget in chain:
+            if isinstance(widget, QAbstractButton):
+                widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+                widget.installEventFilter(self.enter)
+        w.composer.stop_btn.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        w.composer.stop_btn.installEventFilter(self.enter)
+        w.toast.button.installEventFilter(self.enter)
+        # a reply's text is for reading and selecting with the mouse; Tab does not stop in
+        # every message (the chat scrolls with the keys when it has the focus)
+        w.chat_view.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
+
+    def _icons(self, *_: Any) -> None:
+        self.toggle_btn.setIcon(theme.icon("sidebar", theme.current().text, 18))
+
+
+def apply_theme_choice(choice: str) -> theme.Theme:
+    """Apply the theme setting: "system" follows the system (and its changes), else fixed."""
+    app = QApplication.instance()
+    theme.set_choice(choice)
+    t = THEMES.get(choice)
+    return theme.apply(app, t) if app is not None else theme.current()
