@@ -12,7 +12,7 @@ def query_terms(query: str) -> list[str]:
     """The words of a search query (FTS operators and quotes dropped), longest first."""
     words = re.findall(r"\w+", query or "")
     words = [w for w in words if w.upper() not in ("AND", "OR", "NOT", "NEAR")]
-    return sorted(set(words), key=len, reverse=True)
+    return sorted(dict.fromkeys(words), key=len, reverse=True)   # stable: query order
 
 
 class SearchJump:
