@@ -202,6 +202,14 @@ class StreamRenderer:
         if html:
             if self.tail_pos > 0:
                 cursor.insertBlock()
+                # the new block must not continue the list (or quote) the previous part ended
+                # with: it showed as a stray "3." above a code block that followed a list
+                lst = cursor.currentList()
+                if lst is not None:
+                    lst.remove(cursor.block())
+                    fmt = cursor.blockFormat()
+                    fmt.setIndent(0)
+                    cursor.setBlockFormat(fmt)
             cursor.insertHtml(html)
         cursor.endEditBlock()
 

@@ -56,8 +56,8 @@ class ViewController(QObject):
         self.act_sidebar.triggered.connect(lambda: self.set_sidebar(not self.sidebar_shown(),
                                                                     user=True))
         w.addAction(self.act_sidebar)
-        w.model_picker.setMaximumWidth(220)
-        w.model_picker.setMinimumContentsLength(8)
+        w.model_picker.setMinimumContentsLength(10)
+        w.title_label.setMinimumWidth(60)
         w.composer.edit.setPlaceholderText(LONG_PLACEHOLDER)
         self.enter = EnterClicks(self)
         self._keyboard()
@@ -74,6 +74,10 @@ class ViewController(QObject):
             self.auto_folded = False
         self.w.sidebar.setVisible(shown)
         self.toggle_btn.setChecked(shown)
+        if shown and self.w.width() < WIDE_PX:   # a narrow window: the list takes its least
+            self.w.splitter.setSizes([self.w.sidebar.minimumWidth(),
+                                      self.w.width() - self.w.sidebar.minimumWidth()])
+        self._fit_header()
         if not shown and self.w.sidebar.isAncestorOf(QApplication.focusWidget()):
             self.w.composer.focus()
 
@@ -84,8 +88,28 @@ class ViewController(QObject):
         elif width > WIDE_PX and self.auto_folded:
             self.set_sidebar(True)
             self.auto_folded = False
-        short = self.w.composer.edit.width() < 430
+        short = self.w.composer.edit.width() < 430 or width < NARROW_PX
         self.w.composer.edit.setPlaceholderText(SHORT_PLACEHOLDER if short else LONG_PLACEHOLDER)
+        # the status bar keeps what matters most when narrow: speed, context, provider
+        st = self.w.status
+        st.kv.setVisible(width >= NARROW_PX)
+        st.started.setVisible(width >= 700 or not self.sidebar_shown())
+        self._fit_header(width)
+
+    def _fit_header(self, width: int | None = None) -> None:
+        """The model picker shows its whole name when there is room, a short one when not."""
+        from PySide6.QtWidgets import QComboBox  # noqa: PLC0415
+
+        w = self.w
+        room = (width or w.width()) - (w.sidebar.width() if self.sidebar_shown() else 0)
+        picker = w.model_picker
+        if room < 620:
+            picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            picker.setMinimumContentsLength(8 if room < 480 else 12)
+            picker.setMaximumWidth(150 if room < 480 else 200)
+        else:
+            picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+            picker.setMaximumWidth(340)
 
     def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802
         if obj is self.w and event.type() == QEvent.Type.Resize:

@@ -130,16 +130,16 @@ def test_overflow_default_truncates_the_middle_and_says_so(make_window, home, qt
     assert engine.prompts[-1][0].role == "system"
     assert len(engine.prompts[-1]) < len(engine.generations[-1])
     bubble = w.chat_view.widgets[-1]
-    assert bubble.overflow_label.isVisible()
+    assert not bubble.overflow_label.isHidden()
     assert "left out to fit the context window" in bubble.overflow_label.text()
     assert bubble.overflow_label.text() == overflow_notice(last.figures)
     # an earlier reply that fitted shows no notice
-    assert not w.chat_view.widgets[1].overflow_label.isVisible()
+    assert w.chat_view.widgets[1].overflow_label.isHidden()
     # the notice comes back with the chat
     chat = w.current_id
     w.new_chat()
     open_chat(qtbot, w, chat)
-    assert w.chat_view.widgets[-1].overflow_label.isVisible()
+    assert not w.chat_view.widgets[-1].overflow_label.isHidden()
 
 
 def test_overflow_per_chat_setting_wins_over_the_default(make_window, home, qtbot):
@@ -163,7 +163,7 @@ def test_rolling_window_drops_the_system_prompt_first(make_window, home, qtbot):
     _chat_turns(w, qtbot, 4)
     assert engine.generations[-1][0].role == "system"      # asked for, but left out
     assert engine.prompts[-1][0].role != "system"
-    assert w.chat_view.widgets[-1].overflow_label.isVisible()
+    assert not w.chat_view.widgets[-1].overflow_label.isHidden()
 
 
 def test_overflow_choice_in_the_chat_settings_dialog(make_window, engine, qtbot):

@@ -88,7 +88,6 @@ def test_tab_order_and_visible_focus(make_window, engine, qtbot):
     w.composer.set_text("draft")            # the send button is enabled
     seen = []
     for _ in range(len(w.view_ctl.tab_chain())):
-        QApplication.focusWidget().focusNextChild() if False else None
         qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
         seen.append(QApplication.focusWidget())
     chain = w.view_ctl.tab_chain()
@@ -339,3 +338,17 @@ def test_import_while_the_default_is_missing_selects_the_new_model(make_window, 
     assert not w.banner.isVisible()
     qtbot.waitUntil(lambda: w.model_picker.currentData() == "Imported-1B", timeout=3000)
     _ = (pytest, time, open_chat)
+
+
+def test_a_streamed_code_block_after_a_list_does_not_continue_the_list(make_window, engine, qtbot):
+    engine.delay = 0.002
+    w = make_window(engine)            # the default fake reply: a 2-item list, then code
+    send(qtbot, w, "list then code")
+    doc = w.chat_view.widgets[-1].body.document()
+    listed = []
+    block = doc.begin()
+    while block.isValid():
+        if block.textList() is not None:
+            listed.append(block.text())
+        block = block.next()
+    assert listed == ["First point", "Second point"]
