@@ -56,6 +56,13 @@ class ViewController(QObject):
         self.act_sidebar.triggered.connect(lambda: self.set_sidebar(not self.sidebar_shown(),
                                                                     user=True))
         w.addAction(self.act_sidebar)
+        # message actions are not Tab stops (a long chat would need hundreds of Tabs); the
+        # last reply's are on keys: Ctrl+Shift+C copies it, Ctrl+R regenerates it
+        self.act_copy_last = QAction("Copy the last reply", w)
+        self.act_copy_last.setShortcut(QKeySequence("Ctrl+Shift+C"))
+        self.act_copy_last.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.act_copy_last.triggered.connect(self.copy_last_reply)
+        w.addAction(self.act_copy_last)
         w.model_picker.setMinimumContentsLength(10)
         w.title_label.setMinimumWidth(60)
         w.composer.edit.setPlaceholderText(LONG_PLACEHOLDER)
@@ -140,6 +147,12 @@ class ViewController(QObject):
         # a reply's text is for reading and selecting with the mouse; Tab does not stop in
         # every message (the chat scrolls with the keys when it has the focus)
         w.chat_view.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
+
+    def copy_last_reply(self) -> None:
+        replies = [mw for mw in self.w.chat_view.widgets if mw.item.role == "assistant"]
+        if replies:
+            self.w.chat_view.copyRequested.emit(replies[-1].item.content)
+            self.w.status.set_message("Copied the last reply")
 
     def _icons(self, *_: Any) -> None:
         self.toggle_btn.setIcon(theme.icon("sidebar", theme.current().text, 18))

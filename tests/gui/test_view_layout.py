@@ -352,3 +352,13 @@ def test_a_streamed_code_block_after_a_list_does_not_continue_the_list(make_wind
             listed.append(block.text())
         block = block.next()
     assert listed == ["First point", "Second point"]
+
+
+def test_ctrl_shift_c_copies_the_last_reply(make_window, engine, qtbot):
+    engine.reply = "the answer"
+    w = make_window(engine)
+    send(qtbot, w, "question")
+    w.activateWindow()
+    QApplication.clipboard().setText("")
+    qtbot.keyClick(w, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    assert QApplication.clipboard().text() == "the answer"
