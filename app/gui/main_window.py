@@ -34,6 +34,7 @@ from .status import StatusBar
 from .tasks import GeneratorWorker, ProgressRelay, TaskRunner
 from .widgets.turn import LiveTurn
 from .titles import derived_title
+from .send_queue import SendQueue
 from .widgets.hover_pause import HoverPause
 from .widgets.search_jump import SearchJump
 from .widgets.elided import ElidedLabel
@@ -67,14 +68,6 @@ class StreamState:
     figures: dict | None = None
     after_done: list[Callable[[], None]] = field(default_factory=list)
     live: LiveTurn = field(default_factory=LiveTurn)   # this turn's figures so far
-
-
-@dataclass
-class QueuedSend:
-    """A message sent while another chat's reply was generating: it waits its turn, visibly."""
-    chat_id: str
-    text: str
-    bubble_id: str
 
 
 class Banner(QFrame):
@@ -175,7 +168,7 @@ class MainWindow(QMainWindow):
         self.current_id: str | None = None
         self.draft: Draft | None = None
         self.stream: StreamState | None = None
-        self.queued: list[QueuedSend] = []   # sends waiting for the running reply, in order
+        self.queued = SendQueue(self)   # sends waiting for the running reply, in order
         self.engine_kv: dict[str, str] = {}  # what the engine last said of each chat's KV
         self.opened: dict[str, SessionKind] = {}
         self.pending_deletes: dict[str, QTimer] = {}
@@ -475,6 +468,7 @@ class MainWindow(QMainWindow):
             if self.current_id is not None:
                 self._open_in_engine(self.current_id)
             self.refresh_models()
+            self.queued.run_next()   # messages queued while the model was (re)loading
             freeze_heap()
             self.engineReady.emit()
 
@@ -584,9 +578,9 @@ class MainWindow(QMainWindow):
                 self.chat_view.append_stream(self.stream.text)
             else:
                 self.chat_view.set_messages(items)
-            if any(q.chat_id == chat_id for q in self.queued):
+            if self.queued.has(chat_id):
                 self._show_messages(True)
-                self._reshow_queued(chat_id)
+                self.queued.show_bubbles(chat_id)
             if query:
                 self.search_jump.jump_when_loaded(query)
             figs = chat_figures.last_figures(items)
@@ -937,79 +931,18 @@ class MainWindow(QMainWindow):
         if self.stream is not None:
             if not self.stream.stopped:
                 if self.stream.chat_id != self._target_id():
-                    self._queue_send(text)   # another chat is generating: wait for it, visibly
+                    self.queued.add(text)   # another chat is generating: wait for it, visibly
                 return
             self.stream.after_done.append(lambda: self.send(text))  # previous reply winding down
             return
-        if any(q.chat_id == self._target_id() for q in self.queued):
-            self._queue_send(text)   # keep this chat's order
+        if self.queued.has(self._target_id()):
+            self.queued.add(text)   # keep this chat's order
             return
         if self.current_id is None:
             draft = self.draft or Draft(str(uuid.uuid4()), False)
             self._create_and_send(draft, text)
             return
         self._start_reply(self.current_id, mode="send", text=text)
-
-    def _queue_send(self, text: str) -> None:
-        """Show the message at once, marked queued; it is sent when the running reply ends."""
-        if self.current_id is None:   # a new chat: it exists from now on, in the list too
-            draft = self.draft or Draft(str(uuid.uuid4()), False)
-            self.chat_model.upsert(ChatRow(id=draft.id, title=_title_from(text),
-                                           temporary=draft.temporary, updated_at=_utcnow()))
-            self.current_id, self.draft = draft.id, None
-            if draft.temporary:
-                self.temp.create_conversation(id=draft.id, system_prompt=self.settings.system_prompt,
-                                              model_id=getattr(self.engine, "model_name", ""))
-            elif self.store is not None:
-                store, prompt = self.store, self.settings.system_prompt
-                model = getattr(self.engine, "model_name", "")
-                self.tasks.run_task(lambda: store.create_conversation(
-                    id=draft.id, system_prompt=prompt, model_id=model), None, self._report_error)
-                self.settings.last_chat_id = draft.id
-            self.sidebar.select(draft.id)
-            self._update_header()
-        chat_id = self.current_id
-        q = QueuedSend(chat_id, text, f"pending:queued:{uuid.uuid4().hex[:8]}")
-        self.queued.append(q)
-        self._show_queued(q)
-        self.chat_model.update(chat_id, busy=True)
-        self._update_composer()
-
-    def _show_queued(self, q: QueuedSend) -> None:
-        running = self.chat_model.chat(self.stream.chat_id) if self.stream is not None else None
-        self._show_messages(True)
-        item = MessageItem(id=q.bubble_id, role="user", content=q.text,
-                           rendered=render(q.text, theme.current()))
-        item.extra["queued"] = (f"Queued — sends when the reply in “{running.title[:30]}” is done"
-                                if running is not None else "Queued")
-        self.chat_view.append_message(item)
-        self.chat_view.scroll_to_bottom()
-
-    def _hide_queued(self) -> None:
-        queued = [w.item.id for w in self.chat_view.widgets if w.item.extra.get("queued")]
-        if queued:   # queued bubbles are always the last ones
-            self.chat_view.truncate_after(queued[0], keep=False)
-
-    def _reshow_queued(self, chat_id: str) -> None:
-        """The chat's queued messages, at the end of its view (after a reload or a new turn)."""
-        shown = set(self.chat_view.message_ids())
-        for q in self.queued:
-            if q.chat_id == chat_id and q.bubble_id not in shown:
-                self._show_queued(q)
-
-    def _run_queue(self) -> None:
-        """The running reply ended: send the oldest queued message (in its own chat)."""
-        if self.stream is not None or not self.queued or self.engine is None:
-            return
-        q = self.queued.pop(0)
-        if self.chat_model.chat(q.chat_id) is None:   # deleted or closed meanwhile
-            self._run_queue()
-            return
-        if q.chat_id == self.current_id:
-            w = self.chat_view.widget_for(q.bubble_id)
-            if w is not None:
-                self.chat_view.truncate_after(q.bubble_id, keep=False)
-        self._start_reply(q.chat_id, mode="send", text=q.text)
 
     def _create_and_send(self, draft: Draft, text: str) -> None:
         chat_id = draft.id
@@ -1069,7 +1002,7 @@ class MainWindow(QMainWindow):
         on_screen = chat_id == self._target_id()   # a queued send may run in another chat
         if on_screen:
             self._show_messages(True)
-            self._hide_queued()   # shown again below the new turn
+            self.queued.hide_bubbles()   # shown again below the new turn
         if on_screen and mode == "edit" and remove_id:
             self.chat_view.truncate_after(remove_id, keep=False)
         elif on_screen and mode == "regenerate" and remove_id:
@@ -1081,7 +1014,7 @@ class MainWindow(QMainWindow):
         if on_screen:
             self.chat_view.scroll_to_bottom()
             self.chat_view.begin_stream()
-            self._reshow_queued(chat_id)
+            self.queued.show_bubbles(chat_id)
         self.chat_model.update(chat_id, busy=True)
 
         def factory(cancel: Any):
@@ -1219,7 +1152,7 @@ class MainWindow(QMainWindow):
                 self._apply_info(chat_id, result["info"])
             if current:
                 items = self._items_for(result["rows"], result["assistant"])
-                self._hide_queued()
+                self.queued.hide_bubbles()
                 if state.stopped or self.chat_view.message_ids() != [i.id for i in items][:-1] + \
                         ["pending:assistant"]:
                     self.chat_view.end_stream()
@@ -1227,7 +1160,7 @@ class MainWindow(QMainWindow):
                 else:
                     self.chat_view.end_stream(items[-1] if items else None)
                     self._sync_view(items)
-                self._reshow_queued(chat_id)
+                self.queued.show_bubbles(chat_id)
                 self.last_figures = figs
                 if result["info"] is not None:
                     self.engine_kv[chat_id] = chat_figures.info_text(result["info"])
@@ -1241,12 +1174,12 @@ class MainWindow(QMainWindow):
         if row is not None:
             self.chat_model.update(chat_id, busy=False)
         self._update_composer()
-        if any(q.chat_id == chat_id for q in self.queued) and row is not None:
+        if self.queued.has(chat_id) and row is not None:
             self.chat_model.update(chat_id, busy=True)
         self.replyFinished.emit(chat_id)
         for fn in state.after_done:
             fn()
-        self._run_queue()
+        self.queued.run_next()
 
     def _items_for(self, rows: list[Any], assistant: MessageItem | None) -> list[MessageItem]:
         existing = {w.item.id: w.item for w in self.chat_view.widgets}

@@ -135,3 +135,21 @@ def test_queued_send_to_a_chat_not_on_screen_runs_there(make_window, engine, qtb
     assert [r for r, _ in bubble_texts(w)] == ["user", "assistant"] * 2   # chat two untouched
     open_chat(qtbot, w, one)
     assert [r for r, _ in bubble_texts(w)] == ["user", "assistant"] * 2
+
+
+def test_a_queued_send_to_a_deleted_chat_is_dropped(make_window, engine, qtbot):
+    engine.delay = 0.02
+    engine.reply = " ".join(f"w{i}" for i in range(30))
+    w = make_window(engine)
+    send(qtbot, w, "chat one")
+    one = w.current_id
+    w.new_chat()
+    send(qtbot, w, "long reply please", wait=False)     # chat two generates
+    open_chat(qtbot, w, one)
+    send(qtbot, w, "never sent", wait=False)
+    assert len(w.queued) == 1
+    w.delete_chat(one)                                   # undo still possible, but not sent
+    qtbot.waitUntil(lambda: w.stream is None and not w.queued, timeout=10000)
+    wait_idle(qtbot, w)
+    assert len(engine.called("generate")) == 2
+    assert all("never sent" not in m.content for m in w.store.active_path(one))
