@@ -850,7 +850,7 @@ class MainWindow(QMainWindow):
         self.pending_deletes[chat_id] = timer
         timer.start()
         self._last_deleted = chat_id
-        self.toast.popup(f"Deleted “{row.title[:40]}”")
+        self.toast.popup(f"Deleted “{_title_from(row.title, 40)}”")
         self._toast_timer.start(UNDO_MS)
         self.toast_pause.watch(timer)
         if self.toast_pause.paused:   # the pointer already rests on the toast

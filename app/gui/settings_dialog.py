@@ -69,11 +69,9 @@ class SettingsDialog(QDialog):
         cf.addWidget(self.system_prompt)
         self.sampling = SamplingForm(settings.sampling)
         cf.addWidget(self.sampling)
-        of = QFormLayout()
-        of.setContentsMargins(0, 0, 0, 0)
+        cf.addWidget(QLabel("When a chat outgrows the model's context window"))
         self.overflow = overflow_combo(settings.overflow)
-        of.addRow("When a chat outgrows the context", self.overflow)
-        cf.addLayout(of)
+        cf.addWidget(self.overflow)
         lay.addWidget(chat)
 
         look = QGroupBox("Appearance")
@@ -175,12 +173,11 @@ class ChatSettingsDialog(QDialog):
         self.sampling.setEnabled(bool(own))
         self.use_own.toggled.connect(self.sampling.setEnabled)
         lay.addWidget(self.sampling)
-        of = QFormLayout()
         default_label = next((lab for lab, v in OVERFLOW_CHOICES if v == settings.overflow), "")
+        lay.addWidget(QLabel("When this chat outgrows the model's context window"))
         self.overflow = overflow_combo(overrides.get("overflow") or "",
                                        default=f"The default: {default_label.split(' (')[0]}")
-        of.addRow("When this chat outgrows the context", self.overflow)
-        lay.addLayout(of)
+        lay.addWidget(self.overflow)
         self._overrides = overrides
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
                                    | QDialogButtonBox.StandardButton.Cancel)

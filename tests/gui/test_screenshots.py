@@ -123,8 +123,11 @@ def test_screenshot_deleted_with_undo(make_window, engine, qtbot, shots):
     w = make_window(engine)
     w.resize(1180, 780)
     populate(qtbot, w, engine)
-    w.delete_chat(w.current_id)
-    assert w.toast.isVisible()
+    deleted = w.current_id
+    with qtbot.waitSignal(w.chatLoaded, timeout=5000):
+        w.delete_chat(deleted)             # the neighbouring chat opens
+    qtbot.waitUntil(lambda: not w.chat_view.loading, timeout=5000)
+    assert w.toast.isVisible() and w.current_id not in (None, deleted)
     shots(w, "08-undo-delete")
     w.undo_delete()
 
@@ -222,3 +225,17 @@ def test_screenshot_queued_and_search_hit(make_window, engine, qtbot, shots):
     qtbot.waitUntil(lambda: w.chat_model.searching and bool(w.chat_model.visible_chat_ids()), timeout=3000)
     QApplication.processEvents()
     shots(w, "16-search-highlight")
+
+
+def test_screenshot_chat_settings_overflow(make_window, engine, qtbot, shots):
+    from app.gui.settings_dialog import ChatSettingsDialog
+
+    w = make_window(engine)
+    send(qtbot, w, "Plan a long project with me")
+    dlg = ChatSettingsDialog(w.store.get_conversation(w.current_id), w.settings, parent=w)
+    dlg.overflow.setCurrentIndex(dlg.overflow.findData("rolling"))
+    dlg.show()
+    qtbot.waitExposed(dlg)
+    assert dlg.values()[1]["overflow"] == "rolling"
+    shots(dlg, "17-chat-settings-overflow")
+    dlg.reject()
