@@ -168,7 +168,12 @@ def test_theme_setting_system_light_dark(make_window, engine, qtbot, monkeypatch
         w.open_settings()
         assert theme.current() is theme.DARK and theme.choice() == "dark"
         assert Settings.load(w.settings_path).theme == "dark"
-        # a new window over the same settings starts dark
+        # a new window over the same settings starts dark, whatever the current theme
+        theme.set_choice("system")
+        theme.apply(QApplication.instance(), theme.LIGHT)
+        make_window.shutdown(w)
+        w = make_window(engine)
+        assert theme.current() is theme.DARK and theme.choice() == "dark"
         monkeypatch.setattr(SettingsDialog, "result_settings", lambda self: _with(w.settings, theme="light"))
         w.open_settings()
         assert theme.current() is theme.LIGHT
@@ -247,7 +252,14 @@ def test_search_keeps_the_view_highlights_and_opens_at_the_match(make_window, en
     assert bar.value() < bar.maximum()           # not at the bottom: at the match
     top = hit.mapTo(w.chat_view.widget(), hit.rect().topLeft()).y()
     assert bar.value() <= top <= bar.value() + w.chat_view.viewport().height()
-    # a click on a hit opens it too
+    # a click on a hit opens it too, at the match
+    w.new_chat()
+    w.search_jump.matched = None
+    rect = w.sidebar.view.visualRect(w.chat_model.index_of(pasta))
+    with qtbot.waitSignal(w.chatLoaded, timeout=3000):
+        qtbot.mouseClick(w.sidebar.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    qtbot.waitUntil(lambda: w.search_jump.matched is not None, timeout=3000)
+    assert w.current_id == pasta and w.search_jump.matched.item.content == "Use durum wheat."
     w.sidebar.search.clear()
     qtbot.waitUntil(lambda: not w.chat_model.searching, timeout=3000)
     assert query_terms('"durum" AND wheat') == ["durum", "wheat"]
