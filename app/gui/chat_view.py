@@ -614,6 +614,7 @@ class ChatView(QScrollArea):
                            rendered=Rendered('<p style="color: gray;">…</p>', ()))
         w = self.append_message(item)
         w.set_streaming(True)
+        w.prefill.set_waiting()   # until the first PrefillProgress / the first token
         self._stream = w
         self._stream_text = ""
         self._stream_renderer = StreamRenderer(w.body, theme.current())

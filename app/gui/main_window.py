@@ -629,6 +629,9 @@ class MainWindow(QMainWindow):
             return
         where, nbytes = kv_state_of(info)
         saving = bool(getattr(info, "saving", False))
+        self.engine_kv[chat_id] = chat_figures.info_text(info)
+        if chat_id == self.current_id:
+            self.status.set_kv(self.engine_kv[chat_id])
         self.chat_model.update(chat_id, kv_state=where, kv_bytes=int(nbytes or 0), saving=saving)
         if saving:
             self._watch_saving(chat_id)

@@ -157,7 +157,7 @@ def test_screenshot_prefill_progress(make_window, engine, qtbot, shots):
     w = make_window(engine)
     w.resize(1000, 680)
     send(qtbot, w, "Summarise this long paste: " + "lorem ipsum dolor sit amet " * 80, wait=False)
-    qtbot.waitUntil(lambda: w.chat_view.widgets[-1].prefill.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: "%" in w.chat_view.widgets[-1].prefill.label.text(), timeout=5000)
     QApplication.processEvents()
     assert "Processing prompt" in w.chat_view.widgets[-1].prefill.label.text()
     shots(w, "11-prefill-progress")

@@ -21,6 +21,9 @@ def test_prefill_progress_shows_in_the_reply_bubble_until_the_first_token(make_w
     qtbot.waitUntil(lambda: w.chat_view.widgets and w.chat_view.widgets[-1].prefill.isVisible(),
                     timeout=5000)
     bubble = w.chat_view.widgets[-1]
+    # from the start the bubble says the prompt is being processed (never an empty bubble)
+    assert bubble.prefill.label.text().startswith("Processing prompt")
+    qtbot.waitUntil(lambda: "%" in bubble.prefill.label.text(), timeout=5000)
     assert bubble.item.pending and bubble.body.toPlainText().strip() in ("", "…")
     done, total = w.stream.live.prefill
     assert total > 50 and done == total * 2 // 4          # two of the fake's four steps
@@ -62,6 +65,7 @@ def test_switching_chats_leaves_no_figures_of_the_other_chat(make_window, home, 
     pinned = w.current_id
     w.toggle_pin(pinned)
     qtbot.waitUntil(lambda: w.chat_model.chat(pinned).kv_state == "disk", timeout=5000)
+    qtbot.waitUntil(lambda: "tokens on disk" in w.status.kv.text(), timeout=3000)  # pinned: said so
     w.new_chat()
     open_chat(qtbot, w, pinned)
     assert "on disk" in w.status.kv.text() or "in memory" in w.status.kv.text()

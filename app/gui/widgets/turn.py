@@ -52,7 +52,14 @@ class PrefillIndicator(QWidget):
         lay.addStretch(1)
         self.hide()
 
+    def set_waiting(self) -> None:
+        """Before the engine has said how far it is: a busy bar (never an empty bubble)."""
+        self.label.setText("Processing prompt…")
+        self.bar.setRange(0, 0)
+        self.show()
+
     def set_progress(self, done: int, total: int) -> None:
+        self.bar.setRange(0, 1000)
         self.label.setText(prefill_text(done, total))
         self.bar.setValue(int(1000 * done / total) if total > 0 else 0)
         self.show()
