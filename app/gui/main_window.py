@@ -440,6 +440,8 @@ class MainWindow(QMainWindow):
         self.engine = None
         self.opened.clear()
         self.engine_kv.clear()
+        for r in [r for r in self.chat_model.all_chats() if r.kv_state == "memory"]:
+            self.chat_model.update(r.id, kv_state="none", kv_bytes=0)   # gone with the old engine
         self._update_composer()
 
         def work() -> Any:

@@ -334,7 +334,7 @@ class Sidebar(QFrame):
         self.act_duplicate = act("Duplicate", "branch", "Ctrl+D",
                                  lambda: self._with_current(self.duplicateRequested.emit))
         self.act_close = act("Close", "close", None, lambda: self._with_current(self.closeRequested.emit))
-        self.act_delete = act("Delete…", "trash", QKeySequence.StandardKey.Delete,
+        self.act_delete = act("Delete", "trash", QKeySequence.StandardKey.Delete,
                               lambda: self._with_current(self.deleteRequested.emit))
 
     def current_id(self) -> str | None:

@@ -96,6 +96,8 @@ def test_each_reply_keeps_the_model_that_wrote_it(make_window, home, qtbot):
         w.load_engine()
     assert w.chat_view.widgets[1].role_label.text() == "Small-135M"
     assert w.status.context.text().endswith("/ 8,192 tokens")
+    assert "memory" not in w.status.kv.text()      # the old engine's KV went with it
+    assert w.chat_model.chat(w.current_id).kv_state == "none"
     assert not w.status.context.text().startswith("0 ")      # the chat's own figure, not 0
     send(qtbot, w, "hello big")
     labels = [mw.role_label.text() for mw in w.chat_view.widgets if mw.item.role == "assistant"]
