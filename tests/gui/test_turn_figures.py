@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from fake_engine import FakeEngine
-from helpers import open_chat, send, wait_idle
+from helpers import open_chat, send
 
 from app.gui import chat_figures
 from app.gui.widgets.turn import LiveTurn, overflow_notice, prefill_text
-from engine.api import SessionKind
 
 
 def test_prefill_progress_shows_in_the_reply_bubble_until_the_first_token(make_window, engine, qtbot):
@@ -202,5 +201,3 @@ def test_live_turn_and_texts() -> None:
         "1 older message (40 tokens) left out to fit the context window"
     assert overflow_notice({"dropped_messages": 0}) == "" and overflow_notice(None) == ""
     assert chat_figures.kv_text(None) == ""
-    _ = SessionKind
-    _ = wait_idle

@@ -2,7 +2,7 @@
 branches, the temporary chat's empty state, queued sends, themes, remembered folders."""
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QPointF, Qt
+from PySide6.QtCore import QEvent, QPointF
 from PySide6.QtGui import QEnterEvent
 from PySide6.QtWidgets import QApplication
 

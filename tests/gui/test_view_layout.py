@@ -5,10 +5,8 @@ imports (progress that moves, Cancel that sticks, a new model replacing a missin
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
-import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog
 
@@ -19,7 +17,7 @@ from app.gui.sidebar import snippet_parts
 from app.gui.widgets.search_jump import query_terms
 from app.gui.window_view import LONG_PLACEHOLDER, SHORT_PLACEHOLDER
 from fake_engine import FakeEngine
-from helpers import open_chat, send, wait_idle
+from helpers import send, wait_idle
 
 LONG_CODE = "Here:\n\n```python\nvalue = '" + "x" * 400 + "'\n```\n\nDone."
 
@@ -302,7 +300,6 @@ def test_real_gguf_import_reports_progress_as_it_goes(make_window, engine, qtbot
     steps = [f for f, m in fed]
     assert len(steps) >= 10 and steps == sorted(steps) and steps[-1] == 1.0
     assert all(m for _, m in fed)
-    _ = threading
 
 
 def test_cancel_wins_over_a_late_success(make_window, engine, qtbot, tmp_path, monkeypatch):
@@ -349,7 +346,6 @@ def test_import_while_the_default_is_missing_selects_the_new_model(make_window, 
     assert w.settings.model == "Imported-1B" and w.engine is engine
     assert not w.banner.isVisible()
     qtbot.waitUntil(lambda: w.model_picker.currentData() == "Imported-1B", timeout=3000)
-    _ = (pytest, time, open_chat)
 
 
 def test_a_streamed_code_block_after_a_list_does_not_continue_the_list(make_window, engine, qtbot):

@@ -5,7 +5,7 @@ import re
 from typing import Any
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QTextCursor, QTextDocument
+from PySide6.QtGui import QTextCursor
 
 
 def query_terms(query: str) -> list[str]:
@@ -67,4 +67,4 @@ class SearchJump:
             self.view.ensureWidgetVisible(w, 0, 40)
 
 
-__all__ = ["SearchJump", "query_terms", "QTextDocument"]
+__all__ = ["SearchJump", "query_terms"]
