@@ -125,10 +125,12 @@ class ViewController(QObject):
 
     # --- keyboard ------------------------------------------------------------------------------
     def tab_chain(self) -> list[QWidget]:
-        """The window's Tab order: write, then the chat list, then the header's controls."""
+        """The window's Tab order: write (and send), read (the chat scrolls with the arrow and
+        page keys), the chat list, then the header's controls."""
         w = self.w
         sb = w.sidebar
-        return [w.composer.edit, w.composer.send_btn, sb.new_btn, sb.temp_btn, sb.search, sb.view,
+        return [w.composer.edit, w.composer.send_btn, w.chat_view, sb.new_btn, sb.temp_btn,
+                sb.search, sb.view,
                 self.toggle_btn, w.model_picker, w.import_btn, w.chat_settings_btn,
                 w.settings_btn]
 
@@ -145,8 +147,8 @@ class ViewController(QObject):
         w.composer.stop_btn.installEventFilter(self.enter)
         w.toast.button.installEventFilter(self.enter)
         # a reply's text is for reading and selecting with the mouse; Tab does not stop in
-        # every message (the chat scrolls with the keys when it has the focus)
-        w.chat_view.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
+        # every message, but once on the chat itself, which then scrolls with the keys
+        w.chat_view.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
 
     def copy_last_reply(self) -> None:
         replies = [mw for mw in self.w.chat_view.widgets if mw.item.role == "assistant"]

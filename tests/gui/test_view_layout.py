@@ -91,8 +91,9 @@ def test_tab_order_and_visible_focus(make_window, engine, qtbot):
     chain = w.view_ctl.tab_chain()
     assert seen[:len(chain) - 1] == chain[1:]           # every Tab lands on the next control
     assert seen[-1] is chain[0]                          # ... and comes back to the composer
-    # messages are not Tab stops
+    # messages are not Tab stops; the chat is one, and scrolls with the keys
     assert all(mw.body not in seen for mw in w.chat_view.widgets)
+    assert w.chat_view in seen
     # a focused tool button is drawn with the accent ring (the stylesheet's :focus rule)
     w.settings_btn.setFocus()
     qtbot.waitUntil(lambda: w.settings_btn.hasFocus(), timeout=2000)
@@ -370,3 +371,17 @@ def test_ctrl_shift_c_copies_the_last_reply(make_window, engine, qtbot):
     QApplication.clipboard().setText("")
     qtbot.keyClick(w, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     assert QApplication.clipboard().text() == "the answer"
+
+
+def test_the_focused_chat_scrolls_with_the_keys(make_window, engine, qtbot):
+    engine.reply = "\n\n".join(f"Paragraph {i} " + "words " * 30 for i in range(30))
+    w = make_window(engine)
+    send(qtbot, w, "a long answer please")
+    wait_idle(qtbot, w)
+    bar = w.chat_view.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0 and bar.value() == bar.maximum(), timeout=3000)
+    w.activateWindow()
+    w.chat_view.setFocus()
+    qtbot.waitUntil(lambda: w.chat_view.hasFocus(), timeout=2000)
+    qtbot.keyClick(w.chat_view, Qt.Key.Key_PageUp)
+    assert bar.value() < bar.maximum()
