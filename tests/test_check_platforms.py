@@ -177,3 +177,48 @@ def test_a_dependency_without_a_wheel_is_named_unless_direct_only(tmp_path, whee
                       "--pip-arg=--no-index", f"--pip-arg=--find-links={wheelhouse}"])
     assert rc == 0, out.getvalue()
     assert "ok    linux-x86_64    2 pins" in out.getvalue() and "all 1 targets install" in out.getvalue()
+
+
+_hspec = importlib.util.spec_from_file_location("check_host", REPO / "packaging" / "check_host.py")
+ch = importlib.util.module_from_spec(_hspec)
+sys.modules["check_host"] = ch
+_hspec.loader.exec_module(ch)
+
+
+def test_the_host_check_supports_exactly_the_checked_targets():
+    assert {name for name, _, _ in ch.SUPPORTED.values()} == set(cp.TARGETS)
+    for (system, machine), (name, oldest, _) in ch.SUPPORTED.items():
+        target = cp.TARGETS[name]
+        assert target.marker_env["platform_system"] == system
+        if system == "Linux":        # the newest manylinux tag the check accepts = the oldest glibc promised
+            assert target.platforms[0] == f"manylinux_2_{oldest[1]}_{machine}"
+        elif system == "Darwin":
+            assert target.platforms == (f"macosx_{oldest[0]}_{oldest[1]}_{machine}",)
+
+
+@pytest.mark.parametrize("host, problem", [
+    (("Linux", "x86_64", "2.36", (3, 11)), None),
+    (("Linux", "x86_64", "", (3, 12)), None),                       # glibc unknown: not held against it
+    (("Windows", "AMD64", "", (3, 11)), None),
+    (("Darwin", "arm64", "14.5", (3, 11)), None),
+    (("Darwin", "x86_64", "13.0", (3, 11)), None),
+    (("Linux", "aarch64", "2.39", (3, 11)), None),
+    (("Linux", "x86_64", "2.31", (3, 11)), "needs glibc 2.35 (Ubuntu 22.04, Debian 12) or newer; this host has glibc 2.31"),
+    (("Linux", "aarch64", "2.36", (3, 11)), "needs glibc 2.39"),
+    (("Darwin", "x86_64", "12.7.4", (3, 11)), "needs macOS 13 Ventura or newer; this host has macOS 12.7"),
+    (("Darwin", "arm64", "13.6", (3, 11)), "needs macOS 14 Sonoma or newer"),
+    (("Windows", "ARM64", "", (3, 11)), "does not support Windows arm64"),
+    (("Linux", "riscv64", "2.40", (3, 11)), "does not support Linux riscv64"),
+    (("FreeBSD", "amd64", "", (3, 11)), "does not support FreeBSD x86_64"),
+    (("Linux", "x86_64", "2.36", (3, 10)), "needs Python 3.11 or newer; this is 3.10"),
+])
+def test_host_problem(host, problem):
+    got = ch.host_problem(*host)
+    if problem is None:
+        assert got is None
+    else:
+        assert got is not None and problem in got, got
+
+
+def test_this_host_runs_the_suite_so_it_is_supported():
+    assert ch.host_problem(*ch.this_host()) is None
