@@ -59,6 +59,25 @@ def announce(widget: QWidget, text: str, assertive: bool = False) -> None:
     announcer.announced.emit(text)
 
 
+ANNOUNCE_CHARS = 300     # the start of a reply; the rest is read from its bubble
+
+
+def reply_announcement(text: str, *, error: str | None = None, stopped: bool = False,
+                       elsewhere: str | None = None) -> str:
+    """What to say when a streamed reply ends (once per reply, never per token). `elsewhere`:
+    the title of the chat it finished in, when that is not the open one."""
+    if error:
+        return f"Reply failed: {error}"
+    if elsewhere is not None:
+        return f"Reply finished in {elsewhere or 'another chat'}"
+    if stopped:
+        return "Reply stopped"
+    text = " ".join(text.split())
+    if len(text) > ANNOUNCE_CHARS:
+        text = text[:ANNOUNCE_CHARS].rsplit(" ", 1)[0] + " …"
+    return f"Reply finished: {text}" if text else "Reply finished (empty)"
+
+
 @dataclass
 class Node:
     """One element of the accessible tree."""
