@@ -1210,6 +1210,8 @@ class MainWindow(QMainWindow):
         cancel = threading.Event()
         dlg = QProgressDialog(f"Importing {src.name}…", "Cancel", 0, 1000, self)
         dlg.setWindowTitle("Import model")
+        for bar in dlg.findChildren(QProgressBar):
+            a11y.name(bar, "Import progress")
         dlg.setWindowModality(Qt.WindowModality.WindowModal)
         dlg.setMinimumDuration(0)
         dlg.setAutoClose(False)

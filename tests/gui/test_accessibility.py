@@ -20,9 +20,9 @@ def _describe(nodes: list[a11y.Node]) -> str:
     return "\n".join(f"  {n.path} (role {n.role.name})" for n in nodes)
 
 
-def _assert_all_named(root: QWidget) -> list[a11y.Node]:
+def _assert_all_named(root: QWidget, min_nodes: int = 6) -> list[a11y.Node]:
     nodes = list(a11y.walk(root))
-    assert len(nodes) > 5, "the accessible tree is (nearly) empty: the walk is broken"
+    assert len(nodes) >= min_nodes, f"the accessible tree is (nearly) empty: the walk is broken ({nodes})"
     missing = a11y.unnamed_controls(root)
     assert not missing, f"interactive controls without an accessible name:\n{_describe(missing)}"
     return nodes
@@ -101,8 +101,17 @@ def _dialogs(w: Any) -> list[QDialog]:
     return out
 
 
-def test_dialog_controls_all_have_names(make_window, engine, qtbot):
-    w = make_window(engine)
+def test_dialog_controls_all_have_names(make_window, engine, qtbot, tmp_path):
+    import threading
+    from app.gui.backend import ImportCancelled
+    release = threading.Event()
+
+    def importer(src, progress, cancel):          # an import that waits, so its dialog stays up
+        progress(0.3, "Converting layer 3")
+        release.wait(10)
+        raise ImportCancelled()
+
+    w = make_window(engine, gguf_importer=importer)
     send(qtbot, w, "Hello")
     wait_idle(qtbot, w)
     for dlg in _dialogs(w):
@@ -110,10 +119,18 @@ def test_dialog_controls_all_have_names(make_window, engine, qtbot):
         qtbot.waitExposed(dlg)
         try:
             _assert_all_named(dlg)
-            assert dlg.accessibleName() or dlg.windowTitle()
+            assert dlg.windowTitle()
         finally:
             dlg.reject()
             dlg.deleteLater()
+    progress = w.import_model(tmp_path / "model.gguf", gguf=True)
+    try:
+        qtbot.waitUntil(lambda: progress.isVisible() and progress.value() > 0, timeout=3000)
+        nodes = _assert_all_named(progress, min_nodes=3)
+        assert {"Import progress", "Cancel"} <= {n.name for n in nodes}
+    finally:
+        release.set()
+        qtbot.waitUntil(lambda: w.status.message.text() == "Import cancelled", timeout=5000)
 
 
 # --- contrast ---------------------------------------------------------------------------------
