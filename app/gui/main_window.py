@@ -282,6 +282,9 @@ class MainWindow(QMainWindow):
         self.splitter.setHandleWidth(1)
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(right)
+        # screen readers read a container's children in QObject order, which QSplitter leaves
+        # with the chat area first: put the sidebar (left, read first) back in front
+        self.sidebar.stackUnder(right)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([270, 910])

@@ -188,6 +188,7 @@ class Sidebar(QFrame):
         self.new_btn = QPushButton("  New chat")
         self.new_btn.setObjectName("PrimaryButton")
         self.new_btn.setToolTip("New chat (Ctrl+N)")
+        self.new_btn.setAccessibleName("New chat")     # the label's leading spaces are padding
         self.new_btn.clicked.connect(self.newChatRequested)
         lay.addWidget(self.new_btn)
 

@@ -58,6 +58,15 @@ def test_main_window_controls_all_have_names(make_window, engine, qtbot):
     assert {"Message", "Send"} <= names, sorted(names)
     roles = {n.role for n in nodes}
     assert QAccessible.Role.EditableText in roles and QAccessible.Role.PushButton in roles
+    # the tree is read in screen order: sidebar (left), header, messages, composer, status bar
+    order = [n.name for n in nodes if n.interactive]
+    landmarks = ["New chat", "Search chats", "Chats", "Import a model", "Settings", "Conversation",
+                 "Your message", "Reply", "Message", "Send", "Context window used"]
+    positions = [order.index(x) for x in landmarks]
+    assert positions == sorted(positions), order
+    # the sidebar's rows are list items named by Qt.AccessibleTextRole
+    rows = [n for n in nodes if n.role == QAccessible.Role.ListItem]
+    assert any(n.name.startswith("Hello there") for n in rows), [n.name for n in rows]
 
 
 def test_chat_rows_and_message_bubbles_expose_their_text(make_window, engine, qtbot):
@@ -174,5 +183,15 @@ def test_text_contrast_is_at_least_aa_in_both_themes(t):
                    (R.HighlightedText, R.Highlight), (R.ToolTipText, R.ToolTipBase),
                    (R.PlaceholderText, R.Base), (R.Link, R.Base), (R.Text, R.AlternateBase)):
         pairs.append(a11y.Pair(f"palette {fg.name} on {bg.name}", p.color(fg).name(), p.color(bg).name()))
+    # each message's document style sheet (markdown_render.document_css): its text sits on the
+    # chat background, a user bubble, a code block or a table header — the backgrounds it sets
+    from app.gui.markdown_render import document_css
+    css = document_css(t)
+    surfaces = [t.base, t.user_bubble] + [r_bg for r in a11y.parse_qss(css)
+                                         if (r_bg := r.decls.get("background-color"))]
+    doc = a11y.stylesheet_pairs(css, t.base, containers=surfaces)
+    assert {x.fg for x in doc} >= {t.text, t.accent, t.muted}, "document_css was not read"
+    # (`hr`'s colour draws a decorative line, not text: outside 1.4.3)
+    pairs += [a11y.Pair(f"message document: {x.where}", x.fg, x.bg) for x in doc if not x.where.startswith("hr")]
     low = [f"  {x.where}: {x.fg} on {x.bg} = {x.ratio:.2f}" for x in pairs if x.ratio < 4.5]
     assert not low, f"{t.name} theme: text below WCAG AA 4.5:1:\n" + "\n".join(low)
