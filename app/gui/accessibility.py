@@ -6,8 +6,7 @@ WCAG contrast arithmetic the theme is checked with.
   finished, an error): a QAccessibleAnnouncementEvent (Qt ≥ 6.8), polite unless `assertive`.
   Streaming replies announce once, when they finish — never per token.
 - `walk(root)` / `unnamed_controls(root)` go over a window's QAccessible tree (what a screen reader
-  sees), for the tests and for debugging (`python -m app.gui.accessibility` is not provided: the
-  test suite is the checker).
+  sees): tests/gui/test_accessibility.py fails on any interactive element without a name.
 - `contrast_ratio`, `parse_qss` and `stylesheet_pairs` compute WCAG 2.x contrast for the colour
   pairs a Qt style sheet declares.
 """
@@ -219,8 +218,10 @@ def stylesheet_pairs(qss: str, default_bg: str, containers: list[str] | None = N
     A rule's text colour is paired with its own opaque background; else with its base
     selector's (`QToolButton:hover` takes `QToolButton`'s colour and its own background); else
     with its ancestor selector's (`#Toast QLabel` sits on `#Toast`); else — text on a transparent
-    widget, which may sit on any surface — with every opaque background of the sheet's simple
-    rules that set no text colour of their own (`containers`, default: those) and `default_bg`.
+    widget, which may sit on any surface — with `default_bg` and every one of `containers`
+    (default: the opaque backgrounds of the sheet's simple rules that set no text colour, other
+    than buttons and bars, which draw icons or chunks, and containers whose text has rules of its
+    own, like `#Toast`).
     selection-color pairs with selection-background-color. `:disabled` rules are left out: WCAG
     1.4.3 exempts inactive controls.
     """
