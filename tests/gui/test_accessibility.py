@@ -195,3 +195,79 @@ def test_text_contrast_is_at_least_aa_in_both_themes(t):
     pairs += [a11y.Pair(f"message document: {x.where}", x.fg, x.bg) for x in doc if not x.where.startswith("hr")]
     low = [f"  {x.where}: {x.fg} on {x.bg} = {x.ratio:.2f}" for x in pairs if x.ratio < 4.5]
     assert not low, f"{t.name} theme: text below WCAG AA 4.5:1:\n" + "\n".join(low)
+
+
+class _RecordingPainter:
+    """Wraps a real QPainter: records the pen colour of every drawText and the colour of every
+    fill, so the contrast of what a delegate really paints can be computed."""
+
+    def __init__(self, painter: Any):
+        self._p = painter
+        self.texts: list[tuple[str, str]] = []      # (text, pen colour)
+        self.fills: list[Any] = []                  # QColor (with alpha)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._p, name)
+
+    def drawText(self, *args: Any) -> None:  # noqa: N802
+        self.texts.append((str(args[-1]), self._p.pen().color().name()))
+        self._p.drawText(*args)
+
+    def fillPath(self, path: Any, brush: Any) -> None:  # noqa: N802
+        from PySide6.QtGui import QColor
+        self.fills.append(QColor(brush))
+        self._p.fillPath(path, brush)
+
+
+def _over(fill: Any, bg: str) -> str:
+    """`fill` (maybe translucent) composited over the opaque `bg`."""
+    from PySide6.QtGui import QColor
+    b, a = QColor(bg), fill.alphaF()
+    mix = [round(f * a + g * (1 - a)) for f, g in ((fill.red(), b.red()), (fill.green(), b.green()),
+                                                    (fill.blue(), b.blue()))]
+    return QColor(*mix).name()
+
+
+@pytest.mark.parametrize("t", [theme.LIGHT, theme.DARK], ids=lambda t: t.name)
+def test_sidebar_rows_as_painted_meet_aa(make_window, engine, qtbot, qapp, t):
+    """The chat list's delegate paints its text itself: record what it draws on which fill, for
+    a header, a plain, a hovered and a selected row (with a search snippet)."""
+    from PySide6.QtCore import QRect
+    from PySide6.QtGui import QImage, QPainter
+    from PySide6.QtWidgets import QStyle, QStyleOptionViewItem
+
+    w = make_window(engine)
+    send(qtbot, w, "Hello there")
+    wait_idle(qtbot, w)
+    theme.apply(qapp, t)
+    try:
+        sidebar_bg = next(a11y._background(r) for r in a11y.parse_qss(theme.stylesheet(t))  # noqa: SLF001
+                          if r.selector == "#Sidebar")
+        model, view = w.sidebar.view.model(), w.sidebar.view
+        w.chat_model.update(w.current_id, snippet="a search hit")
+        rows = [model.index(r, 0) for r in range(model.rowCount())]
+        assert len(rows) >= 2
+        low: list[str] = []
+        drawn = 0
+        for index in rows:
+            for state in (QStyle.StateFlag.State_None, QStyle.StateFlag.State_MouseOver,
+                          QStyle.StateFlag.State_Selected):
+                image = QImage(300, 40, QImage.Format.Format_ARGB32)
+                real = QPainter(image)
+                rec = _RecordingPainter(real)
+                option = QStyleOptionViewItem()
+                option.rect = QRect(0, 0, 300, 40)
+                option.state = state | QStyle.StateFlag.State_Enabled
+                option.font = view.font()
+                view.itemDelegate().paint(rec, option, index)
+                real.end()
+                bg = _over(rec.fills[-1], sidebar_bg) if rec.fills else sidebar_bg
+                for text, pen in rec.texts:
+                    drawn += 1
+                    ratio = a11y.contrast_ratio(pen, bg)
+                    if ratio < 4.5:
+                        low.append(f"  {text!r} ({state.name}): {pen} on {bg} = {ratio:.2f}")
+        assert drawn >= 6, "the delegate drew no text: the recording is broken"
+        assert not low, f"{t.name} theme: sidebar text below 4.5:1:\n" + "\n".join(low)
+    finally:
+        theme.apply(qapp, theme.LIGHT)
