@@ -103,8 +103,11 @@ def test_a_streamed_reply_is_announced_once_when_it_finishes(make_window, engine
 
 
 def _dialogs(w: Any) -> list[QDialog]:
+    from app.gui.remote_dialog import RemoteDialog
     from app.gui.settings_dialog import ChatSettingsDialog, SettingsDialog
-    out: list[QDialog] = [SettingsDialog(w.settings, w.home, parent=w)]
+    # the settings dialog as the window opens it: with the API server panel
+    out: list[QDialog] = [SettingsDialog(w.settings, w.home, parent=w, server=w.api_server())]
+    out.append(RemoteDialog(w.tasks.run_task, parent=w))
     detail = w.store.get_conversation(w.current_id)
     out.append(ChatSettingsDialog(detail, w.settings, parent=w))
     return out
