@@ -266,6 +266,7 @@ class MessageWidget(QFrame):
         self.prefill = PrefillIndicator(self)
         outer.addWidget(self.prefill)
         self.body = MessageBrowser(self)
+        self.body.setAccessibleName("Your message" if user else "Reply")
         self.body.fit_width = user
         if user:
             self.body.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
@@ -338,6 +339,10 @@ class MessageWidget(QFrame):
         notice = overflow_notice(it.figures) if it.role == "assistant" else ""
         self.overflow_label.setText(notice)
         self.overflow_label.setVisible(bool(notice))
+        # The bubble's text for screen readers: set here (load, end of a stream), not per token.
+        self.setAccessibleName("You said" if it.role == "user" else
+                               f"{self.display_name()} {'is writing' if self.streaming else 'replied'}")
+        self.setAccessibleDescription(it.content)
         if it.error:
             self.error_label.setText(it.error)
             self.error_label.show()
@@ -445,6 +450,7 @@ class ChatView(QScrollArea):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("ChatScroll")
+        self.setAccessibleName("Conversation")
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
