@@ -210,6 +210,7 @@ def overflow_combo(current: str, default: str | None = None) -> QComboBox:
     """The overflow policies (and, for one chat, “the default”), `current` selected."""
     box = QComboBox()
     box.setObjectName("OverflowChoice")
+    box.setAccessibleName("When a chat outgrows the context window")
     if default is not None:
         box.addItem(default, "")
     for label, value in OVERFLOW_CHOICES:
