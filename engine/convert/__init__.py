@@ -173,7 +173,10 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
     src = GGUFSource(src_path)
     spec = src.spec()
     tok_json, tok_config, template = build_tokenizer_files(src)
-    loaded = _WeightLoader(src, spec, weights, progress, cancel).load()
+    try:
+        loaded = _WeightLoader(src, spec, weights, progress, cancel).load()
+    except ModelImportError as exc:     # the weight checks name the tensor; say which file too
+        raise ModelImportError(f"{src_path.name}: {exc}") from None
     n_tokens = len(tok_json["model"]["vocab"])
     if n_tokens > spec.vocab_size:
         raise ModelImportError(f"{src_path.name}: the vocabulary has {n_tokens} tokens but token_embd.weight "
