@@ -60,6 +60,7 @@ def create_session(model_path: str, choice: ProviderChoice = "auto", threads: in
     reason = None
     # ORT prints a CUDA library load failure on its default logger; Amber reports it as fallback_reason.
     ort.set_default_logger_severity(4)
+    ort.disable_telemetry_events()   # the env switch in engine/__init__.py stops the local database too
     try:
         session = ort.InferenceSession(model_path, session_options(threads), providers=wanted)
     except Exception as exc:
