@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 from tokenizers import Tokenizer
 
+from .oneline import one_line
 from .fingerprint import model_fingerprint
 from .model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
@@ -21,6 +22,9 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 class ModelLoadError(Exception):
     """A model folder cannot be loaded; the message names the file and what is wrong."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(one_line(str(message)))   # one line, whatever the file names hold
 
 
 @dataclass

@@ -32,9 +32,16 @@ def work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("fuzz-gguf")
 
 
+class Blob(bytes):
+    """The base file's bytes, shown short in Hypothesis's failure reports."""
+
+    def __repr__(self) -> str:
+        return f"<tiny GGUF, {len(self)} bytes>"
+
+
 @pytest.fixture(scope="module")
 def base(work) -> bytes:
-    return write_tiny_gguf(work / "base.gguf", CFG).path.read_bytes()
+    return Blob(write_tiny_gguf(work / "base.gguf", CFG).path.read_bytes())
 
 
 def _header_end(data: bytes) -> int:
