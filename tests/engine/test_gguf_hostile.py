@@ -125,7 +125,8 @@ def test_unsupported_version(tmp_path, tiny_bytes, version, words):
     assert words in refused(tmp_path, parts.to_bytes())
 
 
-@pytest.mark.parametrize("raw,vtype", [(u32(0), gb.UINT32), (u32(48), gb.UINT32), (gb.string("32"), gb.STRING)])
+@pytest.mark.parametrize("raw,vtype", [(u32(0), gb.UINT32), (u32(48), gb.UINT32), (gb.string("32"), gb.STRING)],
+                         ids=["zero", "not-a-power-of-two", "string"])
 def test_bad_alignment(tmp_path, tiny_bytes, raw, vtype):
     assert "general.alignment" in refused(tmp_path, with_field(tiny_bytes, "general.alignment", vtype, raw))
 
@@ -166,10 +167,9 @@ def test_context_times_head_dim_too_large(tmp_path, tiny_bytes):
     assert "rotary tables" in refused(tmp_path, data)
 
 
-@pytest.mark.parametrize("key,value", [(10 ** 300, None), (float("nan"), None), (float("inf"), None), (-1.0, None),
-                                       (0.0, None)])
-def test_bad_floats(tmp_path, tiny_bytes, key, value):
-    raw = gb.scalar(gb.FLOAT64, key)
+@pytest.mark.parametrize("value", [10.0 ** 300, float("nan"), float("inf"), -1.0, 0.0])
+def test_bad_floats(tmp_path, tiny_bytes, value):
+    raw = gb.scalar(gb.FLOAT64, value)
     for field in ("llama.rope.freq_base", "llama.attention.layer_norm_rms_epsilon"):
         msg = refused(tmp_path, with_field(tiny_bytes, field, gb.FLOAT64, raw))
         assert field in msg and "out of range" in msg
@@ -193,7 +193,7 @@ def test_bad_floats(tmp_path, tiny_bytes, key, value):
     ("tokenizer.ggml.bos_token_id", gb.ARRAY, gb.array(gb.INT32, []), "an integer"),
     ("tokenizer.ggml.add_bos_token", gb.STRING, gb.string("yes"), "a boolean"),
     ("tokenizer.chat_template", gb.ARRAY, gb.array(gb.STRING, ["a", "b"]), "a string"),
-])
+], ids=lambda v: v if isinstance(v, str) else "")
 def test_wrong_metadata_type(tmp_path, tiny_bytes, key, vtype, raw, want):
     msg = refused(tmp_path, with_field(tiny_bytes, key, vtype, raw))
     assert f"metadata {key} should be {want}" in msg, msg
