@@ -159,11 +159,31 @@ def test_external_data_outside_the_folder(folder, location):
     assert "points outside the model folder" in msg and tensor.name in msg, msg
 
 
+def test_weights_file_linked_from_outside_the_folder(folder, tmp_path):
+    """ONNX Runtime itself refuses external data that resolves outside the model folder; Amber
+    says so first, in its own words (a link inside the folder is fine)."""
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    data = folder / "model.onnx.data"
+    shutil.move(data, blobs / "0123abcd")
+    data.symlink_to(blobs / "0123abcd")
+    assert "points outside the model folder" in refused(folder)
+    data.unlink()
+    (folder / "weights").mkdir()
+    shutil.move(blobs / "0123abcd", folder / "weights" / "0123abcd")
+    data.symlink_to(folder / "weights" / "0123abcd")
+    assert load_model(folder, provider="cpu", threads=1).kv.n_layers == 2
+
+
 # ---- the command line: one line, no ONNX Runtime log lines -------------------------------------------
-@pytest.mark.parametrize("damage", ["empty-data", "eos-string", "max-pos-string"])
+@pytest.mark.parametrize("damage", ["empty-data", "eos-string", "max-pos-string", "unknown-operator"])
 def test_cli_one_line_no_ort_log(folder, run_cli, damage):
     if damage == "empty-data":
         (folder / "model.onnx.data").write_bytes(b"")
+    elif damage == "unknown-operator":     # refused by ONNX Runtime itself: still one line
+        proto = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+        proto.graph.node[3].op_type = "NoSuchOp"
+        onnx.save(proto, str(folder / "model.onnx"))
     elif damage == "eos-string":
         edit_json(folder / "config.json", eos_token_id="x")
     else:
@@ -172,12 +192,16 @@ def test_cli_one_line_no_ort_log(folder, run_cli, damage):
     assert r.returncode == 2, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("amber-engine: error: "), r.stderr
-    assert "onnxruntime" not in r.stderr.lower().replace("onnx runtime", "") and "\x1b[" not in r.stderr
+    # ORT's own log lines look like "2026-12-01 10:00:00.0 [E:onnxruntime:, ...]", in red.
+    assert ":onnxruntime:" not in r.stderr and "\x1b[" not in r.stderr
 
 
 # ---- ONNX Runtime telemetry -----------------------------------------------------------------------------
 def _ort_traces(home: Path) -> list[str]:
-    return sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    """What ONNX Runtime's telemetry left under `home` (other libraries' caches, e.g. CUDA's JIT
+    cache on a GPU machine, are not its business)."""
+    return sorted(str(p.relative_to(home)) for p in home.rglob("*")
+                  if "onnxruntime" in str(p).lower() or "microsoft" in str(p).lower())
 
 
 def _run_in_home(home: Path, code: str) -> subprocess.CompletedProcess:
@@ -196,7 +220,7 @@ def test_engine_start_leaves_no_ort_telemetry(tiny_dir, tmp_path):
     if not _ort_traces(tmp_path / "bare"):
         pytest.skip("this ONNX Runtime build records no local telemetry: nothing to turn off")
     code = ("import engine.model as m, engine.generate as g, engine.api as a\n"
-            f"model = m.load_model({str(tiny_dir)!r}, provider='auto', threads=1)\n"
+            f"model = m.load_model({str(tiny_dir)!r}, provider='cpu', threads=1)\n"
             "gen = g.Generator(model)\n"
             "list(gen.stream(gen.new_cache(), [1, 2, 3], a.SamplingParams(greedy=True, max_new_tokens=2)))\n"
             "import os; print(os.environ['ORT_DISABLE_TELEMETRY'])\n")
