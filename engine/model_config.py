@@ -21,7 +21,10 @@ MAX_DIM = 1 << 24              # any hyperparameter (layers, heads, widths, posi
 # config.json keys the engine reads: each must be a positive integer when present (null = absent).
 POSITIVE_INT_KEYS = ("max_position_embeddings", "n_positions", "num_key_value_heads", "num_attention_heads",
                      "hidden_size", "head_dim", "num_hidden_layers", "vocab_size")
+# eos ids stop generation, so they must be real ids; bos/pad are only passed through, and old
+# Llama configs write "pad_token_id": -1 for "none", so any integer is accepted there.
 TOKEN_ID_KEYS = ("eos_token_id", "bos_token_id", "pad_token_id")
+NEGATIVE_OK = ("bos_token_id", "pad_token_id")
 
 
 class ConfigError(ValueError):
@@ -69,7 +72,8 @@ def check_token_ids(data: dict[str, Any], path: Path) -> None:
         if value is None:
             continue
         ids = value if isinstance(value, list) else [value]
-        if not all(_is_int(i) and 0 <= i < 1 << 31 for i in ids):
+        low = -(1 << 31) if key in NEGATIVE_OK else 0
+        if not all(_is_int(i) and low <= i < 1 << 31 for i in ids):
             raise ConfigError(f"{path}: {key} should be a token id or a list of token ids, found {_show(value)}")
 
 

@@ -116,6 +116,13 @@ def test_tokenizer_json_garbage(folder):
     assert "tokenizer.json: not a valid tokenizer" in refused(folder)
 
 
+def test_old_llama_pad_token_minus_one_loads(folder):
+    """Old Llama configs write "pad_token_id": -1 for "none"; the engine does not read it."""
+    edit_json(folder / "config.json", pad_token_id=-1)
+    edit_json(folder / "generation_config.json", pad_token_id=-1)
+    assert load_model(folder, provider="cpu", threads=1).eos_token_ids
+
+
 def test_untouched_folder_still_loads(folder):
     model = load_model(folder, provider="cpu", threads=1)
     assert model.context_window == 512 and model.eos_token_ids
