@@ -55,6 +55,11 @@ fuzz: $(STAMP)
 bench-deps: $(STAMP) default-model
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench deps
 
+# The remote engine against llama.cpp's real server (llama_cpp.server from the side venv above).
+.PHONY: test-remote
+test-remote: bench-deps
+	AMBER_TEST_REMOTE=1 AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/remote
+
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q tests/gui -k screenshot --screenshots=screenshots
 

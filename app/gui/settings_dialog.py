@@ -51,7 +51,8 @@ class SamplingForm(QWidget):
 class SettingsDialog(QDialog):
     clearCacheRequested = Signal()
 
-    def __init__(self, settings: Settings, home: Path, parent: QWidget | None = None):
+    def __init__(self, settings: Settings, home: Path, parent: QWidget | None = None,
+                 server: Any = None):
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.setMinimumWidth(520)
@@ -99,6 +100,12 @@ class SettingsDialog(QDialog):
         row.addWidget(self.cleared, 1)
         ef.addRow("", _wrap(row))
         lay.addWidget(eng)
+
+        self.server_panel = None
+        if server is not None:   # an app.gui.server_control.ServerControl: the API server switch
+            from .server_control import ServerPanel  # noqa: PLC0415
+            self.server_panel = ServerPanel(server)
+            lay.addWidget(self.server_panel)
 
         data = QGroupBox("Data")
         df = QHBoxLayout(data)
