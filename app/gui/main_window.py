@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLab
 from engine import paths
 from engine.api import ChatMessage, GenerationResult, SessionKind, TextChunk
 
+from . import accessibility as a11y
 from . import theme
 from .backend import Backend, ImportCancelled
 from .chat_view import ChatView, MessageItem, copy_to_clipboard
@@ -216,11 +217,14 @@ class MainWindow(QMainWindow):
         self.model_picker = QComboBox()
         self.model_picker.setObjectName("ModelPicker")
         self.model_picker.setToolTip("Model")
+        a11y.name(self.model_picker, "Model", "The model that writes the replies")
         self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.model_picker.activated.connect(self._on_model_picked)
         hl.addWidget(self.model_picker)
         self.import_btn = QToolButton()
         self.import_btn.setToolTip("Import a model, or connect to a server")
+        a11y.name(self.import_btn, "Import a model",
+                  "A GGUF file, an ONNX model folder, or an OpenAI-compatible server")
         self.import_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.import_btn)
         self.act_import_gguf = menu.addAction("Import GGUF file…", self.import_gguf_dialog)
@@ -231,10 +235,12 @@ class MainWindow(QMainWindow):
         hl.addWidget(self.import_btn)
         self.chat_settings_btn = QToolButton()
         self.chat_settings_btn.setToolTip("This chat's settings (system prompt, sampling)")
+        a11y.name(self.chat_settings_btn, "Chat settings", "This chat's system prompt and sampling")
         self.chat_settings_btn.clicked.connect(self.open_chat_settings)
         hl.addWidget(self.chat_settings_btn)
         self.settings_btn = QToolButton()
         self.settings_btn.setToolTip("Settings (Ctrl+,)")
+        a11y.name(self.settings_btn, "Settings")
         self.settings_btn.clicked.connect(self.open_settings)
         hl.addWidget(self.settings_btn)
         rl.addWidget(header)
@@ -283,6 +289,9 @@ class MainWindow(QMainWindow):
         self.splitter.setHandleWidth(1)
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(right)
+        # screen readers read a container's children in QObject order, which QSplitter leaves
+        # with the chat area first: put the sidebar (left, read first) back in front
+        self.sidebar.stackUnder(right)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([270, 910])
@@ -1099,6 +1108,11 @@ class MainWindow(QMainWindow):
         if row is not None:
             self.chat_model.update(chat_id, busy=False)
         self._update_composer()
+        # one announcement per reply (the stream itself is not read out token by token)
+        error = str(exc) if exc is not None else (result or {}).get("error")
+        a11y.announce(self.chat_view, a11y.reply_announcement(
+            state.text, error=error, stopped=state.stopped,
+            elsewhere=None if current else (row.title if row is not None else "")), assertive=bool(error))
         self.replyFinished.emit(chat_id)
         for fn in state.after_done:
             fn()
@@ -1226,6 +1240,8 @@ class MainWindow(QMainWindow):
         cancel = threading.Event()
         dlg = QProgressDialog(f"Importing {src.name}…", "Cancel", 0, 1000, self)
         dlg.setWindowTitle("Import model")
+        for bar in dlg.findChildren(QProgressBar):
+            a11y.name(bar, "Import progress")
         dlg.setWindowModality(Qt.WindowModality.WindowModal)
         dlg.setMinimumDuration(0)
         dlg.setAutoClose(False)
