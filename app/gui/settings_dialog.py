@@ -150,6 +150,7 @@ class ChatSettingsDialog(QDialog):
         lay = QVBoxLayout(self)
         lay.addWidget(QLabel("System prompt for this chat (empty: the default)"))
         self.system_prompt = QPlainTextEdit(getattr(detail, "system_prompt", "") or "")
+        self.system_prompt.setAccessibleName("System prompt for this chat")
         self.system_prompt.setPlaceholderText(settings.system_prompt)
         self.system_prompt.setFixedHeight(80)
         lay.addWidget(self.system_prompt)
