@@ -15,7 +15,7 @@ from .oneline import one_line
 from .fingerprint import model_fingerprint
 from .model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
-from .providers import CPU, ProviderChoice, create_session, short_name
+from .providers import ProviderChoice, create_session, short_name
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}

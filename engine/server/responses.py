@@ -23,7 +23,7 @@ from .chat import SSE_HEADERS, sse
 from .errors import ApiError, error_body
 from .response_store import ResponseRecord, ResponseStore, new_response_id
 from .schemas import ResponseRequest
-from .service import Run, Service, amber_figures
+from .service import Service, amber_figures
 
 
 class Chains:

@@ -4,10 +4,8 @@ one line and exit code 2, pinned sessions across invocations, and `sessions list
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import uuid
-from pathlib import Path
 
 import pytest
 

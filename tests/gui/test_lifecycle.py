@@ -10,9 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication
 
 from app.gui.settings import Settings
 from app.gui.single_instance import SingleInstance, server_name

@@ -4,11 +4,10 @@ Each test also checks the state it shows, so they are real tests too.
 """
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from app.gui import theme
-from helpers import open_chat, send, wait_idle
+from helpers import send, wait_idle
 
 QUESTION = "How do I read a file line by line in Python, and what is the KV cache?"
 
