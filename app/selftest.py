@@ -178,8 +178,8 @@ def run_self_test(out: TextIO | None = None) -> int:
     out = out or sys.stdout
     report = _Report(out)
     where = bundle_dir()
-    print(f"Amber self-test: version {_version()}, Python {sys.version.split()[0]}, "
-          f"{'installed build at ' + str(where.parent if where.name == '_internal' else where) if where else 'source checkout'}",
+    build = f"installed build at {where.parent if where.name == '_internal' else where}" if where else "source checkout"
+    print(f"Amber self-test: version {_version()}, Python {sys.version.split()[0]}, {build}",
           file=out, flush=True)
     t_start = time.perf_counter()
     report.step("data directory", _check_data_dir)

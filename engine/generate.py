@@ -90,7 +90,8 @@ class Generator:
         cache.reserve(min(window, len(prompt) + sampling.max_new_tokens))
         fig.reused_tokens = reused
         fig.resume = origin.value if reused else KVLocation.NONE.value
-        is_cancelled = (lambda: cancel is not None and cancel.is_set())
+        def is_cancelled() -> bool:
+            return cancel is not None and cancel.is_set()
         t_prefill = time.perf_counter()
         logits = self.runner.forward(cache, prompt[reused:], between_chunks=lambda _: is_cancelled())
         fig.prefill_ms = (time.perf_counter() - t_prefill) * 1000

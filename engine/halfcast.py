@@ -19,8 +19,8 @@ def _cast_session() -> Any:
     global _session
     with _lock:
         if _session is None:
-            import onnxruntime as ort
-            from onnx import TensorProto, helper
+            import onnxruntime as ort  # noqa: PLC0415 - ONNX Runtime only once a float16 block is converted (not for `cache` commands)
+            from onnx import TensorProto, helper  # noqa: PLC0415
             graph = helper.make_graph(
                 [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], "half_to_float",
                 [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["n"])],
@@ -37,7 +37,7 @@ def _cast_session() -> Any:
 def half_to_float(src: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """The values of `src` (float16, any shape) as float32: in `out` (contiguous, same size) when
     given, else in a new array."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # noqa: PLC0415 - ONNX Runtime only once a float16 block is converted (not for `cache` commands)
     flat = np.ascontiguousarray(src, dtype=np.float16).reshape(-1)
     if out is None:
         out = np.empty(flat.shape, np.float32)

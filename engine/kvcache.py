@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 
+from .halfcast import half_to_float
 from .model import KVLayout
 
 MIN_CAPACITY = 256
@@ -99,7 +101,7 @@ class KVCache:
         old_k, old_v = self.keys, self.values
         self._alloc(new_cap)
         assert self._keys is not None and self._values is not None
-        for dst, src in zip(self._keys + self._values, old_k + old_v):
+        for dst, src in zip(self._keys + self._values, old_k + old_v, strict=True):
             dst[:, :, :n] = src[:, :, :n]
 
     # ---- contents ---------------------------------------------------------------------------
@@ -131,8 +133,7 @@ class KVCache:
     def append_block(self, block: np.ndarray, tokens: list[int]) -> None:
         """Appends positions loaded from disk or another cache (shape as `export` returns)."""
         if block.dtype == np.float16 and np.dtype(self.layout.dtype) == np.float32:
-            from .halfcast import half_to_float    # a float16 store's block: ~15x numpy's cast
-            block = half_to_float(block)
+            block = half_to_float(block)    # a float16 store's block: ~15x numpy's cast
         n0, n = len(self.tokens), block.shape[3]
         if self.layout.shared_buffer:
             self.reserve(n0 + n)
@@ -166,15 +167,14 @@ class KVCache:
         """OrtValues bound as past and present: views of the host arrays on CPU (no copy); on a GPU,
         device buffers uploaded once and then kept there between steps."""
         if self._ort_values is None:
-            import onnxruntime as ort
             keys, values = self.keys, self.values
             if self.device == "cpu":
                 self._ort_values = [(ort.OrtValue.ortvalue_from_numpy(k), ort.OrtValue.ortvalue_from_numpy(v))
-                                    for k, v in zip(keys, values)]
+                                    for k, v in zip(keys, values, strict=True)]
             else:
                 self._ort_values = [(ort.OrtValue.ortvalue_from_numpy(k, self.device, 0),
                                      ort.OrtValue.ortvalue_from_numpy(v, self.device, 0))
-                                    for k, v in zip(keys, values)]
+                                    for k, v in zip(keys, values, strict=True)]
                 self._keys = self._values = None    # the device copy is now the only one
         return self._ort_values
 

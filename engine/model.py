@@ -10,12 +10,15 @@ import numpy as np
 import onnx
 from tokenizers import Tokenizer
 
+from . import paths
 from .convert.errors import ModelImportError
+from .convert.variants import VARIANT_NAME, ensure_variant, is_variant_folder
 from .oneline import one_line
 from .fingerprint import model_fingerprint
 from .model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
 from .providers import ProviderChoice, create_session, short_name
+from .sampling import resolve_sampling
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -91,7 +94,6 @@ def _read_json(path: Path, required: bool) -> dict[str, Any]:
 def _check_folder_files(model_dir: Path, config: dict[str, Any], generation_config: dict[str, Any],
                         tokenizer_config: dict[str, Any]) -> None:
     """Types and ranges of what the loader and the sampler read from the folder's JSON files."""
-    from .sampling import resolve_sampling
     try:
         check_config(config, model_dir / "config.json")
         check_generation_config(generation_config, model_dir / "generation_config.json",
@@ -166,7 +168,6 @@ def _variant_maker(model_dir: Path, graph: Path, progress: Any) -> Any:
     def make() -> str:
         if not _uses_gqa(graph):
             return str(graph)
-        from .convert.variants import ensure_variant
         return str(ensure_variant(model_dir, graph, progress, spare_root=_spare_root()))
     return make
 
@@ -174,9 +175,8 @@ def _variant_maker(model_dir: Path, graph: Path, progress: Any) -> Any:
 def _spare_root() -> Path | None:
     """Where variants of read-only model folders go (Amber's data folder), if it can tell."""
     try:
-        from . import paths
         return paths.amber_home() / "variants"
-    except Exception:
+    except Exception:   # noqa: BLE001 - no usable data folder: variants then need a writable model folder
         return None
 
 
@@ -200,13 +200,12 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         raise ModelLoadError(f"{tok_path}: missing")
     try:
         tokenizer = Tokenizer.from_file(str(tok_path))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - untrusted file: the library raises any kind; reported as one line
         raise ModelLoadError(f"{tok_path}: not a valid tokenizer ({exc})") from None
     _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
     try:
         cpu_graph = graph
         if variant == "fp16":
-            from .convert.variants import ensure_variant
             cpu_graph = ensure_variant(model_dir, graph, progress, spare_root=_spare_root())
         gpu_graph: Any = str(graph) if variant == "fp32" else _variant_maker(model_dir, graph, progress)
         if variant == "fp16":
@@ -218,7 +217,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         raise
     except ModelImportError as exc:
         raise ModelLoadError(str(exc)) from None     # it names the file already
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - ONNX Runtime's errors on a bad graph: reported as one line
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"{graph}: ONNX Runtime cannot load it ({first_line[:400]})") from None
     session = result.session
@@ -240,7 +239,6 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
             eos.append(int(tokenizer.token_to_id(eos_tok)))
     window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
     name = model_dir.name
-    from .convert.variants import VARIANT_NAME, is_variant_folder
     is_variant = graph.parent != model_dir and is_variant_folder(graph.parent)
     return LoadedModel(path=model_dir, name=name, session=session, provider=result.provider,
                        provider_fallback_reason=result.fallback_reason, kv=kv, tokenizer=tokenizer,

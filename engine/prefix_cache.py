@@ -55,7 +55,8 @@ class _MemBlock:
 
 class PrefixCache:
     def __init__(self, store: BlockStore, is_pinned: Callable[[str], bool],
-                 pin_lock: threading.RLock | None = None, memory_bytes: int = DEFAULT_MEMORY_TIER_BYTES, disk_bytes: int = DEFAULT_DISK_TIER_BYTES,
+                 pin_lock: threading.RLock | None = None, memory_bytes: int = DEFAULT_MEMORY_TIER_BYTES,
+                 disk_bytes: int = DEFAULT_DISK_TIER_BYTES,
                  max_age_s: float = DEFAULT_MAX_AGE_S, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.is_pinned = is_pinned
@@ -164,7 +165,7 @@ class PrefixCache:
         Blocks read from disk join the memory tier when `promote` (never for temporary sessions).
         Returns (blocks from memory, blocks from disk). Misses count the blocks left to compute."""
         from_mem = from_disk = 0
-        for i, (key, toks) in enumerate(zip(keys, token_blocks)):
+        for i, (key, toks) in enumerate(zip(keys, token_blocks, strict=False)):   # the caller's lists
             block = self.get_memory(key)
             if block is not None and block.tokens == list(toks):
                 on_block(block.array, list(toks), "memory")

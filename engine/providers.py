@@ -125,10 +125,10 @@ def _explain(provider: str, gpu_path: str, exc: BaseException) -> str:
         return f"{short_name(provider)} failed: {problem}"
     detail = _first_line(exc)
     try:
-        import onnx
-        from .convert.variants import unplaceable_nodes
+        import onnx  # noqa: PLC0415 - only to explain a GPU session that failed
+        from .convert.variants import unplaceable_nodes  # noqa: PLC0415
         nodes = unplaceable_nodes(onnx.load(gpu_path, load_external_data=False), provider)
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort: the explanation then names no nodes
         nodes = []
     if nodes:
         # Grouped by op and type: "GroupQueryAttention float ×30 (GroupQueryAttention_12, …)".
@@ -163,12 +163,12 @@ def create_session(model_path: str, choice: ProviderChoice = "auto", threads: in
             return _cpu(model_path, threads, f"{short_name(gpu)} failed: {problem}")
         try:
             path = gpu_model_path() if callable(gpu_model_path) else (gpu_model_path or model_path)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported, and the CPU session is made instead
             reason = f"{short_name(gpu)} failed: its float16 variant could not be made ({_first_line(exc)})"
         else:
             try:
                 session = ort.InferenceSession(path, strict_session_options(gpu, threads), providers=[gpu])
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - explained, and the CPU session is made instead
                 reason = _explain(gpu, path, exc)
             else:
                 running = session.get_providers()[0]

@@ -66,7 +66,7 @@ class Runner:
             else:
                 binding.bind_output(self.model.logits_name, "cpu")   # first: outputs come back in binding order
             for (pk, pv), (ok, ov), (k, v) in zip(self.model.kv.past_names, self.model.kv.present_names,
-                                                  cache.ort_values()):
+                                                  cache.ort_values(), strict=True):
                 binding.bind_ortvalue_input(pk, k)
                 binding.bind_ortvalue_input(pv, v)
                 binding.bind_ortvalue_output(ok, k)     # present written into the same buffer
@@ -85,7 +85,7 @@ class Runner:
 
     def _step_plain(self, cache: KVCache, ids: list[int]) -> np.ndarray:
         feed = self._inputs(cache, ids)
-        for (pk, pv), k, v in zip(self.model.kv.past_names, cache.keys, cache.values):
+        for (pk, pv), k, v in zip(self.model.kv.past_names, cache.keys, cache.values, strict=True):
             feed[pk], feed[pv] = np.ascontiguousarray(k), np.ascontiguousarray(v)
         names = [self.model.logits_name] + [n for pair in self.model.kv.present_names for n in pair]
         out = self.session.run(names, feed)

@@ -14,6 +14,7 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -81,17 +82,16 @@ class _Writer:
             job, fut = item
             try:
                 fut.set_result(job())
-            except BaseException as exc:   # reported through the future
+            except BaseException as exc:   # noqa: BLE001 - reported through the future
                 fut.set_exception(exc)
 
     def drain(self, timeout: float) -> bool:
         """Waits for the jobs queued so far; False when the timeout passed first."""
-        from concurrent.futures import TimeoutError as FutureTimeout
         if not self._thread.is_alive():
             return self._jobs.empty()
         try:
             self.submit(lambda: None).result(timeout)
-        except FutureTimeout:
+        except TimeoutError:   # concurrent.futures.TimeoutError is TimeoutError since 3.11
             return False
         return True
 
@@ -453,9 +453,9 @@ class SessionManager:
                 # (reads and checksums release the GIL); positions become valid in order.
                 with ThreadPoolExecutor(max_workers=LOAD_THREADS) as pool:
                     reads = [pool.submit(self.store.read_into, key, toks, s.cache.block_views(i * B, len(toks)))
-                             for i, (key, toks) in enumerate(zip(s.disk_keys, chunks))]
+                             for i, (key, toks) in enumerate(zip(s.disk_keys, chunks, strict=True))]
                     try:
-                        for key, toks, fut in zip(s.disk_keys, chunks, reads):
+                        for key, toks, fut in zip(s.disk_keys, chunks, reads, strict=True):
                             damaged = self.store.path(key)
                             fut.result()
                             s.cache.commit_loaded(toks)
@@ -463,7 +463,7 @@ class SessionManager:
                         for fut in reads:
                             fut.cancel()
             else:
-                for key, toks in zip(s.disk_keys, chunks):
+                for key, toks in zip(s.disk_keys, chunks, strict=True):
                     damaged = self.store.path(key)
                     s.cache.append_block(self.store.read(key, toks), toks)
             tail_toks = s.disk_tokens[len(s.disk_keys) * B:]
@@ -506,10 +506,10 @@ class SessionManager:
                 return
             transcript = list(s.transcript)
             if s.kind == SessionKind.REGULAR:
-                job: Callable[[], None] = lambda: self._write_regular(s, transcript)
+                job: Callable[[], None] = partial(self._write_regular, s, transcript)
             elif s.cache is None:
                 # Pinned but not in memory: what is on disk stays; only the transcript may change.
-                job = lambda: self._write_manifest(s, s.disk_tokens, s.disk_keys, s.tail_file)
+                job = lambda: self._write_manifest(s, s.disk_tokens, s.disk_keys, s.tail_file)  # noqa: E731 - reads s when run
             else:
                 B = self.block_tokens
                 tokens = list(s.cache.tokens)
@@ -522,7 +522,7 @@ class SessionManager:
                 tail = s.cache.export(len(keys) * B, len(tokens)) if tail_toks else None
                 for key in keys:     # referenced from now on: the janitor must not take them
                     self._refs.setdefault(key, set()).add(s.id)
-                job = lambda: self._write_pinned(s, tokens, keys, new_blocks, tail_toks, tail, transcript)
+                job = partial(self._write_pinned, s, tokens, keys, new_blocks, tail_toks, tail, transcript)
             s.pending_saves += 1
         self._writer.submit(job).add_done_callback(lambda f: self._saved(s, f))
 

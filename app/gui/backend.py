@@ -46,8 +46,8 @@ def open_engine(model_dir: Path, state_dir: Path, settings: Settings,
     provider = settings.provider if settings.provider in ("auto", "cpu", "gpu") else "auto"
     variant_progress = None
     if progress is not None:
-        variant_progress = (lambda done, total, what:
-                            progress(done / max(1, total), "Preparing the model for the GPU (float16)…"))
+        def variant_progress(done: int, total: int, what: str) -> None:
+            progress(done / max(1, total), "Preparing the model for the GPU (float16)…")
     model = load_model(model_dir, provider=provider, progress=variant_progress)
     options = {
         "memory_budget_bytes": int(settings.memory_budget_mb) * 1024 * 1024,

@@ -1237,11 +1237,11 @@ class MainWindow(QMainWindow):
         view = self.chat_view
         ids = [i.id for i in items]
         keep = 0
-        for w, it in zip(view.widgets, items):
+        for w, it in zip(view.widgets, items, strict=False):   # stops at the shorter
             if w.item.id != it.id and not w.item.pending:
                 break
             keep += 1
-        for w, it in zip(view.widgets[:keep], items[:keep]):
+        for w, it in zip(view.widgets[:keep], items[:keep], strict=True):
             if w.item.id != it.id or (w.item.sibling_count, w.item.sibling_index, w.item.figures) != \
                     (it.sibling_count, it.sibling_index, it.figures) or w.item.content != it.content:
                 w.item = it

@@ -5,7 +5,11 @@ lateness while something happens is the stall a user would feel.
 """
 from __future__ import annotations
 
+import collections
+import sys
+import threading
 import time
+import traceback
 
 from PySide6.QtCore import QObject, Qt, QTimer
 
@@ -77,8 +81,6 @@ class StallTracer:
     probe has not ticked for `threshold_ms` (what was the loop busy with?)."""
 
     def __init__(self, probe: StallProbe, threshold_ms: float = 30.0):
-        import threading
-
         self.probe = probe
         self.threshold_s = threshold_ms / 1000
         self.main_id = threading.main_thread().ident
@@ -92,8 +94,6 @@ class StallTracer:
 
     def stop(self) -> list[tuple[float, str]]:
         """(approximate stall ms, most frequent stack) for each stall, longest first."""
-        import collections
-
         self._stop.set()
         self._thread.join(1)
         out = []
@@ -103,9 +103,6 @@ class StallTracer:
         return sorted(out, key=lambda x: -x[0])
 
     def _watch(self) -> None:
-        import sys
-        import traceback
-
         while not self._stop.wait(0.005):
             last = self.probe._last  # noqa: SLF001
             if time.perf_counter() - last > self.threshold_s:

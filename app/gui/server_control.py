@@ -55,7 +55,7 @@ class ServerControl(QObject):
         port_, key, state = self.port, self.api_key.strip(), self._state_dir
 
         def work() -> Any:
-            from engine.server import LOOPBACK, ServerConfig, serve_in_thread
+            from engine.server import LOOPBACK, ServerConfig, serve_in_thread  # noqa: PLC0415 - FastAPI on demand
             # Loopback only from the GUI: the CLI is the way to serve other machines, with a key.
             return serve_in_thread(engine, LOOPBACK, port_, state_dir=state,
                                    config=ServerConfig(api_keys=[key] if key else []))

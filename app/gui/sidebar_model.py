@@ -23,6 +23,7 @@ SnippetRole = Qt.ItemDataRole.UserRole + 7
 RowRole = Qt.ItemDataRole.UserRole + 8
 BusyRole = Qt.ItemDataRole.UserRole + 9
 
+_ROOT = QModelIndex()   # the invalid index: Qt's default parent (never modified)
 KV_LABELS = {"disk": "KV cache on disk", "memory": "KV cache in memory", "none": "No KV cache"}
 
 
@@ -140,7 +141,7 @@ class ChatListModel(QAbstractListModel):
         self.saving_ids: set[str] = set()        # chats whose KV is being written (a spinner)
 
     # --- Qt model API ------------------------------------------------------------------------
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = _ROOT) -> int:
         return 0 if parent.isValid() else len(self._items)
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -203,7 +204,8 @@ class ChatListModel(QAbstractListModel):
         return (Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
                 | Qt.ItemFlag.ItemIsEditable | Qt.ItemFlag.ItemNeverHasChildren)
 
-    def setData(self, index: QModelIndex | QPersistentModelIndex, value: Any, role: int = Qt.ItemDataRole.EditRole) -> bool:
+    def setData(self, index: QModelIndex | QPersistentModelIndex, value: Any,
+                role: int = Qt.ItemDataRole.EditRole) -> bool:
         if role != Qt.ItemDataRole.EditRole or not index.isValid():
             return False
         item = self._items[index.row()]
@@ -435,7 +437,7 @@ class ChatListModel(QAbstractListModel):
         old_keys = [_key(i) for i in old]
         new_keys = [_key(i) for i in new]
         if old_keys == new_keys:
-            for i, (a, b) in enumerate(zip(old, new)):
+            for i, (a, b) in enumerate(zip(old, new, strict=True)):
                 if a != b:
                     self._items[i] = b
                     idx = self.index(i, 0)

@@ -38,7 +38,7 @@ class _Relay(QObject):
 
     @Slot(object, object)
     def _deliver(self, result: Any, exc: BaseException | None) -> None:
-        self._owner._finished(self)
+        self._owner._finished(self)  # noqa: SLF001 - the runner in this module that owns the relay
         if exc is None:
             if self._callback is not None:
                 self._callback(result)

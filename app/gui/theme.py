@@ -108,26 +108,26 @@ def changed_signal() -> Signal:
 def palette_for(t: Theme) -> QPalette:
     p = QPalette()
     c = QColor
-    R = QPalette.ColorRole
-    p.setColor(R.Window, c(t.window))
-    p.setColor(R.WindowText, c(t.text))
-    p.setColor(R.Base, c(t.base))
-    p.setColor(R.AlternateBase, c(t.surface))
-    p.setColor(R.ToolTipBase, c(t.surface))
-    p.setColor(R.ToolTipText, c(t.text))
-    p.setColor(R.PlaceholderText, c(t.muted))
-    p.setColor(R.Text, c(t.text))
-    p.setColor(R.Button, c(t.surface))
-    p.setColor(R.ButtonText, c(t.text))
-    p.setColor(R.BrightText, c(t.danger))
-    p.setColor(R.Highlight, c(t.selection))
-    p.setColor(R.HighlightedText, c(t.text))
-    p.setColor(R.Link, c(t.accent))
-    p.setColor(R.Mid, c(t.border))
-    p.setColor(R.Midlight, c(t.border))
-    p.setColor(R.Light, c(t.surface))
-    p.setColor(R.Dark, c(t.border))
-    for role in (R.Text, R.WindowText, R.ButtonText):
+    cr = QPalette.ColorRole
+    p.setColor(cr.Window, c(t.window))
+    p.setColor(cr.WindowText, c(t.text))
+    p.setColor(cr.Base, c(t.base))
+    p.setColor(cr.AlternateBase, c(t.surface))
+    p.setColor(cr.ToolTipBase, c(t.surface))
+    p.setColor(cr.ToolTipText, c(t.text))
+    p.setColor(cr.PlaceholderText, c(t.muted))
+    p.setColor(cr.Text, c(t.text))
+    p.setColor(cr.Button, c(t.surface))
+    p.setColor(cr.ButtonText, c(t.text))
+    p.setColor(cr.BrightText, c(t.danger))
+    p.setColor(cr.Highlight, c(t.selection))
+    p.setColor(cr.HighlightedText, c(t.text))
+    p.setColor(cr.Link, c(t.accent))
+    p.setColor(cr.Mid, c(t.border))
+    p.setColor(cr.Midlight, c(t.border))
+    p.setColor(cr.Light, c(t.surface))
+    p.setColor(cr.Dark, c(t.border))
+    for role in (cr.Text, cr.WindowText, cr.ButtonText):
         p.setColor(QPalette.ColorGroup.Disabled, role, c(t.muted))
     return p
 

@@ -4,6 +4,7 @@ window gets narrow), a layout that holds down to 640×480, a keyboard path throu
 setting (system / light / dark)."""
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt
@@ -137,7 +138,7 @@ class ViewController(QObject):
     def _keyboard(self) -> None:
         w = self.w
         chain = self.tab_chain()
-        for a, b in zip(chain, chain[1:]):
+        for a, b in itertools.pairwise(chain):
             w.setTabOrder(a, b)
         for widget in chain:
             if isinstance(widget, QAbstractButton):

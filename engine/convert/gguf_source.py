@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader
+from gguf import GGUFReader, quants
 from gguf.gguf_reader import ReaderTensor
 
 from . import gguf_scan as gs
@@ -88,7 +88,7 @@ class GGUFSource:
             raise ModelImportError(f"{self.path.name}: cannot be read ({exc.strerror or exc})") from None
         try:
             self.reader = GGUFReader(self.path, "r")
-        except Exception as exc:  # the reader raises many kinds on bad files
+        except Exception as exc:  # noqa: BLE001 - the reader raises many kinds on bad files
             raise ModelImportError(
                 f"{self.path.name}: truncated or corrupt GGUF file ({type(exc).__name__}: {exc})") from None
         self._check_extent()
@@ -109,7 +109,7 @@ class GGUFSource:
             return default
         try:
             return f.contents()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - untrusted file: the library raises any kind; reported as one line
             raise ModelImportError(f"{self.path.name}: metadata {key} is unreadable ({exc})") from None
 
     def require(self, key: str) -> Any:
@@ -246,7 +246,8 @@ class GGUFSource:
         if vocab_size == 0:
             shape = self.tensor("token_embd.weight").shape
             if len(shape) != 2:
-                raise ModelImportError(f"{name}: tensor token_embd.weight: expected a matrix, found shape {list(shape)}")
+                raise ModelImportError(f"{name}: tensor token_embd.weight: expected a matrix, "
+                                       f"found shape {list(shape)}")
             vocab_size = int(shape[1])
         context = self.int_field(f"{arch}.context_length", 2048, lo=1, hi=MAX_CONTEXT)
         assert vocab_size is not None and context is not None
@@ -283,11 +284,10 @@ class GGUFSource:
 
     def float_tensor(self, name: str) -> np.ndarray:
         """A small tensor (norm weights, biases, rope factors) as float32."""
-        from gguf import quants
         t = self.tensor(name)
         try:
             arr = quants.dequantize(np.asarray(t.data), t.tensor_type)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - untrusted file: the library raises any kind; reported as one line
             raise ModelImportError(f"{self.path.name}: tensor {name} of type {t.tensor_type.name} "
                                    f"cannot be read ({exc})") from None
         return np.ascontiguousarray(arr, dtype=np.float32)

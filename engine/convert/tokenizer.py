@@ -25,7 +25,8 @@ PRE_PATTERNS: dict[str, tuple[str, bool]] = {   # pre -> (pattern, split digits 
     "qwen2": (QWEN2_PATTERN, False),
     "deepseek-r1-qwen": (QWEN2_PATTERN, False),
 }
-TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER, TOKEN_TYPE_UNUSED, TOKEN_TYPE_BYTE = 1, 2, 3, 4, 5, 6
+(TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER, TOKEN_TYPE_UNUSED,
+ TOKEN_TYPE_BYTE) = 1, 2, 3, 4, 5, 6
 
 
 def _added(tok_id: int, content: str, special: bool) -> dict[str, Any]:
@@ -135,7 +136,7 @@ def build_tokenizer_files(src: GGUFSource) -> tuple[dict[str, Any], dict[str, An
     # Let the tokenizers library validate what we wrote.
     try:
         Tokenizer.from_str(json.dumps(tok_json))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the library's own check, any kind of error: one line
         raise ModelImportError(f"{src.path.name}: tokenizer metadata is inconsistent ({exc})") from None
 
     template = src.str_field("tokenizer.chat_template")

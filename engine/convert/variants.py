@@ -25,9 +25,11 @@ the CPU graph's and saved KV of one is never loaded into the other.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -126,7 +128,7 @@ def _value_types(model: onnx.ModelProto) -> dict[str, str]:
     """Element type names of the graph's float values (inputs, outputs, initializers, inferred)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:   # contrib ops without inference: whatever is declared still counts
+    except Exception:   # noqa: BLE001 - contrib ops without inference: whatever is declared still counts
         inferred = model
     out: dict[str, str] = {}
     g = inferred.graph
@@ -334,7 +336,7 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
     folder = dest or variant_dir(model_dir)
     try:
         model = onnx.load(str(cpu_graph), load_external_data=True)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - untrusted file: the library raises any kind; reported as one line
         raise ModelImportError(f"{cpu_graph}: cannot read the graph to make its GPU variant ({exc})") from None
     if not any(n.op_type == "GroupQueryAttention" for n in model.graph.node):
         raise ModelImportError(f"{cpu_graph}: not an Amber-converted graph (no GroupQueryAttention); "
@@ -367,7 +369,6 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
 
 def print_variant_progress(done: int, total: int, what: str) -> None:
     """CLI progress while the GPU variant is made (first use of a GPU): one line on stderr."""
-    import sys
     end = "\n" if done == total else ""
     if sys.stderr.isatty():
         sys.stderr.write(f"\rpreparing the GPU (float16) variant: {done}/{total} tensors{end}")
@@ -396,7 +397,6 @@ def ensure_variant(model_dir: Path | str, cpu_graph: Path | None = None,
     except OSError:
         if spare_root is None:
             raise
-    import hashlib
     tag = hashlib.blake2b(str(model_dir.resolve()).encode(), digest_size=6).hexdigest()
     spare = Path(spare_root) / f"{model_dir.name}-{tag}"
     marker_ok = False

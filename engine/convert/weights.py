@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
-from gguf import GGMLQuantizationType as QT
+from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's own type tags
 from gguf import quants
 
 from .errors import ModelImportError
@@ -66,7 +66,8 @@ class Weight:
 
     def rows(self, perm: np.ndarray) -> "Weight":
         """The same weight with its output rows reordered."""
-        pick = (lambda a: None if a is None else np.ascontiguousarray(a[perm]))
+        def pick(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.ascontiguousarray(a[perm])
         return replace(self, values=pick(self.values), scales=pick(self.scales),
                        zero_points=pick(self.zero_points), dense=pick(self.dense))
 

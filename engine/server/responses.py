@@ -43,7 +43,8 @@ class Chains:
             known = session_id in self._open
             self._open[session_id] = None
             self._open.move_to_end(session_id)
-            extra = [s for s in self._open if not self._busy[s]][:max(0, len(self._open) - self.service.config.max_open_chains)]
+            over = max(0, len(self._open) - self.service.config.max_open_chains)
+            extra = [s for s in self._open if not self._busy[s]][:over]
             for s in extra:
                 del self._open[s]
         for s in extra:
@@ -70,7 +71,8 @@ def _response(rid: str, msg_id: str, created: int, body: ResponseRequest, model:
     done = result is not None
     incomplete = done and result.figures.finish_reason in ("length", "context_full")   # type: ignore[union-attr]
     output = [] if text is None else [{
-        "type": "message", "id": msg_id, "status": "incomplete" if incomplete else "completed" if done else "in_progress",
+        "type": "message", "id": msg_id,
+        "status": "incomplete" if incomplete else "completed" if done else "in_progress",
         "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}]
     return {"id": rid, "object": "response", "created_at": created,
             "status": "incomplete" if incomplete else "completed" if done else "in_progress",
@@ -206,7 +208,7 @@ def router(service: Service) -> APIRouter:
             def forget() -> None:
                 try:
                     engine.delete(record.session_id)
-                except Exception:   # busy or already gone: the janitor's budget and age apply
+                except Exception:   # noqa: BLE001 - busy or already gone: the janitor's budget and age apply
                     pass
             await asyncio.to_thread(forget)
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})

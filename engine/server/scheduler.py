@@ -117,7 +117,7 @@ class Scheduler:
         except StopIteration:
             job.deliver(END)
             return False
-        except Exception as exc:    # reported to the request (as an OpenAI error), never raised here
+        except Exception as exc:    # noqa: BLE001 - reported to the request (as an OpenAI error), never raised here
             job.deliver(exc)
             job.deliver(END)
             return False
@@ -150,7 +150,7 @@ class Scheduler:
             if job.iterator is not None:
                 try:
                     job.iterator.close()
-                except Exception:
+                except Exception:  # noqa: BLE001 - shutting down: each waiting request still gets its 503
                     pass
             job.deliver(ApiError(503, "the server is shutting down", code="server_shutting_down"))
             job.deliver(END)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import uvicorn
 
+from .. import paths
 from ..api import ChatEngine
 from .app import create_app
 from .service import ServerConfig
@@ -73,7 +74,6 @@ def serve_in_thread(engine: ChatEngine, host: str = LOOPBACK, port: int = 0, sta
     if state_dir is None:
         state_dir = getattr(engine, "state_dir", None)
         if state_dir is None:
-            from .. import paths
             state_dir = paths.state_dir()
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
@@ -84,7 +84,7 @@ def serve_in_thread(engine: ChatEngine, host: str = LOOPBACK, port: int = 0, sta
     def run() -> None:
         try:
             asyncio.run(server.serve(sockets=[sock]))
-        except BaseException as exc:    # reported to the caller waiting for startup
+        except BaseException as exc:    # noqa: BLE001 - reported to the caller waiting for startup
             failed.append(exc)
         finally:
             sock.close()

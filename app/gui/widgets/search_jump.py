@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 from PySide6.QtCore import QTimer
@@ -54,7 +55,7 @@ class SearchJump:
             self.view.stick_to_bottom = False
             self.matched = w
             self._scroll(w)
-            QTimer.singleShot(0, lambda: self._scroll(w))   # once the new widgets are laid out
+            QTimer.singleShot(0, partial(self._scroll, w))   # once the new widgets are laid out
             return w
         return None
 
