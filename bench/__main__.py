@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in chosen:
         try:
             res = _run_one(name, args.quick, write)
-        except Exception:
+        except Exception:   # noqa: BLE001 - one benchmark failing is reported; the others still run
             traceback.print_exc()
             failed.append(name)
             continue

@@ -49,7 +49,7 @@ def worker_llama(gguf: str, threads: int, tokens_file: str, prefill_sizes: list[
     n_vocab = llm.n_vocab()
     try:
         out["system_info"] = llama_cpp.llama_print_system_info().decode()
-    except Exception:
+    except Exception:   # noqa: BLE001 - optional detail of a third-party build
         pass
 
     def last_logits() -> Any:
@@ -73,7 +73,7 @@ def worker_llama(gguf: str, threads: int, tokens_file: str, prefill_sizes: list[
 
         seq: list[int] = []
 
-        def decode(steps: int) -> float:
+        def decode(steps: int, ctx: int = ctx, first: int = first, seq: list[int] = seq) -> float:
             llm.n_tokens = ctx   # eval() drops the KV past n_tokens before it runs
             tok = first
             seq[:] = [first]
@@ -95,7 +95,8 @@ def genai_config(model_dir: Path, threads: int, max_length: int) -> dict[str, An
     """A genai_config.json for Amber's converted model (inputs/outputs as Amber's importer names
     them: optimum / genai builder style, GroupQueryAttention with a shared past/present buffer)."""
     cfg = json.loads((model_dir / "config.json").read_text())
-    gen = json.loads((model_dir / "generation_config.json").read_text()) if (model_dir / "generation_config.json").is_file() else {}
+    gen_file = model_dir / "generation_config.json"
+    gen = json.loads(gen_file.read_text()) if gen_file.is_file() else {}
     eos = cfg.get("eos_token_id", 2)
     return {
         "model": {
@@ -154,7 +155,7 @@ def worker_genai(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
     for ctx in decode_contexts:
         seq: list[int] = []
 
-        def decode(steps: int) -> float:
+        def decode(steps: int, ctx: int = ctx, seq: list[int] = seq) -> float:
             g = new_generator()
             g.append_tokens(ids[:ctx])
             g.generate_next_token()      # samples from the prefill's logits (no model run)
@@ -175,7 +176,7 @@ def _prefix_agreement(a: list[int], b: list[int]) -> str:
     """How many leading greedy tokens two engines share ('16/16'): a check that they compute the
     same model (a 4-bit model may diverge after a near-tie, so fewer is not necessarily wrong)."""
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):   # the common prefix of two lists
         if x != y:
             break
         n += 1
@@ -245,7 +246,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             ("Amber", "bench.bench_engine", "worker_speed", {"model_dir": str(mdir), **common_args}, None)]
         py = common.python_with("llama_cpp")
         if py is None:
-            results["engines"]["llama.cpp"] = {"error": "llama-cpp-python is not installed (run `python -m bench deps`)"}
+            results["engines"]["llama.cpp"] = {
+                "error": "llama-cpp-python is not installed (run `python -m bench deps`)"}
             print("compare: llama.cpp skipped: llama-cpp-python is not installed (python -m bench deps)", flush=True)
         else:
             gguf = bench_engine.extract_gguf(tmp)
@@ -253,7 +255,8 @@ def run(quick: bool = False) -> dict[str, Any]:
 
         py = common.python_with("onnxruntime_genai")
         if py is None:
-            results["engines"]["onnxruntime-genai"] = {"error": "onnxruntime-genai is not installed (run `python -m bench deps`)"}
+            results["engines"]["onnxruntime-genai"] = {
+                "error": "onnxruntime-genai is not installed (run `python -m bench deps`)"}
             print("compare: onnxruntime-genai skipped: not installed (python -m bench deps)", flush=True)
         else:
             gdir = tmp / "genai-model"
@@ -277,7 +280,8 @@ def run(quick: bool = False) -> dict[str, Any]:
                 s = results["engines"][name]
                 print(f"compare: {name} pooled over {len(runs_of)} processes: prefill tok/s "
                       + ", ".join(f"{n}: {v['tokens_per_s']:.0f}" for n, v in s["prefill"].items())
-                      + "; decode tok/s " + ", ".join(f"ctx {c}: {v['tokens_per_s']:.1f}" for c, v in s["decode"].items()),
+                      + "; decode tok/s "
+                      + ", ".join(f"ctx {c}: {v['tokens_per_s']:.1f}" for c, v in s["decode"].items()),
                       flush=True)
 
     amber = results["engines"].get("Amber", {})
@@ -371,7 +375,8 @@ def section(res: dict[str, Any], plot_path: Path | None = None) -> Section:
     if ok_engines:
         first = engines[ok_engines[0]]
         for n in first["prefill"]:
-            row = [f"Prefill {n} tokens (tok/s)"] + [f"{engines[e]['prefill'][n]['tokens_per_s']:.0f}" for e in ok_engines]
+            row = [f"Prefill {n} tokens (tok/s)"] + [f"{engines[e]['prefill'][n]['tokens_per_s']:.0f}"
+                                                     for e in ok_engines]
             rows.append(row)
         for c in first["decode"]:
             row = [f"Decode at context {c}, {res['decode_steps']} tokens (tok/s)"] + [
@@ -422,9 +427,10 @@ def section(res: dict[str, Any], plot_path: Path | None = None) -> Section:
                        f"{'on' if eng.get('flash_attn') else 'off'}; built with `CMAKE_ARGS=-DGGML_NATIVE=OFF`, "
                        "which on x86-64 still enables AVX2/FMA/F16C — this CPU has no AVX-512)")
             elif name == "onnxruntime-genai":
-                how = (" (Amber's converted model with a `genai_config.json` written by the bench; its own ONNX Runtime "
-                       "package, CPU)")
-            body.append(f"- {name} {eng['version']}{how}" + (f" — `{eng['system_info'].strip()}`" if eng.get("system_info") else ""))
+                how = (" (Amber's converted model with a `genai_config.json` written by the bench; its own "
+                       "ONNX Runtime package, CPU)")
+            info = f" — `{eng['system_info'].strip()}`" if eng.get("system_info") else ""
+            body.append(f"- {name} {eng['version']}{how}{info}")
     for name, agree in res.get("greedy_agreement", {}).items():
         body.append(f"- Greedy tokens shared with Amber after the decode contexts ({name}): "
                     + ", ".join(f"context {c}: {v}" for c, v in agree.items()))

@@ -128,7 +128,8 @@ def worker_speed(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
 
         seq: list[int] = []
 
-        def decode(steps: int) -> float:
+        def decode(steps: int, cache: Any = cache, ctx: int = ctx, first: int = first,
+                   seq: list[int] = seq) -> float:
             cache.truncate(ctx)
             tok = first
             seq[:] = [first]

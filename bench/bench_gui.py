@@ -206,17 +206,17 @@ def run() -> dict[str, float]:
             engines.append(FakeEngine(home / "state", delay=0.004))
             w = start_window()
             w.new_chat()
-            _wait(app, lambda: w.tasks.pending == 0)
+            _wait(app, lambda w=w: w.tasks.pending == 0)
             probe.start()
             t = time.perf_counter()
             w.open_chat(cid)
-            _wait(app, lambda: not w.chat_view.loading and len(w.chat_view.widgets) == n
+            _wait(app, lambda w=w, n=n: not w.chat_view.loading and len(w.chat_view.widgets) == n
                   and w.tasks.pending == 0)
             results["resume_open_ms"] = min(results.get("resume_open_ms", 1e9),
                                             (time.perf_counter() - t) * 1000)
             w.composer.set_text("and now?")
             w.composer.try_send()
-            _wait(app, lambda: w.stream is None)
+            _wait(app, lambda w=w: w.stream is None)
             stalls["resume_4k"].append((probe.stop(), probe.max_busy_ms))
             results["resume_reused_tokens"] = float((w.last_figures or {}).get("reused_tokens", 0))
             close_window(w)

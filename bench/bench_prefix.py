@@ -49,7 +49,7 @@ def _chat_ttft(mgr: Any, system: str, question: str, kind: str = "regular") -> d
     first = next(events)
     ttft = time.perf_counter() - t0
     result = first
-    for result in events:
+    for result in events:  # noqa: B007 - the last event is the result
         pass
     assert isinstance(result, GenerationResult)
     f = result.figures
@@ -247,13 +247,15 @@ def section(res: dict[str, Any]) -> Section:
     speed_mem = res["cold_ttft_ms"] / res["memory_ttft_ms"]
     speed_disk = res["cold_ttft_ms"] / res["disk_ttft_ms"]
     rows = [
-        [f"TTFT, new chat, {res['prompt_tokens']}-token prompt, nothing cached", f"{res['cold_ttft_ms']:.0f} ms", "", ""],
+        [f"TTFT, new chat, {res['prompt_tokens']}-token prompt, nothing cached",
+         f"{res['cold_ttft_ms']:.0f} ms", "", ""],
         [f"TTFT, system prompt in the memory tier ({res['memory_reused']} tokens reused)",
          f"{res['memory_ttft_ms']:.0f} ms", f"{speed_mem:.1f}× faster", ok(speed_mem > 1)],
         [f"TTFT, system prompt in the disk tier, fresh process, cold page cache ({res['disk_reused']} reused)",
          f"{res['disk_ttft_ms']:.0f} ms", f"{speed_disk:.1f}× faster", ok(speed_disk > 1)],
         [f"Decode without / with janitor passes running ({jan['blocks']} blocks, {jan['passes_per_s']:.0f} passes/s)",
-         f"{jan['without']:.1f} / {jan['with']:.1f} tok/s", f"{100 * (1 - jan['with'] / jan['without']):.1f} % slower", ""],
+         f"{jan['without']:.1f} / {jan['with']:.1f} tok/s",
+         f"{100 * (1 - jan['with'] / jan['without']):.1f} % slower", ""],
         ["One janitor pass", f"{jan['pass_ms']:.1f} ms", "", ""],
         [f"Simulated {len(month['daily'])} days: largest unpinned disk tier",
          f"{res['month_worst_unpinned_bytes'] / 2**20:.1f} MiB", f"budget {month['budget'] / 2**20:.0f} MiB (+1 block)",

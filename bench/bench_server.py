@@ -37,7 +37,8 @@ class Server:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(common.REPO), os.environ.get("PYTHONPATH", "")]))
         self.proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--model", str(model_dir), "--port", "0",
                                       "--provider", "cpu", "--state-dir", str(state)],
-                                     cwd=common.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                     cwd=common.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
         line = self.proc.stdout.readline().strip()     # "amber-engine: serving http://127.0.0.1:PORT/v1"
         if "serving http://" not in line:
             self.proc.kill()
@@ -177,12 +178,12 @@ def run(quick: bool = False) -> dict[str, Any]:
             server.stop()
         server = Server(mdir, state)
         try:
-            _post(server.port, "/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Warm up."}],
-                                                 "max_tokens": 1})
+            _post(server.port, "/v1/chat/completions",
+                  {"model": model, "messages": [{"role": "user", "content": "Warm up."}], "max_tokens": 1})
             resumed, reprefill = [], []
             # All resumes first: a re-prefill's blocks are written to the disk tier afterwards (the
             # writer thread), which would compete with a resume measured right after it.
-            for i, (r1, words) in enumerate(built):
+            for i, (r1, _words) in enumerate(built):
                 ms, amber = _stream_first(server.port, "/v1/responses", {
                     "model": model, "input": "Go on.", "previous_response_id": r1["id"], "max_output_tokens": 2,
                     "temperature": 0})

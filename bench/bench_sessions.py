@@ -140,7 +140,7 @@ def worker_f16_error(model_dir: str, threads: int, lossless: dict[str, str], hal
     caches[0].truncate(n - 1)
     caches[1].truncate(n - 1)
     for _ in range(steps):
-        la, lb = (r.forward(c, [tok]).astype(np.float64) for r, c in zip(runners, caches))
+        la, lb = (r.forward(c, [tok]).astype(np.float64) for r, c in zip(runners, caches, strict=True))
         pa, pb = (np.exp(x - x.max()) / np.exp(x - x.max()).sum() for x in (la, lb))
         max_dlogit = max(max_dlogit, float(np.abs(la - lb).max()))
         kls.append(float((pa * (np.log(pa + 1e-30) - np.log(pb + 1e-30))).sum()))
@@ -337,7 +337,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     if target_n:
         e = results["sizes"][target_n]
         results["targets"] = {
-            "speedup_2048": {"value": e["speedup_cold"], "target": TARGET_SPEEDUP, "met": e["speedup_cold"] >= TARGET_SPEEDUP},
+            "speedup_2048": {"value": e["speedup_cold"], "target": TARGET_SPEEDUP,
+                             "met": e["speedup_cold"] >= TARGET_SPEEDUP},
             "limit_2048": {"value": e["load_vs_limit_cold"], "target": TARGET_LIMIT,
                            "met": e["load_vs_limit_cold"] <= TARGET_LIMIT},
         }
@@ -354,8 +355,10 @@ def section(res: dict[str, Any]) -> Section:
     rows = []
     for n, e in res["sizes"].items():
         rows.append([f"{n}", f"{e['kv_bytes_disk'] / 2**20:.1f} MiB",
-                     f"{e['cold']['ttft_ms']:.0f} ms", f"{e['cold']['resume_ms']:.0f} ms", f"{e['limit_cold_ms']:.0f} ms",
-                     f"{e['warm']['ttft_ms']:.0f} ms", f"{e['warm']['resume_ms']:.0f} ms", f"{e['limit_warm_ms']:.0f} ms",
+                     f"{e['cold']['ttft_ms']:.0f} ms", f"{e['cold']['resume_ms']:.0f} ms",
+                     f"{e['limit_cold_ms']:.0f} ms",
+                     f"{e['warm']['ttft_ms']:.0f} ms", f"{e['warm']['resume_ms']:.0f} ms",
+                     f"{e['limit_warm_ms']:.0f} ms",
                      f"{e['reprefill_ttft_ms']:.0f} ms", f"{e['speedup_cold']:.1f}× / {e['speedup_warm']:.1f}×"])
     body = [
         "A pinned chat of N tokens (random-ish text) is built and saved by one process; fresh processes "
@@ -384,7 +387,8 @@ def section(res: dict[str, Any]) -> Section:
             ["KV load of 2048 tokens vs the read-bandwidth limit (cold)",
              f"{t['limit_2048']['value']:.2f}× the limit ({e['cold']['resume_ms']:.0f} vs {e['limit_cold_ms']:.0f} ms)",
              f"≤ {TARGET_LIMIT}×", ok(t["limit_2048"]["met"])],
-            ["Same, whole resume TTFT vs the limit (cold)", f"{e['cold']['ttft_ms'] / e['limit_cold_ms']:.2f}×", "", ""],
+            ["Same, whole resume TTFT vs the limit (cold)",
+             f"{e['cold']['ttft_ms'] / e['limit_cold_ms']:.2f}×", "", ""],
         ]), ""]
     f = res.get("float16_store")
     if f:
@@ -393,7 +397,8 @@ def section(res: dict[str, Any]) -> Section:
                  f"{f['lossless_kv_bytes_disk'] / 2**20:.1f} MiB lossless; cold resume TTFT {f['cold_ttft_ms']:.0f} ms "
                  f"(KV load {f['cold_resume_ms']:.0f} ms) against {f['lossless_cold_ttft_ms']:.0f} ms. Its error, "
                  f"resumed from both stores in one process: loaded KV max |Δ| {f['kv_max_abs_diff']:.2e} (largest |KV| "
-                 f"{f['kv_max_abs']:.1f}: float16 rounding); over {f['steps']} teacher-forced steps max |Δ logit| {f['max_dlogit']:.2e}, "
+                 f"{f['kv_max_abs']:.1f}: float16 rounding); over {f['steps']} teacher-forced steps "
+                 f"max |Δ logit| {f['max_dlogit']:.2e}, "
                  f"mean KL {f['mean_kl']:.2e}, same top-1 token {f['top1_agree']}/{f['steps']}.", ""]
     srows = [[length, f"{s['total_ms']:.1f} ms", f"{s['max_ms']:.1f} ms", f"{s['snapshot_ms']:.2f} ms"]
              for length, s in res["saves"].items()]

@@ -231,13 +231,13 @@ def machine_facts() -> dict[str, Any]:
     try:
         import onnxruntime as ort
         ort_version = ort.__version__
-    except Exception:   # pragma: no cover - Amber always has it
+    except Exception:   # noqa: BLE001 # pragma: no cover - Amber always has it
         ort_version = "?"
     try:
         import psutil
         physical = psutil.cpu_count(logical=False)
         mem = psutil.virtual_memory().total
-    except Exception:
+    except Exception:   # noqa: BLE001 - the host line then says less
         physical, mem = None, 0
     load = os.getloadavg()
     return {"cpu": cpu_model(), "logical_cores": os.cpu_count(), "physical_cores": physical,

@@ -84,7 +84,7 @@ def compare(ref: Any, other: Any, prompts: list[list[int]], n: int) -> dict[str,
     identical, first_diff, max_d, mean_d, top1 = 0, [], 0.0, [], []
     for p in prompts:
         a, b = greedy(ref, p, n), greedy(other, p, n)
-        same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        same = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         identical += int(a == b)
         first_diff.append(same)
         la, lb = forced_logits(ref, p, a), forced_logits(other, p, a)

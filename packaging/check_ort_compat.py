@@ -62,7 +62,7 @@ def probe(model_dir: Path, out: Path) -> None:
     gen = Generator(model)
     try:
         prompt = gen.encode_chat([{"role": "user", "content": PROMPT}])
-    except Exception:                # a model without a chat template (the plain graph)
+    except Exception:  # noqa: BLE001 - a model without a chat template (the plain graph)
         prompt = gen.encode_prompt(PROMPT)
     cont = model.tokenizer.encode(CONTINUATION, add_special_tokens=False).ids[:12]
     runner = Runner(model)
@@ -131,9 +131,11 @@ def compare_accuracy(ref: np.ndarray, got: np.ndarray, exact: np.ndarray) -> Com
     same, flips = _greedy(ref, got, 2 * np.percentile(np.abs(ref - got), 99, axis=1))
     limit = KL_FACTOR * kl_ref + KL_SLACK
     return Comparison(kl_got <= limit and not flips,
-                      f"mean KL from the float32 twin {kl_got:.2e} vs the reference's {kl_ref:.2e} (limit {limit:.2e}); "
+                      f"mean KL from the float32 twin {kl_got:.2e} vs the reference's {kl_ref:.2e} "
+                      f"(limit {limit:.2e}); "
                       f"between releases mean KL {between.mean():.2e}, max |Δlogit| {np.abs(ref - got).max():.2f}; "
-                      f"greedy token equal at {same}/{len(ref)} steps" + (f"; differs at clear-margin steps {flips}" if flips else ""))
+                      f"greedy token equal at {same}/{len(ref)} steps"
+                      + (f"; differs at clear-margin steps {flips}" if flips else ""))
 
 
 def _pins(pyproject: Path, target: str) -> list[str]:

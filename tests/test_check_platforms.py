@@ -30,7 +30,8 @@ def test_every_target_gets_exactly_one_onnxruntime_from_the_real_pyproject():
         assert len(_ort_pins(name)) == 1, (name, _ort_pins(name))
     # Intel Macs: the last release with a macOS x86_64 wheel; Apple silicon the newer one
     assert _ort_pins("macos-x86_64") == ["onnxruntime==1.23.2"]
-    assert _ort_pins("macos-arm64")[0].startswith("onnxruntime==") and _ort_pins("macos-arm64") != _ort_pins("macos-x86_64")
+    assert _ort_pins("macos-arm64")[0].startswith("onnxruntime==")
+    assert _ort_pins("macos-arm64") != _ort_pins("macos-x86_64")
     assert _ort_pins("linux-x86_64")[0].startswith("onnxruntime-gpu==")
     assert _ort_pins("windows-x86_64") == _ort_pins("linux-x86_64")
 
@@ -203,7 +204,8 @@ def test_the_host_check_supports_exactly_the_checked_targets():
     (("Darwin", "arm64", "14.5", (3, 11)), None),
     (("Darwin", "x86_64", "13.0", (3, 11)), None),
     (("Linux", "aarch64", "2.39", (3, 11)), None),
-    (("Linux", "x86_64", "2.31", (3, 11)), "needs glibc 2.35 (Ubuntu 22.04, Debian 12) or newer; this host has glibc 2.31"),
+    (("Linux", "x86_64", "2.31", (3, 11)),
+     "needs glibc 2.35 (Ubuntu 22.04, Debian 12) or newer; this host has glibc 2.31"),
     (("Linux", "aarch64", "2.36", (3, 11)), "needs glibc 2.39"),
     (("Darwin", "x86_64", "12.7.4", (3, 11)), "needs macOS 13 Ventura or newer; this host has macOS 12.7"),
     (("Darwin", "arm64", "13.6", (3, 11)), "needs macOS 14 Sonoma or newer"),

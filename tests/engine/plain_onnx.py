@@ -67,7 +67,7 @@ def build_plain_graph(model: TinyModel) -> onnx.ModelProto:
     c, W = model.config, model.weights
     if "rope_factors" in W or c.rope_linear:
         raise NotImplementedError("plain_onnx: rope scaling is not built (not needed by the tests)")
-    D, H, KV, hd, L = c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_layers
+    H, KV, hd, L = c.n_head, c.n_head_kv, c.head_dim, c.n_layers
     V = W["embed"].shape[0]
     group = H // KV
     g = _Graph()

@@ -18,7 +18,7 @@ _spec.loader.exec_module(oc)
 def test_the_probe_runs_the_engine_and_matches_itself(tiny_dir, tmp_path):
     import onnxruntime as ort
     info = oc.run_probe(sys.executable, tiny_dir, tmp_path / "a.npz")
-    again = oc.run_probe(sys.executable, tiny_dir, tmp_path / "b.npz")
+    oc.run_probe(sys.executable, tiny_dir, tmp_path / "b.npz")
     assert info["ort"] == ort.__version__ and info["provider"] == "CPUExecutionProvider"
     assert info["halfcast_exact"] is True and info["prompt_tokens"] > 0 and info["decode_steps"] > 0
     with np.load(tmp_path / "a.npz") as a, np.load(tmp_path / "b.npz") as b:
@@ -54,11 +54,13 @@ def test_compare_fails_on_drift_nan_shape_and_a_flipped_greedy_token():
     ref = _logits()
     assert oc.compare(ref, ref + 1e-4).ok
     assert not oc.compare(ref, ref + 0.5).ok                               # beyond ATOL + RTOL * max|ref|
-    nan = ref.copy(); nan[2, 3] = np.nan
+    nan = ref.copy()
+    nan[2, 3] = np.nan
     assert "NaN" in oc.compare(ref, nan).line
     assert not oc.compare(ref, ref[:, :-1]).ok
     first, second = np.argsort(-ref[4])[:2]
-    flipped = ref.copy(); flipped[4, first], flipped[4, second] = ref[4, second], ref[4, first]
+    flipped = ref.copy()
+    flipped[4, first], flipped[4, second] = ref[4, second], ref[4, first]
     bad = oc.compare(ref, flipped)
     assert not bad.ok and "clear-margin steps [4]" in bad.line
 

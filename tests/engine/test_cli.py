@@ -56,7 +56,6 @@ def test_generate_json_on_the_default_model(default_model_dir, run_cli, tmp_path
     assert data["ttft_ms"] > 0 and data["prefill_ms"] > 0 and data["decode_tokens_per_s"] > 0
     assert data["provider"] in ("CPU", "CUDA")
     assert data["context_window"] == 8192
-    eos = 1 if data["finish_reason"] == "eos" else 0
     assert data["context_used"] == data["prompt_tokens"] + data["generated_tokens"]
     assert str(uuid.UUID(data["session"])) == data["session"]
     # No --session: a temporary session, nothing written.

@@ -142,7 +142,7 @@ class Runner:
         outs = self.session.run(names, feed)
         logits = outs[0]
         assert logits.shape[:2] == (1, 1), logits.shape          # last position only
-        return logits[0, -1].astype(np.float64), dict(zip(past, outs[1:]))
+        return logits[0, -1].astype(np.float64), dict(zip(past, outs[1:], strict=True))
 
 
 class Built:

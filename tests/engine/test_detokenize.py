@@ -288,7 +288,7 @@ def test_stop_matching_is_independent_of_chunking(seed):
     text = "".join(rng.choice(["a", "b", "<", "/", "s", ">", "\n", "U", "ser", "x", "y", "z",
                                "你", "🎉"]) for _ in range(60))
     cuts = sorted(rng.sample(range(1, len(text)), k=min(10, len(text) - 1)))
-    chunks = [text[i:j] for i, j in zip([0] + cuts, cuts + [len(text)])]
+    chunks = [text[i:j] for i, j in zip([0] + cuts, cuts + [len(text)], strict=True)]
     positions = [p for p in (text.find(s) for s in stops) if p >= 0]
     expected = text[:min(positions)] if positions else text
     assert feed_all(StopStringMatcher(stops), chunks) == (expected, bool(positions))

@@ -549,7 +549,7 @@ def test_pinned_sessions_sharing_blocks_while_one_is_deleted(model, managers, tm
     pa, pb = shared + ids(B + 3, seed=31), shared + ids(B + 5, seed=32)
     mgr = managers(tmp_path)
     a, b = open_sid(mgr, kind="pinned"), open_sid(mgr, kind="pinned")
-    ra = run(mgr, a, pa)
+    run(mgr, a, pa)
     rb = run(mgr, b, pb)
     assert rb.figures.cache_tokens_memory == 6 * B
     assert mgr.wait_for_saves()
@@ -766,7 +766,8 @@ def test_float16_store_disk_tier_round_trip(model, managers, tmp_path):
     assert lossless.wait_for_saves() and mgr.wait_for_saves()
     keys = mgr.store.keys_for(prompt, None)
     assert set(keys).isdisjoint(lossless.store.keys_for(prompt, None))    # separate namespaces
-    half, full = sum(mgr.store.size(k) for k in keys), sum(lossless.store.size(k) for k in lossless.store.keys_for(prompt, None))
+    half = sum(mgr.store.size(k) for k in keys)
+    full = sum(lossless.store.size(k) for k in lossless.store.keys_for(prompt, None))
     assert 0.45 * full < half < 0.55 * full
     mgr.shutdown()
 

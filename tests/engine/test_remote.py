@@ -215,9 +215,12 @@ def test_cancel_cuts_a_silent_stream_and_the_server_sees_it(server):
 
 
 @pytest.mark.parametrize("body", [
-    b'{"error": {"message": "This model\'s maximum context length is 4096 tokens. However, you requested 5000 tokens", "code": 400}}',
-    b'{"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it", "type": "exceed_context_size_error"}}',
-    b'{"error": {"message": "the prompt has 635 tokens; this server accepts at most 511", "code": "context_length_exceeded"}}',
+    b'{"error": {"message": "This model\'s maximum context length is 4096 tokens. '
+    b'However, you requested 5000 tokens", "code": 400}}',
+    b'{"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it", '
+    b'"type": "exceed_context_size_error"}}',
+    b'{"error": {"message": "the prompt has 635 tokens; this server accepts at most 511", '
+    b'"code": "context_length_exceeded"}}',
 ])
 def test_servers_ways_of_saying_too_long_are_recognised(body):
     from engine.remote_http import ContextOverflow, status_error

@@ -237,11 +237,11 @@ def test_same_seed_same_sequence_different_seed_different():
 
 def test_frequencies_match_softmax_with_temperature():
     logits = np.array([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0], dtype=np.float32)
-    T = 0.7
-    s = Sampler(settings(temperature=T, seed=2024))
+    t = 0.7
+    s = Sampler(settings(temperature=t, seed=2024))
     n = 20000
     counts = np.bincount([s.sample(logits, ()) for _ in range(n)], minlength=8)
-    expected = softmax(logits / T)
+    expected = softmax(logits / t)
     # 7 degrees of freedom: the 99.9% quantile of chi-square is 24.3.
     assert chi_square(counts, expected) < 24.3
 

@@ -560,7 +560,7 @@ def test_concurrent_sessions_equal_sequential(tiny_model, managers):
         try:
             barrier.wait(10)
             results[i] = collect(m.generate_tokens(ids[i], prompts[i], greedy(12))).token_ids
-        except BaseException as exc:   # pragma: no cover - reported below
+        except BaseException as exc:   # noqa: BLE001 # pragma: no cover - reported below
             errors.append(exc)
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(prompts))]
     for t in threads:

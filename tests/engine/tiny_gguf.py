@@ -15,7 +15,7 @@ from typing import Any
 
 import gguf
 import numpy as np
-from gguf import GGMLQuantizationType as QT
+from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's own type tags
 from gguf import quants
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 

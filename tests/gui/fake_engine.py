@@ -134,7 +134,7 @@ class FakeEngine:
             yield GenerationResult("", [], figures)
             return
         shared = 0
-        for a, b in zip(s.history, prompt):
+        for a, b in zip(s.history, prompt, strict=False):   # the common prefix
             if a != b:
                 break
             shared += 1

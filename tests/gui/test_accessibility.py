@@ -181,10 +181,10 @@ def test_text_contrast_is_at_least_aa_in_both_themes(t):
     pairs = a11y.stylesheet_pairs(theme.stylesheet(t), t.window)
     assert len(pairs) > 30, "the style sheet was not read (resources/styles/amber.qss)"
     p = theme.palette_for(t)
-    R = QPalette.ColorRole
-    for fg, bg in ((R.Text, R.Base), (R.WindowText, R.Window), (R.ButtonText, R.Button),
-                   (R.HighlightedText, R.Highlight), (R.ToolTipText, R.ToolTipBase),
-                   (R.PlaceholderText, R.Base), (R.Link, R.Base), (R.Text, R.AlternateBase)):
+    cr = QPalette.ColorRole
+    for fg, bg in ((cr.Text, cr.Base), (cr.WindowText, cr.Window), (cr.ButtonText, cr.Button),
+                   (cr.HighlightedText, cr.Highlight), (cr.ToolTipText, cr.ToolTipBase),
+                   (cr.PlaceholderText, cr.Base), (cr.Link, cr.Base), (cr.Text, cr.AlternateBase)):
         pairs.append(a11y.Pair(f"palette {fg.name} on {bg.name}", p.color(fg).name(), p.color(bg).name()))
     # each message's document style sheet (markdown_render.document_css): its text sits on the
     # chat background, a user bubble, a code block or a table header — the backgrounds it sets

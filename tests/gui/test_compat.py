@@ -13,12 +13,12 @@ from PySide6.QtWidgets import QLabel
 
 
 def test_void_calls_and_emits_keep_singleton_refcounts(qapp):
-    class O(QObject):
+    class Obj(QObject):
         flag = Signal(bool)
         obj = Signal(object)
 
     label = QLabel()
-    o = O()
+    o = Obj()
     o.obj.connect(lambda _x: None)
     before = (sys.getrefcount(None), sys.getrefcount(True), sys.getrefcount(False))
     for _ in range(20_000):
@@ -29,4 +29,4 @@ def test_void_calls_and_emits_keep_singleton_refcounts(qapp):
         o.obj.emit(None)
     after = (sys.getrefcount(None), sys.getrefcount(True), sys.getrefcount(False))
     # A leak would lose 20,000+ references; a few may move for unrelated reasons.
-    assert all(abs(a - b) < 100 for a, b in zip(after, before)), (before, after)
+    assert all(abs(a - b) < 100 for a, b in zip(after, before, strict=True)), (before, after)

@@ -80,7 +80,8 @@ def test_switching_chats_leaves_no_figures_of_the_other_chat(make_window, home, 
     open_chat(qtbot, w, other)
     qtbot.wait(100)   # the engine's answer about the session arrives after the switch
     assert "on disk" not in w.status.kv.text()
-    assert w.status.context.text() == w.store.active_path(other)[-1].figures["context_used"].__format__(",") + " / 8,192 tokens"
+    used = w.store.active_path(other)[-1].figures["context_used"]
+    assert w.status.context.text() == f"{used:,} / 8,192 tokens"
 
 
 def test_each_reply_keeps_the_model_that_wrote_it(make_window, home, qtbot):

@@ -4,6 +4,7 @@ theme setting, remembered folders, search that keeps the view and opens at the m
 imports (progress that moves, Cancel that sticks, a new model replacing a missing default)."""
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def test_window_works_at_640_by_480(make_window, engine, qtbot):
     # header controls do not overlap
     boxes = [c.geometry() for c in (w.title_label, w.model_picker, w.import_btn,
                                     w.chat_settings_btn, w.settings_btn)]
-    for a, b in zip(boxes, boxes[1:]):
+    for a, b in itertools.pairwise(boxes):
         assert a.right() < b.left() + 1
     assert w.composer.edit.placeholderText() == SHORT_PLACEHOLDER
     fm = w.composer.edit.fontMetrics()

@@ -32,7 +32,8 @@ def test_a_busy_port_is_one_line(tiny_dir, tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        one_line(serve("--model", str(tiny_dir), "--port", str(port), tmp_path=tmp_path), f"cannot listen on 127.0.0.1:{port}")
+        one_line(serve("--model", str(tiny_dir), "--port", str(port), tmp_path=tmp_path),
+                 f"cannot listen on 127.0.0.1:{port}")
 
 
 def test_a_missing_model_is_one_line(tmp_path):

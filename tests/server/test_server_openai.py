@@ -103,7 +103,8 @@ def test_sampling_options(client_a):
     assert stopped.choices[0].message.content == text[:text.index(cut)]
     short = chat(client_a, "Count", max_completion_tokens=3)
     assert short.usage.completion_tokens == 3 and short.choices[0].finish_reason == "length"
-    seeded = [chat(client_a, "Pick a word", temperature=1.0, top_p=0.9, seed=42, max_tokens=8).choices[0].message.content
+    seeded = [chat(client_a, "Pick a word", temperature=1.0, top_p=0.9, seed=42, max_tokens=8)
+              .choices[0].message.content
               for _ in range(2)]
     assert seeded[0] == seeded[1]
     assert len({chat(client_a, "Pick a word", temperature=1.5, seed=s, max_tokens=8).choices[0].message.content

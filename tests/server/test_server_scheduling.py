@@ -120,7 +120,7 @@ def test_full_queue_is_429_and_callers_are_served_in_turn(serve, engine):
     queued = [threading.Thread(target=send, args=(i, 2 + i)) for i in (1, 2)]
     for i, t in enumerate(queued, 1):
         t.start()
-        wait_until(lambda: json.loads(http_get(h.port, "/health"))["waiting"] == i)   # in this order
+        wait_until(lambda i=i: json.loads(http_get(h.port, "/health"))["waiting"] == i)   # in this order
     wait_until(lambda: json.loads(http_get(h.port, "/health"))["waiting"] == 2)
     status, body = post(h.port, completion(2, "one too many"))
     assert status == 429 and body["error"]["type"] == "rate_limit_error"
@@ -200,7 +200,7 @@ def test_waiting_callers_are_admitted_round_robin(serve, engine):
         if i == 0:
             wait_until(lambda: len(engine.started) == 1)
         else:
-            wait_until(lambda: json.loads(http_get(h.port, "/health"))["waiting"] == i)
+            wait_until(lambda i=i: json.loads(http_get(h.port, "/health"))["waiting"] == i)
     engine.gate.set()
     for t in threads:
         t.join(120)

@@ -54,7 +54,8 @@ def test_list_pinned_first_then_recently_updated(store: ConversationStore) -> No
 def test_title_from_first_user_message_until_renamed(store: ConversationStore) -> None:
     c = store.create_conversation(title="placeholder")
     store.add_message(c.id, "system", "You are helpful.")
-    long = "  Explain   the difference between a list and a tuple in Python, with examples of when to use each one\nsecond line"
+    long = ("  Explain   the difference between a list and a tuple in Python, with examples of when to use each one"
+            "\nsecond line")
     store.add_message(c.id, "user", long)
     title = store.get_conversation(c.id).title
     assert title.startswith("Explain the difference between a list and a tuple")
@@ -135,7 +136,7 @@ def test_concurrent_writers_and_readers(store: ConversationStore) -> None:
         try:
             for i in range(25):
                 store.add_message(cid, "user" if i % 2 == 0 else "assistant", f"m{i}")
-        except BaseException as exc:  # pragma: no cover - reported below
+        except BaseException as exc:  # noqa: BLE001 # pragma: no cover - reported below
             failures.append(exc)
 
     def reader() -> None:
@@ -143,7 +144,7 @@ def test_concurrent_writers_and_readers(store: ConversationStore) -> None:
             for _ in range(50):
                 store.list_conversations()
                 store.search("m1")
-        except BaseException as exc:  # pragma: no cover
+        except BaseException as exc:  # noqa: BLE001 # pragma: no cover - reported below
             failures.append(exc)
 
     threads = [threading.Thread(target=writer, args=(c.id,)) for c in convs]
