@@ -135,13 +135,20 @@ class CancelToken(Protocol):
 class ChatEngine(Protocol):
     """What the GUI needs from the engine: a session manager over one loaded model.
 
-    `engine.sessions.SessionManager` implements it; GUI tests may use a fake with the same shape.
+    `engine.sessions.SessionManager` and `engine.remote.RemoteEngine` implement it (mypy checks
+    that: engine/conformance.py); GUI tests use a fake with the same shape.
     Every method may be called from any worker thread; none must be called on the UI thread.
     """
 
-    provider: str
-    context_window: int
-    model_name: str
+    # Read-only: implementations compute them (properties) or set them once they know the model.
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def context_window(self) -> int: ...
+
+    @property
+    def model_name(self) -> str: ...
 
     def open(self, session_id: str, kind: SessionKind = SessionKind.REGULAR,
              cache_salt: str | None = None) -> SessionInfo: ...
@@ -161,5 +168,9 @@ class ChatEngine(Protocol):
     def info(self, session_id: str) -> SessionInfo: ...
 
     def stats(self) -> dict[str, Any]: ...
+
+    def clear_cache(self) -> int:
+        """Empties the shared prefix cache (pinned sessions keep theirs); how many blocks went."""
+        ...
 
     def shutdown(self, timeout: float = 10.0) -> None: ...

@@ -206,6 +206,10 @@ class RemoteEngine:
                     "flavor": self.flavor, "open_sessions": len(self._sessions),
                     "requests": self._requests}
 
+    def clear_cache(self) -> int:
+        """Nothing to clear here: the server owns its prompt cache."""
+        return 0
+
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._lock:
             self._sessions.clear()

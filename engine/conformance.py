@@ -1,0 +1,15 @@
+"""Static checks that the engines are what they are used as: mypy (`make lint`) verifies these
+assignments, so a method missing from `SessionManager` or `RemoteEngine`, or one whose signature
+drifted from `ChatEngine`, fails the lint. Nothing here runs: the imports are for the type checker
+only (importing this module loads nothing)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .api import ChatEngine
+    from .remote import RemoteEngine
+    from .sessions import SessionManager
+
+    _LOCAL: type[ChatEngine] = SessionManager
+    _REMOTE: type[ChatEngine] = RemoteEngine
