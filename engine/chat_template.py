@@ -75,7 +75,8 @@ class _GenerationBlock(Extension):
         return nodes.CallBlock(self.call_method("_body", []), [], [], body).set_lineno(lineno)
 
     def _body(self, caller: Any) -> str:
-        return caller()
+        body: str = caller()
+        return body
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
@@ -117,11 +118,13 @@ class ChatTemplate:
 
     @property
     def bos_token(self) -> str:
-        return self.variables["bos_token"]
+        token: str = self.variables["bos_token"]
+        return token
 
     @property
     def eos_token(self) -> str:
-        return self.variables["eos_token"]
+        token: str = self.variables["eos_token"]
+        return token
 
     def render(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
                add_generation_prompt: bool = True, **extra: Any) -> str:
@@ -156,7 +159,8 @@ def _token_string(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, Mapping) and isinstance(value.get("content"), str):
-        return value["content"]
+        content: str = value["content"]
+        return content
     return None
 
 
@@ -199,7 +203,7 @@ def load_chat_template(model_dir: Path, model_name: str) -> ChatTemplate:
         return data
 
     config = read_json("tokenizer_config.json")
-    special = {key: tok for key in _SPECIAL_TOKEN_KEYS
+    special: dict[str, Any] = {key: tok for key in _SPECIAL_TOKEN_KEYS
                if (tok := _token_string(config.get(key))) is not None}
     extra_specials = config.get("additional_special_tokens")
     if isinstance(extra_specials, list):

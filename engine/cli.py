@@ -109,7 +109,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 if not args.json:
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
-            else:
+            elif isinstance(event, GenerationResult):   # the last event; progress events are not shown
                 result = event
     except (ChatTemplateError, SessionError, ValueError) as exc:
         raise CliError(str(exc)) from None

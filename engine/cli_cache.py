@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -22,7 +23,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cache_commands(sub: argparse._SubParsersAction) -> None:
+def add_cache_commands(sub: argparse._SubParsersAction[Any]) -> None:
     c = sub.add_parser("cache", help="the shared prefix cache: stats, gc, clear (pinned chats keep theirs)")
     c.add_argument("action", choices=["stats", "gc", "clear"])
     c.add_argument("--state-dir")

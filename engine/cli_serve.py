@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import paths
 
@@ -50,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"amber-engine: model {manager.model_name} ({manager.provider}), "
               f"{'API keys required' if keys else 'no API key'}; Ctrl+C stops", file=sys.stderr, flush=True)
 
-    def terminate(signum, frame):   # uvicorn re-raises SIGTERM after its graceful shutdown: exit cleanly
+    def terminate(signum: int, frame: object) -> None:   # uvicorn re-raises SIGTERM after its graceful shutdown
         raise SystemExit(0)
     signal.signal(signal.SIGTERM, terminate)
     try:
@@ -64,7 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_serve_command(sub: argparse._SubParsersAction) -> None:
+def add_serve_command(sub: argparse._SubParsersAction[Any]) -> None:
     from .cli import _positive_int, add_kv_store_option
     s = sub.add_parser("serve", help="serve an OpenAI-compatible API (loopback by default)")
     s.add_argument("--model", help="model folder (default: the default model)")

@@ -4,11 +4,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .sessions import SessionManager
 
 from . import paths
 
 
-def _manager(args: argparse.Namespace):   # -> SessionManager (imported lazily: loading is slow)
+def _manager(args: argparse.Namespace) -> SessionManager:   # imported lazily: loading is slow
     from .cli import CliError, _model_dir
     from .model import ModelLoadError, load_model
     from .sessions import SessionManager
@@ -57,7 +61,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_session_commands(sub: argparse._SubParsersAction) -> None:
+def add_session_commands(sub: argparse._SubParsersAction[Any]) -> None:
     s = sub.add_parser("sessions", help="list and manage sessions")
     s.add_argument("action", choices=["list", "show", "pin", "unpin", "close", "delete", "gc"])
     s.add_argument("id", nargs="?")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class Generator:
     def new_cache(self) -> KVCache:
         return self.runner.new_cache()
 
-    def encode_chat(self, messages: Sequence[ChatMessage | dict]) -> list[int]:
+    def encode_chat(self, messages: Sequence[ChatMessage | dict[str, Any]]) -> list[int]:
         """Renders the chat template (ChatTemplateError on failure) and tokenizes it as HF does:
         without adding special tokens, since the template already wrote them."""
         text = self.template.render(messages, add_generation_prompt=True)
@@ -139,6 +139,7 @@ class Generator:
                 reason = FinishReason.CANCELLED
                 break
             logits = self.runner.forward(cache, [token])
+            assert logits is not None     # without between_chunks it never stops early
         if reason != FinishReason.STOP:
             tail, stopped = matcher.feed(decoder.flush())
             tail += "" if stopped else matcher.flush()

@@ -1,6 +1,8 @@
 """The KV cache of one sequence: per-layer key/value buffers and the tokens they hold."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnxruntime as ort
 
@@ -31,7 +33,7 @@ class KVCache:
         self._values: list[np.ndarray] | None = []
         self._capacity = 0
         self._ort_values: list[tuple[object, object]] | None = None   # bound to the session
-        self.binding: object | None = None    # an IOBinding with the KV bound, reused across steps
+        self.binding: Any = None    # an (untyped) onnxruntime IOBinding with the KV bound, reused across steps
         self.logits_out: np.ndarray | None = None   # where that binding's steps write their logits
         self._alloc(capacity if layout.shared_buffer else 0)
 
@@ -122,7 +124,7 @@ class KVCache:
 
     def export(self, start: int, end: int) -> np.ndarray:
         """Positions [start, end) of every layer as one array [layers, 2, kv_heads, n, head_dim]."""
-        out = np.empty((self.layout.n_layers, 2, self.layout.kv_heads, end - start, self.layout.head_dim),
+        out: np.ndarray = np.empty((self.layout.n_layers, 2, self.layout.kv_heads, end - start, self.layout.head_dim),
                        self.layout.dtype)
         keys, values = self.keys, self.values
         for i in range(self.layout.n_layers):

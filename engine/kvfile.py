@@ -77,7 +77,7 @@ def write_kv_file(path: Path, shape: KVShape, token_ids: Sequence[int], payload:
                   extra: dict[str, Any] | None = None) -> int:
     """Writes one KV file atomically; returns its size in bytes."""
     data = np.ascontiguousarray(payload, dtype=np.dtype(shape.dtype))   # a float16 store converts here
-    view = memoryview(data).cast("B")
+    view = memoryview(data.data).cast("B")
     header = {"version": FORMAT_VERSION, "fingerprint": shape.fingerprint, "dtype": shape.dtype,
               "layers": shape.n_layers, "kv_heads": shape.kv_heads, "head_dim": shape.head_dim,
               "tokens": len(token_ids), "token_ids": [int(t) for t in token_ids],
@@ -96,7 +96,7 @@ def _open_validated(f: Any, path: Path, shape: KVShape, token_ids: Sequence[int]
     if n > 16 << 20:
         raise KVFileError(f"{path.name}: corrupt header")
     try:
-        header = json.loads(f.read(n))
+        header: dict[str, Any] = json.loads(f.read(n))
     except ValueError:
         raise KVFileError(f"{path.name}: corrupt header") from None
     f.seek((12 + n + _ALIGN - 1) // _ALIGN * _ALIGN)
@@ -116,7 +116,7 @@ def _read_scattered(f: Any, bufs: list[memoryview]) -> int:
     """Fills `bufs` in order from the file's current position; returns the offset after them.
     One `preadv` per IOV_MAX buffers where the OS has it (a block is 180 small views: one system
     call instead of 180), `readinto` elsewhere. Raises `KVFileError` if the file ends early."""
-    offset = f.tell()
+    offset: int = f.tell()
     preadv = getattr(os, "preadv", None)     # not on Windows
     pending = list(bufs)
     i = 0
@@ -124,7 +124,7 @@ def _read_scattered(f: Any, bufs: list[memoryview]) -> int:
         if preadv is None:
             f.seek(offset)
             batch = pending[i:i + 1]
-            got = f.readinto(batch[0])
+            got: int = f.readinto(batch[0])
         else:
             batch = pending[i:i + _IOV_MAX]
             got = preadv(f.fileno(), batch, offset)
@@ -179,7 +179,7 @@ def read_kv_into(path: Path, shape: KVShape, token_ids: Sequence[int], views: Se
             header = _open_validated(f, path, shape, token_ids)
             if int(header.get("tokens", -1)) != len(token_ids):
                 raise KVFileError(f"{path.name}: holds other tokens than expected")
-            bufs = [memoryview(view).cast("B") for view in views]
+            bufs = [memoryview(view.data).cast("B") for view in views]
             end = _read_scattered(f, bufs)
             if end < os.fstat(f.fileno()).st_size:
                 raise KVFileError(f"{path.name}: trailing bytes")

@@ -234,9 +234,9 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     eos_tok = tokenizer_config.get("eos_token")
     if isinstance(eos_tok, dict):
         eos_tok = eos_tok.get("content")
-    if isinstance(eos_tok, str) and tokenizer.token_to_id(eos_tok) is not None:
-        if tokenizer.token_to_id(eos_tok) not in eos:
-            eos.append(int(tokenizer.token_to_id(eos_tok)))
+    eos_id = tokenizer.token_to_id(eos_tok) if isinstance(eos_tok, str) else None
+    if eos_id is not None and eos_id not in eos:
+        eos.append(int(eos_id))
     window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
     name = model_dir.name
     is_variant = graph.parent != model_dir and is_variant_folder(graph.parent)

@@ -24,10 +24,12 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Iterator, Sequence
 
+import httpx2 as httpx
+
 from .api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
                   KVLocation, OverflowPolicy, SamplingParams, SessionInfo, SessionKind, StreamEvent,
                   TextChunk)
-from .remote_http import (MAX_JSON_BODY, ContextOverflow, RemoteEndpoint, RemoteError, httpx,
+from .remote_http import (MAX_JSON_BODY, ContextOverflow, RemoteEndpoint, RemoteError,
                           make_client, one_line, parse_json, read_bounded, read_error_body, redact, socket_of,
                           sse_data, status_error, transport_error)
 
@@ -81,7 +83,9 @@ def detect_flavor(models: list[dict[str, Any]]) -> str:
 
 def _context_of(entry: dict[str, Any]) -> int:
     """The context window a model entry states (vLLM: max_model_len; llama.cpp: meta.n_ctx_*)."""
-    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    meta = entry.get("meta")
+    if not isinstance(meta, dict):
+        meta = {}
     for v in (entry.get("max_model_len"), entry.get("context_window"), entry.get("context_length"),
               meta.get("n_ctx"), meta.get("n_ctx_train")):
         if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 31:
@@ -216,7 +220,7 @@ class RemoteEngine:
         self._client.close()
 
     # --- generation ----------------------------------------------------------------------------
-    def request_body(self, session_id: str, messages: Sequence[ChatMessage | dict],
+    def request_body(self, session_id: str, messages: Sequence[ChatMessage | dict[str, Any]],
                      sampling: SamplingParams | None = None) -> dict[str, Any]:
         """The JSON sent for one turn (public so that what leaves the machine can be checked)."""
         sp = sampling or SamplingParams()
@@ -239,7 +243,7 @@ class RemoteEngine:
             body["seed"] = int(sp.seed)
         if sp.presence_penalty:
             body["presence_penalty"] = float(sp.presence_penalty)
-        if getattr(sp, "frequency_penalty", None):
+        if sp.frequency_penalty:
             body["frequency_penalty"] = float(sp.frequency_penalty)
         if sp.stop:
             body["stop"] = list(sp.stop)[:4]      # OpenAI's limit
@@ -259,7 +263,7 @@ class RemoteEngine:
             body["cache_prompt"] = not temp
         return body
 
-    def generate(self, session_id: str, messages: Sequence[ChatMessage | dict],
+    def generate(self, session_id: str, messages: Sequence[ChatMessage | dict[str, Any]],
                  sampling: SamplingParams | None = None,
                  cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
         """Streams one turn. When the server refuses the chat as too long for its context window,
@@ -359,7 +363,7 @@ class RemoteEngine:
                 s.tokens = figs.context_used
         yield GenerationResult("".join(text), [], figs)
 
-    def _pump(self, body: dict[str, Any], events: queue.Queue, cut: threading.Event,
+    def _pump(self, body: dict[str, Any], events: queue.Queue[Any], cut: threading.Event,
               holder: dict[str, Any]) -> None:
         """Reader thread: posts the request and turns the stream into queue items."""
         ep = self.endpoint

@@ -81,7 +81,8 @@ class Runner:
         else:
             logits = binding.get_outputs()[0].numpy()
         cache.tokens.extend(ids)
-        return logits[0, -1]
+        last: np.ndarray = logits[0, -1]
+        return last
 
     def _step_plain(self, cache: KVCache, ids: list[int]) -> np.ndarray:
         feed = self._inputs(cache, ids)
@@ -91,7 +92,8 @@ class Runner:
         out = self.session.run(names, feed)
         cache.set_presents(out[1::2], out[2::2])
         cache.tokens.extend(ids)
-        return out[0][0, -1]
+        last: np.ndarray = out[0][0, -1]
+        return last
 
     def forward(self, cache: KVCache, ids: list[int],
                 between_chunks: Callable[[int], bool] | None = None) -> np.ndarray | None:

@@ -53,10 +53,10 @@ class ResolvedSampling:
 def _number(value: Any, name: str, source: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} from {source} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} from {source} must be finite, got {value!r}")
-    return value
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} from {source} must be finite, got {number!r}")
+    return number
 
 
 def _integer(value: Any, name: str, source: str) -> int:
@@ -147,7 +147,7 @@ def resolve_sampling(params: SamplingParams | None,
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Numerically stable softmax in float64 (-inf logits get probability 0)."""
-    z = np.asarray(logits, dtype=np.float64)
+    z: np.ndarray = np.asarray(logits, dtype=np.float64)
     z = z - z.max()
     np.exp(z, out=z)
     z /= z.sum()
@@ -224,7 +224,7 @@ def _nucleus_size(sorted_probs: np.ndarray, cut: float) -> int:
     rule (drop the tail whose cumulative mass is <= 1 - top_p)."""
     cumulative = np.cumsum(sorted_probs, dtype=np.float64)
     first_reaching = int(np.searchsorted(cumulative, cut, side="left"))
-    return min(first_reaching + 1, sorted_probs.shape[0])
+    return min(first_reaching + 1, int(sorted_probs.shape[0]))
 
 
 def apply_top_p(logits: np.ndarray, p: float) -> np.ndarray:
@@ -339,7 +339,7 @@ def _draw(weights: np.ndarray, u: float) -> int:
                                  inner.shape[0] - 1)
     # Rounding can land just past the end (u * total == total); clamp, and never return a
     # zero-weight token: step back to the nearest one with weight (the max weighs 1.0).
-    g = min(g, n - 1)
+    g = min(g, int(n) - 1)
     while g > 0 and weights[g] == 0.0:
         g -= 1
     return g

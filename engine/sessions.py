@@ -65,12 +65,12 @@ class _Writer:
     """The single thread that touches session files: saves never block generation."""
 
     def __init__(self) -> None:
-        self._jobs: queue.Queue[tuple[Callable[[], Any], Future] | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[Callable[[], Any], Future[Any]] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="amber-kv-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, job: Callable[[], Any]) -> Future:
-        fut: Future = Future()
+    def submit(self, job: Callable[[], Any]) -> Future[Any]:
+        fut: Future[Any] = Future()
         self._jobs.put((job, fut))
         return fut
 
@@ -178,7 +178,7 @@ class SessionManager:
             (self.pin if wanted == SessionKind.PINNED else self.unpin)(sid)
         return self.info(sid)
 
-    def generate(self, session_id: str, messages: Sequence[ChatMessage | dict],
+    def generate(self, session_id: str, messages: Sequence[ChatMessage | dict[str, Any]],
                  sampling: SamplingParams | None = None, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
         """Streams a reply to `messages` (the whole conversation, rendered by the chat template)."""
         s = self._get(session_id)
@@ -526,7 +526,7 @@ class SessionManager:
             s.pending_saves += 1
         self._writer.submit(job).add_done_callback(lambda f: self._saved(s, f))
 
-    def _saved(self, s: _Session, fut: Future) -> None:
+    def _saved(self, s: _Session, fut: Future[Any]) -> None:
         with self._lock:
             s.pending_saves -= 1
             exc = fut.exception()
@@ -666,7 +666,7 @@ class SessionManager:
         on disk already; regular ones are rebuilt by prefill; temporary ones are never dropped."""
         with self._lock:
             live = [s for s in self._open.values() if s.cache is not None]
-            total = sum(s.cache.nbytes for s in live)   # type: ignore[union-attr]
+            total = sum(s.cache.nbytes for s in live if s.cache is not None)
             for s in sorted(live, key=lambda x: x.last_used):
                 if total <= self.memory_budget:
                     break
@@ -726,4 +726,4 @@ class SessionManager:
         self._writer.drain(30)
         with self._lock:
             self._refs.clear()
-        return self._writer.submit(self._reconcile).result()
+        return dict(self._writer.submit(self._reconcile).result())

@@ -70,7 +70,8 @@ class QInits:
 
 def pack_nibbles_pairs(levels: np.ndarray) -> np.ndarray:
     """uint8 levels [N, 2m] -> [N * m] bytes, low nibble first (MatMulNBits' zero points)."""
-    return (levels[:, 0::2] | (levels[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
+    packed: np.ndarray = (levels[:, 0::2] | (levels[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
+    return packed
 
 
 class _Graph:
@@ -231,8 +232,8 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
         helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
     ]
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", 1, spec.vocab_size])]
-    kv_shape_in = ["batch_size", nkv, "past_sequence_length", hd]
-    kv_shape_out = ["batch_size", nkv, "present_sequence_length", hd]
+    kv_shape_in: list[str | int | None] = ["batch_size", nkv, "past_sequence_length", hd]
+    kv_shape_out: list[str | int | None] = ["batch_size", nkv, "present_sequence_length", hd]
     for i in range(spec.n_layers):
         for kind in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, kv_shape_in))
@@ -259,7 +260,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
         if qkv_w is not None:
             bias = None
             if lw.q_bias is not None:
-                bias = np.concatenate([lw.q_bias, lw.k_bias, lw.v_bias])  # type: ignore[list-item]
+                bias = np.concatenate([lw.q_bias, lw.k_bias, lw.v_bias])
             qkv = g.linear(x, qkv_w, f"{p}.self_attn.qkv_proj", bias)
             qkv_inputs = [qkv, "", ""]
         else:

@@ -31,7 +31,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -155,12 +155,12 @@ class _Rewriter:
         self._n += 1
         return f"fp16_{base}_{self._n}"
 
-    def const(self, value: object, dtype: object) -> str:
+    def const(self, value: Any, dtype: Any) -> str:
         n = self.name("const")
         self.g.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), n))
         return n
 
-    def node(self, op: str, inputs: list[str], outputs: list[str] | None = None, **attrs: object) -> str:
+    def node(self, op: str, inputs: list[str], outputs: list[str] | None = None, **attrs: Any) -> str:
         outs = outputs or [self.name(op.lower())]
         self.new_nodes.append(helper.make_node(op, inputs, outs, name=self.name(op), **attrs))
         return outs[0]
@@ -282,7 +282,7 @@ class _Rewriter:
             node.input[1] = self.const([-1, 1, vocab], np.int64)
 
 
-def _attr(node: onnx.NodeProto, name: str) -> object:
+def _attr(node: onnx.NodeProto, name: str) -> Any:
     return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), None)
 
 

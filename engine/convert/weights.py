@@ -28,7 +28,8 @@ FLOAT_TYPES = (QT.F32, QT.F16, QT.BF16)
 
 def pack_nibbles(levels: np.ndarray) -> np.ndarray:
     """uint8 levels 0..15 [.., 32] -> MatMulNBits bytes [.., 16], low nibble first."""
-    return (levels[..., 0::2] | (levels[..., 1::2] << 4)).astype(np.uint8)
+    packed: np.ndarray = (levels[..., 0::2] | (levels[..., 1::2] << 4)).astype(np.uint8)
+    return packed
 
 
 @dataclass
@@ -61,7 +62,7 @@ class Weight:
         assert self.values is not None and self.scales is not None
         zp = self.zero_points if self.zero_points is not None else np.float32(2 ** (self.bits - 1))
         zp_b = zp[..., None] if isinstance(zp, np.ndarray) else zp
-        w = (self.values.astype(np.float32) - zp_b) * self.scales[..., None]
+        w: np.ndarray = (self.values.astype(np.float32) - zp_b) * self.scales[..., None]
         return w.reshape(self.n, self.k)
 
     def rows(self, perm: np.ndarray) -> "Weight":
@@ -82,15 +83,15 @@ def concat_rows(weights: list[Weight]) -> Weight | None:
         dts = {w.dense.dtype for w in weights}  # type: ignore[union-attr]
         if len(dts) != 1:
             return None
-        return Weight("dense", n, first.k, dense=np.concatenate([w.dense for w in weights]))  # type: ignore
+        return Weight("dense", n, first.k, dense=np.concatenate([w.dense for w in weights]))
     zps = None
     if any(w.zero_points is not None for w in weights):
         default = np.float32(2 ** (first.bits - 1))
         zps = np.concatenate([w.zero_points if w.zero_points is not None
                               else np.full(w.scales.shape, default, np.float32) for w in weights])  # type: ignore
     return Weight(first.kind, n, first.k,
-                  values=np.concatenate([w.values for w in weights]),  # type: ignore[misc]
-                  scales=np.concatenate([w.scales for w in weights]),  # type: ignore[misc]
+                  values=np.concatenate([w.values for w in weights]),
+                  scales=np.concatenate([w.scales for w in weights]),
                   zero_points=zps)
 
 

@@ -7,7 +7,7 @@ import uuid
 from typing import Any, AsyncIterator, Callable
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..api import GenerationResult, TextChunk
 from .errors import ApiError, sse_error
@@ -52,7 +52,7 @@ def router(service: Service) -> APIRouter:
     r = APIRouter()
 
     @r.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request):
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         caller = service.caller(request)
         service.check_model(body.model)
         body.check()
@@ -94,7 +94,7 @@ def router(service: Service) -> APIRouter:
         return stream_sse(run, chunk, usage, first)
 
     @r.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request):
+    async def completions(body: CompletionRequest, request: Request) -> Response:
         caller = service.caller(request)
         service.check_model(body.model)
         body.check()

@@ -15,7 +15,7 @@ import uuid
 from typing import Any, AsyncIterator, Iterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..api import ChatMessage, GenerationResult, SessionKind, TextChunk
 from .auth import Caller
@@ -104,7 +104,7 @@ def router(service: Service) -> APIRouter:
         return prompt, history, session_id
 
     @r.post("/v1/responses")
-    async def create(body: ResponseRequest, request: Request):
+    async def create(body: ResponseRequest, request: Request) -> Response:
         caller = service.caller(request)
         service.check_model(body.model)
         body.check()
@@ -195,13 +195,13 @@ def router(service: Service) -> APIRouter:
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     @r.get("/v1/responses/{response_id}")
-    async def retrieve(response_id: str, request: Request):
+    async def retrieve(response_id: str, request: Request) -> Response:
         caller = service.caller(request)
         record = await asyncio.to_thread(store.get, response_id, caller.namespace)
         return JSONResponse(record.body)
 
     @r.delete("/v1/responses/{response_id}")
-    async def delete(response_id: str, request: Request):
+    async def delete(response_id: str, request: Request) -> Response:
         caller = service.caller(request)
         record = await asyncio.to_thread(store.delete, response_id, caller.namespace)
         if not await asyncio.to_thread(store.session_in_use, record.session_id):

@@ -14,6 +14,7 @@ import asyncio
 import collections
 import threading
 import time
+from collections.abc import Generator
 from typing import Any, Callable, Iterator
 
 from .errors import ApiError
@@ -147,7 +148,7 @@ class Scheduler:
             self._cv.notify_all()
         self._thread.join(timeout)
         for job in leftover:
-            if job.iterator is not None:
+            if isinstance(job.iterator, Generator):     # an engine's generator: its finally blocks run
                 try:
                     job.iterator.close()
                 except Exception:  # noqa: BLE001 - shutting down: each waiting request still gets its 503

@@ -6,6 +6,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import uvicorn
 
@@ -78,7 +79,6 @@ def serve_in_thread(engine: ChatEngine, host: str = LOOPBACK, port: int = 0, sta
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
     server = uvicorn.Server(_config(engine, state_dir, config))
-    server.install_signal_handlers = lambda: None     # type: ignore[method-assign]  # not the main thread
     failed: list[BaseException] = []
 
     def run() -> None:
@@ -103,7 +103,7 @@ def serve_in_thread(engine: ChatEngine, host: str = LOOPBACK, port: int = 0, sta
 
 
 def serve_forever(engine: ChatEngine, host: str, port: int, state_dir: Path | str,
-                  config: ServerConfig | None = None, on_ready=None) -> None:
+                  config: ServerConfig | None = None, on_ready: Callable[[str], None] | None = None) -> None:
     """Serves in the calling (main) thread until SIGINT/SIGTERM; `on_ready(url)` once listening."""
     sock = _bind(host, port)
     server = uvicorn.Server(_config(engine, state_dir, config))
