@@ -144,7 +144,9 @@ def _check_qt() -> str:
 
     from app.gui.theme import resources_dir
 
-    app = QGuiApplication.instance() or QGuiApplication([sys.argv[0] if sys.argv else "amber"])
+    existing = QGuiApplication.instance()
+    app = (existing if isinstance(existing, QGuiApplication)
+           else QGuiApplication([sys.argv[0] if sys.argv else "amber"]))
     platform = app.platformName()
     res = resources_dir()
     svg = (res / "icons" / "amber.svg").read_bytes()
@@ -244,7 +246,7 @@ def _session_steps(report: _Report, model: object, scratch: Path) -> None:
         ok = report.step("generate", generate)
         if ok:
             if not first.wait_for_saves(30.0):
-                raise_later = "the pinned session's save did not finish in 30 s"
+                raise_later: str | None = "the pinned session's save did not finish in 30 s"
             else:
                 info = first.info(sid)
                 raise_later = (None if info.kv_bytes_disk > 0 and not info.save_error

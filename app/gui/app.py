@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 def run_app(argv: Sequence[str], *, started_at: float | None = None) -> int:
     started_at = started_at or time.perf_counter()
-    app = QApplication.instance() or QApplication(list(argv))
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication(list(argv))
     app.setApplicationName("Amber")
     app.setApplicationDisplayName("Amber")
     app.setOrganizationName("Amber")

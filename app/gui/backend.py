@@ -13,7 +13,7 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from engine import paths
 from engine.api import ChatEngine
@@ -23,6 +23,9 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[float, str], None]
+
+
+_PROVIDERS: dict[str, Literal["auto", "cpu", "gpu"]] = {"auto": "auto", "cpu": "cpu", "gpu": "gpu"}
 
 
 def _accepting(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +46,7 @@ def open_engine(model_dir: Path, state_dir: Path, settings: Settings,
     from engine.model import load_model  # noqa: PLC0415 - heavy, and may not exist yet
     from engine.sessions import SessionManager  # noqa: PLC0415
 
-    provider = settings.provider if settings.provider in ("auto", "cpu", "gpu") else "auto"
+    provider = _PROVIDERS.get(settings.provider, "auto")
     variant_progress = None
     if progress is not None:
         def variant_progress(done: int, total: int, what: str) -> None:
@@ -130,10 +133,7 @@ def list_models() -> list[str]:
 
 
 def _converter() -> Callable[..., Any]:
-    try:
-        from engine.convert import convert_gguf  # noqa: PLC0415
-    except ImportError:
-        from engine.gguf_import import convert_gguf  # type: ignore[no-redef]  # noqa: PLC0415
+    from engine.convert import convert_gguf  # noqa: PLC0415
     return convert_gguf
 
 

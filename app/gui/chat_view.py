@@ -91,7 +91,8 @@ class MessageBrowser(QTextBrowser):
         self.fit_width = False      # size to the content's width (user bubbles)
         self._ideal_width = 200
 
-    def loadResource(self, kind: int, name: QUrl) -> Any:  # noqa: N802
+    def loadResource(self, kind: int, name: QUrl | str) -> Any:  # noqa: N802
+        name = QUrl(name) if isinstance(name, str) else name
         if name.scheme() == "amber":  # small icons inside messages (the code blocks' copy link)
             return theme.icon(name.path(), theme.current().muted, 12).pixmap(12, 12)
         return None  # never load anything else (no remote or local files)
@@ -653,6 +654,7 @@ class ChatView(QScrollArea):
             return
         self._stream_dirty = False
         self._stream.item.content = self._stream_text
+        assert self._stream_renderer is not None    # made with the stream
         self._stream.item.rendered = self._stream_renderer.update(self._stream_text)
         self.render_count += 1
 

@@ -106,7 +106,7 @@ class StallTracer:
         while not self._stop.wait(0.005):
             last = self.probe._last  # noqa: SLF001
             if time.perf_counter() - last > self.threshold_s:
-                frame = sys._current_frames().get(self.main_id)  # noqa: SLF001
+                frame = sys._current_frames().get(self.main_id or 0)  # noqa: SLF001
                 if frame is not None:
                     stack = "".join(traceback.format_stack(frame, limit=14)[-7:])
                     self.stalls.setdefault(last, []).append(stack)

@@ -40,10 +40,12 @@ class RemoteDialog(QDialog):
         self.model = QComboBox()
         self.model.setObjectName("RemoteModel")
         self.model.setEditable(True)
-        self.model.lineEdit().setPlaceholderText("the model name the server serves")
+        edit = self.model.lineEdit()    # an editable combo box always has one
+        assert edit is not None
+        edit.setPlaceholderText("the model name the server serves")
         # in a row layout, so its form label is not its buddy: named for screen readers here
         self.model.setAccessibleName("Model")
-        self.model.lineEdit().setAccessibleName("Model")
+        edit.setAccessibleName("Model")
         self.list_btn = QPushButton("List models")
         self.list_btn.setObjectName("RemoteListModels")
         self.list_btn.clicked.connect(self.list_models)

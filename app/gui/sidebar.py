@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, QPoint, QRect, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPoint, QRect, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor, QFont, QKeySequence, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QFrame, QHBoxLayout, QLabel, QLineEdit,
                                QListView, QMenu, QPushButton, QStyle, QStyledItemDelegate,
@@ -55,12 +55,13 @@ class ChatDelegate(QStyledItemDelegate):
             self._pixmaps[key] = pm
         return pm
 
-    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:  # noqa: N802
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:  # noqa: N802
         model = index.model()
         searching = bool(getattr(model, "searching", False))
         return QSize(200, SEARCH_ROW_HEIGHT if searching else ROW_HEIGHT)
 
-    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem,
+              index: QModelIndex | QPersistentModelIndex) -> None:
         t = theme.current()
         r = option.rect
         item = index.data(RowRole)
@@ -137,7 +138,7 @@ class ChatDelegate(QStyledItemDelegate):
         painter.restore()
 
     def updateEditorGeometry(self, editor: QWidget, option: QStyleOptionViewItem,  # noqa: N802
-                             index: QModelIndex) -> None:
+                             index: QModelIndex | QPersistentModelIndex) -> None:
         editor.setGeometry(option.rect.adjusted(30, 4, -8, -4))
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta, timezone
 from typing import Any, Iterable, Sequence
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import QAbstractListModel, QByteArray, QModelIndex, QPersistentModelIndex, Qt, Signal
 
 IdRole = Qt.ItemDataRole.UserRole + 1
 IsHeaderRole = Qt.ItemDataRole.UserRole + 2
@@ -216,11 +216,12 @@ class ChatListModel(QAbstractListModel):
         self.renameRequested.emit(item.id, title)
         return True
 
-    def roleNames(self) -> dict[int, bytes]:
+    def roleNames(self) -> dict[int, QByteArray]:
         names = dict(super().roleNames())
-        names.update({IdRole: b"chatId", IsHeaderRole: b"isHeader", PinnedRole: b"pinned",
-                      TemporaryRole: b"temporary", KvStateRole: b"kvState",
-                      SavingRole: b"saving", SnippetRole: b"snippet", BusyRole: b"busy"})
+        names.update({role: QByteArray(name) for role, name in (
+            (IdRole, b"chatId"), (IsHeaderRole, b"isHeader"), (PinnedRole, b"pinned"),
+            (TemporaryRole, b"temporary"), (KvStateRole, b"kvState"),
+            (SavingRole, b"saving"), (SnippetRole, b"snippet"), (BusyRole, b"busy"))})
         return names
 
     # --- queries -----------------------------------------------------------------------------
@@ -375,8 +376,8 @@ class ChatListModel(QAbstractListModel):
                 idx += 1
         k = order_key(row)
         pos = header_at + 1
-        while pos < len(items) and isinstance(items[pos], ChatRow) and (
-                pos == idx or order_key(items[pos]) < k):
+        while pos < len(items) and isinstance(at := items[pos], ChatRow) and (
+                pos == idx or order_key(at) < k):
             pos += 1
         if pos not in (idx, idx + 1):
             self.beginMoveRows(QModelIndex(), idx, idx, QModelIndex(), pos)
@@ -414,7 +415,7 @@ class ChatListModel(QAbstractListModel):
             return
         k = order_key(row)
         pos = header_at + 1
-        while pos < len(items) and isinstance(items[pos], ChatRow) and order_key(items[pos]) < k:
+        while pos < len(items) and isinstance(at := items[pos], ChatRow) and order_key(at) < k:
             pos += 1
         self.beginInsertRows(QModelIndex(), pos, pos)
         items.insert(pos, row)

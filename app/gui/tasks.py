@@ -57,12 +57,11 @@ class _Task(QRunnable):
         self._relay = relay
 
     def run(self) -> None:  # worker thread
+        error: BaseException | None = None
         try:
             result = self._func()
         except BaseException as exc:  # noqa: BLE001 - handed to the UI thread
             result, error = None, exc
-        else:
-            error = None
         try:
             self._relay.done.emit(result, error)
         except RuntimeError:  # the receiver is gone (the app is quitting): nobody to tell

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QObject, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QByteArray, QObject, QRectF, QSize, Qt, Signal, SignalInstance
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QApplication
 
@@ -101,7 +101,7 @@ def choice() -> str:
     return _state.choice
 
 
-def changed_signal() -> Signal:
+def changed_signal() -> SignalInstance:
     return _state.changed
 
 

@@ -166,4 +166,4 @@ def apply_theme_choice(choice: str) -> theme.Theme:
     app = QApplication.instance()
     theme.set_choice(choice)
     t = THEMES.get(choice)
-    return theme.apply(app, t) if app is not None else theme.current()
+    return theme.apply(app, t) if isinstance(app, QApplication) else theme.current()

@@ -90,17 +90,17 @@ def search(conn: Connection, query: str, limit: int = 50) -> list[SearchHit]:
     ranked = sorted(scores.items(), key=lambda item: item[1], reverse=True)[:limit]
     if not ranked:
         return []
-    titles = dict(conn.execute(
+    titles: dict[str, str] = dict(conn.execute(
         text("SELECT id, title FROM conversations WHERE id IN (SELECT value FROM json_each(:ids))"),
         {"ids": json.dumps([cid for cid, _ in ranked])},
     ).all())
     hits = []
     for cid, rank in ranked:
-        snippet = None
+        snippet: str | None = None
         if cid in best_message:
             snippet = conn.execute(_SNIPPET, {"q": expr, "mid": best_message[cid]}).scalar()
         if snippet is None:
-            snippet = title_snippet.get(cid, titles.get(cid, ""))
+            snippet = title_snippet.get(cid, titles.get(cid, "")) or ""
         hits.append(SearchHit(conversation_id=cid, title=titles.get(cid, ""), snippet=snippet,
                               rank=rank))
     return hits

@@ -1,6 +1,8 @@
 """Alembic environment: runs on the store's own connection (no alembic.ini needed at run time)."""
 from __future__ import annotations
 
+from typing import Any
+
 from alembic import context
 from sqlalchemy import create_engine
 
@@ -8,7 +10,7 @@ config = context.config
 connection = config.attributes.get("connection")
 
 
-def _run(conn) -> None:  # type: ignore[no-untyped-def]
+def _run(conn: Any) -> None:
     # Batch mode: SQLite cannot ALTER most things in place; Alembic recreates tables instead.
     # Migrations describe their own frozen schema, so no target_metadata (no autogenerate drift).
     context.configure(connection=conn, render_as_batch=True)
