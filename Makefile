@@ -30,7 +30,11 @@ run: $(STAMP)
 default-model: $(STAMP)
 	AMBER_HOME=$(DEV_HOME) $(BIN)/amber-engine fetch-default
 
+# ruff, mypy and import-linter: their settings are in pyproject.toml ([tool.ruff], [tool.mypy],
+# [tool.importlinter]); the tools come from the pinned `test` extra.
 lint: $(STAMP)
+	$(BIN)/ruff check app engine tests bench packaging
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 test: $(STAMP) default-model lint
