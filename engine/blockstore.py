@@ -14,8 +14,8 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .kvfile import KVShape, read_kv_file, read_kv_into, write_kv_file
-from .safefs import is_regular, unlink_inside
+from .kvfile import KVFileError, KVShape, read_kv_file, read_kv_into, write_kv_file
+from .safefs import UnsafePathError, check_inside, is_regular, unlink_inside
 
 DEFAULT_BLOCK_TOKENS = 128
 _KEY_DOMAIN = b"amber-kv-block-v1"
@@ -59,21 +59,28 @@ class BlockStore:
         return is_regular(self.path(key))      # a folder, FIFO or symlink there is no block
 
     def write(self, key: str, token_ids: Sequence[int], payload: np.ndarray) -> int:
+        check_inside(self.root, self.path(key))      # never into a symlinked folder
         return write_kv_file(self.path(key), self.shape, token_ids, payload, {"key": key})
 
+    def _checked(self, key: str) -> Path:
+        """The key's path, refused unless it is a bare key inside the store with no symlinked folder."""
+        path = self.path(key)
+        if len(key) != 40 or not all(c in "0123456789abcdef" for c in key):
+            raise KVFileError(f"{path.name}: not a block key")
+        try:
+            check_inside(self.root, path)
+        except UnsafePathError as exc:
+            raise KVFileError(str(exc)) from None
+        return path
+
     def read(self, key: str, token_ids: Sequence[int]) -> np.ndarray:
-        return read_kv_file(self.path(key), self.shape, token_ids)
+        return read_kv_file(self._checked(key), self.shape, token_ids)
 
     def read_into(self, key: str, token_ids: Sequence[int], views: Sequence[np.ndarray]) -> None:
-        read_kv_into(self.path(key), self.shape, token_ids, views)
+        read_kv_into(self._checked(key), self.shape, token_ids, views)
 
     def remove(self, key: str) -> None:
-        path = self.path(key)
-        if not unlink_inside(self.root, path):
-            try:
-                path.rmdir()            # an empty folder where the block should be
-            except OSError:
-                pass
+        unlink_inside(self.root, self.path(key), empty_dirs=True)
 
     def size(self, key: str) -> int:
         try:

@@ -22,7 +22,7 @@ from typing import Any
 import xxhash
 
 from . import kvfile
-from .safefs import is_regular, open_regular
+from .safefs import is_regular, open_regular, unlink_inside
 
 VERSION = 2                 # 2: checksum; 1 (no checksum) is still read: the KV layout is the same
 READABLE_VERSIONS = (1, 2)
@@ -252,5 +252,4 @@ class ManifestDir:
 
     def remove(self, sid: str) -> None:
         for p in (self.path(sid), self.prev / f"{sid}.json"):
-            if is_regular(p) or p.is_symlink():
-                p.unlink(missing_ok=True)
+            unlink_inside(self.root.parent, p)

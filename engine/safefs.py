@@ -67,13 +67,17 @@ def open_regular(path: Path, root: Path | None = None) -> BinaryIO:
         raise
 
 
-def unlink_inside(root: Path, path: Path) -> bool:
+def unlink_inside(root: Path, path: Path, empty_dirs: bool = False) -> bool:
     """Removes `path` (a file or a symlink itself, never its target) if it lies inside `root`;
-    False when it was not there or is not safe to remove (a folder, outside the root)."""
+    with `empty_dirs`, an empty folder there too. False when it was not there or is not safe to
+    remove (a folder with contents, outside the root)."""
     try:
         check_inside(root, path)
         if stat.S_ISDIR(os.lstat(path).st_mode):
-            return False
+            if not empty_dirs:
+                return False
+            os.rmdir(path)
+            return True
         os.unlink(path)
     except OSError:
         return False

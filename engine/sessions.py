@@ -8,7 +8,6 @@ temporary — never on disk; close() frees everything.
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
 import threading
 import time
@@ -31,7 +30,7 @@ from .manifest import Manifest, ManifestDir, canonical_id
 from .model import LoadedModel
 from .prefix_cache import (DEFAULT_DISK_TIER_BYTES, DEFAULT_MAX_AGE_S, DEFAULT_MEMORY_TIER_BYTES,
                            PrefixCache)
-from .safefs import unlink_inside
+from .safefs import UnsafePathError, check_inside, unlink_inside
 from .state_refs import DiskRefs
 
 MANIFEST_VERSION = 2            # engine.manifest.VERSION (1 is still read)
@@ -170,6 +169,8 @@ class SessionManager:
         """Around every removal of block files: the folder's block lock, exclusive (a save in another
         process holds it shared from its first block to its manifest), and a fresh look at what
         every manifest on disk names, so no process removes a block another one references."""
+        if not self.store.root.is_dir():
+            return _nothing()       # no blocks to remove (and no lock file for a temporary-only run)
         return self._disk_refs.guard(self.locks.blocks(shared=False, timeout=BLOCKS_LOCK_WAIT_S))
 
     # ---- ChatEngine surface -------------------------------------------------------------------
@@ -375,7 +376,10 @@ class SessionManager:
     def clear_cache(self) -> int:
         """Empties the shared prefix cache (both tiers); pinned sessions keep their blocks."""
         self._writer.drain(30)
-        return self.prefix.clear()
+        try:
+            return self.prefix.clear()
+        except LockTimeout:
+            raise SessionError("the block store is busy (a save in another Amber process); try again") from None
 
     def cache_gc(self) -> dict[str, int]:
         """One janitor pass now (budget and age)."""
@@ -572,10 +576,15 @@ class SessionManager:
                     damaged = None
                     raise KVFileError("the manifest names no tail file")
                 damaged = self._tails_dir / s.tail_file
+                try:
+                    check_inside(self.state_dir, damaged)      # no symlinked tails folder
+                except UnsafePathError as exc:
+                    raise KVFileError(str(exc)) from None
                 tail = read_kv_file(damaged, self.shape, tail_toks)
                 s.cache.append_block(tail, tail_toks)
         except KVFileError as exc:
-            s.repair_note = f"saved KV unusable ({exc}); re-prefilled {len(s.disk_tokens) - len(s.cache)} tokens"
+            note = f"saved KV unusable ({exc}); re-prefilled {len(s.disk_tokens) - len(s.cache)} tokens"
+            s.repair_note = f"{s.repair_note}; {note}" if s.repair_note else note   # after a manifest error
             self._repair(s, len(s.cache), damaged)
 
     def _repair(self, s: _Session, valid_tokens: int, damaged: Path | None) -> None:
@@ -596,7 +605,7 @@ class SessionManager:
                 # write it again rather than reference the damaged file. Only inside the folder,
                 # never through a symlink (names come from untrusted files).
                 if damaged is not None:
-                    unlink_inside(self.state_dir, damaged)
+                    unlink_inside(self.state_dir, damaged, empty_dirs=True)
         except LockTimeout:
             pass    # the damaged file stays; the next save writes the block again or fails clearly
         if damaged is not None and damaged.suffix == ".kvb":
@@ -658,6 +667,7 @@ class SessionManager:
             tail_name = None
             if tail is not None:
                 tail_name = f"{s.id}.{uuid.uuid4().hex[:8]}.kvt"
+                check_inside(self.state_dir, self._tails_dir / tail_name)   # never through a symlinked folder
                 write_kv_file(self._tails_dir / tail_name, self.shape, tail_toks, tail, {"session": s.id})
             old_tail = s.tail_file
             s.transcript = transcript if transcript else s.transcript
@@ -732,6 +742,7 @@ class SessionManager:
 
     def _write_manifest(self, s: _Session, tokens: list[int], keys: list[str], tail: str | None,
                         kind: SessionKind | None = None) -> None:
+        check_inside(self.state_dir, self._manifests.path(s.id))
         self._manifests.write(Manifest(
             s.id, (kind or s.kind).value, self.shape.fingerprint, s.salt, self.block_tokens, list(tokens),
             list(keys), tail, list(s.transcript), time.time()))
