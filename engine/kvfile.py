@@ -97,8 +97,10 @@ def _open_validated(f: Any, path: Path, shape: KVShape, token_ids: Sequence[int]
         raise KVFileError(f"{path.name}: corrupt header")
     try:
         header = json.loads(f.read(n))
-    except ValueError:
+    except (ValueError, RecursionError):
         raise KVFileError(f"{path.name}: corrupt header") from None
+    if not isinstance(header, dict):
+        raise KVFileError(f"{path.name}: corrupt header")
     f.seek((12 + n + _ALIGN - 1) // _ALIGN * _ALIGN)
     if header.get("version") != FORMAT_VERSION:
         raise KVFileError(f"{path.name}: format version {header.get('version')} (this Amber reads {FORMAT_VERSION})")
@@ -178,7 +180,7 @@ def read_kv_into(path: Path, shape: KVShape, token_ids: Sequence[int], views: Se
     try:
         with open_regular(path) as f:      # never a FIFO (a hang) or through a symlink
             header = _open_validated(f, path, shape, token_ids)
-            if int(header.get("tokens", -1)) != len(token_ids):
+            if header.get("tokens") != len(token_ids):
                 raise KVFileError(f"{path.name}: holds other tokens than expected")
             bufs = [memoryview(view).cast("B") for view in views]
             end = _read_scattered(f, bufs)
@@ -210,6 +212,6 @@ def looks_like_kv_file(path: Path) -> bool:
                 return False
             (n,) = struct.unpack("<I", f.read(4))
             header = json.loads(f.read(n)) if n <= 16 << 20 else None
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError, struct.error, RecursionError):
         return False
     return isinstance(header, dict) and header.get("version") == FORMAT_VERSION

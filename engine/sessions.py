@@ -71,6 +71,10 @@ class _Session:
     foreign_tail: str | None = None
 
 
+def _noop() -> None:
+    """The job that `drain` waits for."""
+
+
 class _Writer:
     """The single thread that touches session files: saves never block generation."""
 
@@ -92,7 +96,8 @@ class _Writer:
                 return
             job, fut = item
             try:
-                self._before_job()
+                if job is not _noop:
+                    self._before_job()      # marks this process as a writer (not for a drain)
                 fut.set_result(job())
             except BaseException as exc:   # reported through the future
                 fut.set_exception(exc)
@@ -103,7 +108,7 @@ class _Writer:
         if not self._thread.is_alive():
             return self._jobs.empty()
         try:
-            self.submit(lambda: None).result(timeout)
+            self.submit(_noop).result(timeout)
         except FutureTimeout:
             return False
         return True

@@ -124,11 +124,11 @@ def test_manifest_tail_outside_the_folder_is_never_touched(tiny_model, managers,
     path.write_text(json.dumps(seal(data)))        # an attacker can compute the checksum too
     m = managers()
     info = m.open(s)
-    assert info.manifest_error and "bad tail name" in info.manifest_error
     r = collect(m.generate_tokens(s, P1 + t1 + EXTRA, greedy()))
-    assert "bad tail name" in r.figures.fallback_reason
-    assert r.token_ids == reference(tiny_model, P1 + t1 + EXTRA)
     assert victim.read_text() == "the user's file"
+    assert r.token_ids == reference(tiny_model, P1 + t1 + EXTRA)
+    assert "bad tail name" in r.figures.fallback_reason
+    assert info.manifest_error and "bad tail name" in info.manifest_error
 
 
 @pytest.mark.parametrize("name", ["../victim", "/abs/victim"])
@@ -183,9 +183,9 @@ def test_damaged_manifest_keeps_the_conversation(managers, state, how):
 
     m = managers()
     info = m.open(s)
-    assert info.manifest_error and "damaged manifest" in info.manifest_error
-    # The previous version (after turn 1) is used, not an empty history.
+    # The previous version (after turn 1) is used, not an empty history (nor another chat's).
     assert m.transcript(s) == transcript[:2]
+    assert info.manifest_error and "damaged manifest" in info.manifest_error
     aside = list((state / "sessions" / "damaged").glob(f"{s}.*.json"))
     assert len(aside) == 1 and aside[0].read_bytes() == damaged     # moved aside, never overwritten
     r = collect(m.chat(s, "Go on", sampling=greedy(6)))
@@ -231,16 +231,16 @@ def test_bad_manifest_affects_only_its_session(tiny_dir, managers, state, capsys
     value = BAD[case]
     if isinstance(value, dict):
         data = {**template, "session_id": bad, "version": 1, **value}
-        data.pop("checksum")
+        data.pop("checksum", None)
     else:
         data = value
     manifest_path(state, bad).write_text(json.dumps(data))
 
     m = managers()
-    assert m.startup_report["bad_manifests"] == 1
     listed = {i.session_id: i for i in m.list_sessions()}
-    assert set(listed) == {good, bad} and listed[bad].manifest_error and not listed[good].manifest_error
     assert m.open(good).tokens == 47
+    assert set(listed) == {good, bad} and listed[bad].manifest_error and not listed[good].manifest_error
+    assert m.startup_report["bad_manifests"] == 1
     assert collect(m.generate_tokens(good, P1 + t1 + EXTRA, greedy())).figures.fallback_reason is None
     assert m.open(bad).manifest_error          # opens as an empty chat, the reason kept
     assert isinstance(m.gc(), dict)
@@ -383,7 +383,7 @@ m.shutdown()
 
 def test_gc_and_cache_clear_in_another_process_spare_a_live_writer(tiny_model, tiny_dir, managers, state,
                                                                   tmp_path, monkeypatch):
-    monkeypatch.setattr("engine.sessions.BLOCKS_LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr("engine.sessions.BLOCKS_LOCK_WAIT_S", 0.5, raising=False)
     s = sid()
     writer = _child(WRITER, tmp_path, str(tiny_dir), str(state), s, json.dumps(P1))
     try:
