@@ -251,5 +251,8 @@ class ManifestDir:
         kvfile.atomic_write(path, [encode(m)])   # looked up at call time (tests patch it)
 
     def remove(self, sid: str) -> None:
-        for p in (self.path(sid), self.prev / f"{sid}.json"):
+        """Forgets the session: its manifest, previous version and damaged copies (the user
+        deleted the chat: no copy of its text stays behind)."""
+        damaged = list(self.damaged.glob(f"{sid}.*.json")) if self.damaged.is_dir() else []
+        for p in [self.path(sid), self.prev / f"{sid}.json", *damaged]:
             unlink_inside(self.root.parent, p)

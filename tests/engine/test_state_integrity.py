@@ -197,6 +197,8 @@ def test_damaged_manifest_keeps_the_conversation(managers, state, how):
     m2.open(s)
     assert [t["content"] for t in m2.transcript(s) if t["role"] == "user"] == ["Hello there", "Go on"]
     assert m2.info(s).manifest_error is None
+    m2.delete(s)            # the user forgets the chat: no copy of its text stays, damaged or not
+    assert not [p for p in (state / "sessions").rglob(f"{s}*.json")]
 
 
 def test_damaged_manifest_is_reported_by_the_cli(tiny_dir, state, capsys):
@@ -349,7 +351,7 @@ def test_second_process_on_a_pinned_session_fails_clearly(tiny_dir, managers, st
 WRITER = r'''
 import json, os, sys, time
 from pathlib import Path
-import engine.kvfile as kvfile
+import engine.kvfile as kvfile, engine.sessions as sessions
 from engine.model import load_model
 from engine.sessions import SessionManager
 from engine.generate import collect
@@ -369,10 +371,10 @@ def paused(path, chunks):
                                           if p.is_file() and "locks" not in p.parts)), flush=True)
         sys.stdin.readline()
         tmp.unlink()
-        kvfile.atomic_write = real
+        kvfile.atomic_write = sessions.atomic_write = real
     return real(path, chunks)
 
-kvfile.atomic_write = paused
+kvfile.atomic_write = sessions.atomic_write = paused
 collect(m.generate_tokens(sid, json.loads(prompt),
                          SamplingParams(greedy=True, repetition_penalty=1.0, max_new_tokens=8)))
 m.wait_for_saves()
@@ -400,6 +402,8 @@ def test_gc_and_cache_clear_in_another_process_spare_a_live_writer(tiny_model, t
         m = managers()           # its startup clean-up, then gc and cache clear, while the writer is mid-save
         m.gc()
         m.cache_gc()
+        for f in temp + tails + blocks:
+            assert (state / f).exists(), f
         with pytest.raises(SessionError, match="busy"):
             m.clear_cache()      # the writer holds the block lock until its manifest is down
         for f in temp + tails + blocks:
