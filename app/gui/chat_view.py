@@ -232,6 +232,7 @@ class MessageWidget(QFrame):
         head.addWidget(self.meta)
         outer.addLayout(head)
         self.body = MessageBrowser(self)
+        self.body.setAccessibleName("Your message" if user else "Reply")
         self.body.fit_width = user
         if user:
             self.body.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
@@ -295,6 +296,10 @@ class MessageWidget(QFrame):
         self.branch_btn.setEnabled(persisted)
         self.edit_btn.setEnabled(persisted and not self.streaming)
         self.meta.setText(short_figures(it.figures) if it.figures and it.role == "assistant" else "")
+        # The bubble's text for screen readers: set here (load, end of a stream), not per token.
+        self.setAccessibleName("You said" if it.role == "user" else
+                               f"{self._model_name} {'is writing' if self.streaming else 'replied'}")
+        self.setAccessibleDescription(it.content)
         if it.error:
             self.error_label.setText(it.error)
             self.error_label.show()
@@ -396,6 +401,7 @@ class ChatView(QScrollArea):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("ChatScroll")
+        self.setAccessibleName("Conversation")
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)

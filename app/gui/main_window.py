@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLab
 from engine import paths
 from engine.api import ChatMessage, GenerationResult, SessionKind, TextChunk
 
+from . import accessibility as a11y
 from . import theme
 from .backend import Backend, ImportCancelled
 from .chat_view import ChatView, MessageItem, copy_to_clipboard
@@ -27,6 +28,8 @@ from .save_notice import SaveNotice
 from .composer import Composer
 from .markdown_render import render
 from .memstore import MemoryStore
+from .remote_config import (chat_salt, is_remote_choice, is_remote_engine, load_remotes,
+                            temporary_notice)
 from .settings import Settings
 from .sidebar import Sidebar
 from .sidebar_model import ChatListModel, ChatRow, build_items
@@ -215,23 +218,30 @@ class MainWindow(QMainWindow):
         self.model_picker = QComboBox()
         self.model_picker.setObjectName("ModelPicker")
         self.model_picker.setToolTip("Model")
+        a11y.name(self.model_picker, "Model", "The model that writes the replies")
         self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.model_picker.activated.connect(self._on_model_picked)
         hl.addWidget(self.model_picker)
         self.import_btn = QToolButton()
-        self.import_btn.setToolTip("Import a model")
+        self.import_btn.setToolTip("Import a model, or connect to a server")
+        a11y.name(self.import_btn, "Import a model",
+                  "A GGUF file, an ONNX model folder, or an OpenAI-compatible server")
         self.import_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.import_btn)
         self.act_import_gguf = menu.addAction("Import GGUF file…", self.import_gguf_dialog)
         self.act_import_folder = menu.addAction("Import ONNX model folder…", self.import_folder_dialog)
+        self.act_connect_remote = menu.addAction("Connect to an OpenAI-compatible server…",
+                                                 self.connect_remote_dialog)
         self.import_btn.setMenu(menu)
         hl.addWidget(self.import_btn)
         self.chat_settings_btn = QToolButton()
         self.chat_settings_btn.setToolTip("This chat's settings (system prompt, sampling)")
+        a11y.name(self.chat_settings_btn, "Chat settings", "This chat's system prompt and sampling")
         self.chat_settings_btn.clicked.connect(self.open_chat_settings)
         hl.addWidget(self.chat_settings_btn)
         self.settings_btn = QToolButton()
         self.settings_btn.setToolTip("Settings (Ctrl+,)")
+        a11y.name(self.settings_btn, "Settings")
         self.settings_btn.clicked.connect(self.open_settings)
         hl.addWidget(self.settings_btn)
         rl.addWidget(header)
@@ -243,7 +253,9 @@ class MainWindow(QMainWindow):
         self.banner.retry.connect(self.load_engine)
         self.banner.hide()
         bl.addWidget(self.banner)
-        self.temp_notice = QLabel("Temporary chat — nothing is saved, and it is discarded when closed.")
+        self.temp_notice_base = "Temporary chat — nothing is saved, and it is discarded when closed."
+        self.temp_notice = QLabel(self.temp_notice_base)
+        self.temp_notice.setWordWrap(True)
         self.temp_notice.setObjectName("ChatSubtitle")
         self.temp_notice.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.temp_notice.hide()
@@ -280,6 +292,9 @@ class MainWindow(QMainWindow):
         self.splitter.setHandleWidth(1)
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(right)
+        # screen readers read a container's children in QObject order, which QSplitter leaves
+        # with the chat area first: put the sidebar (left, read first) back in front
+        self.sidebar.stackUnder(right)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([270, 910])
@@ -419,9 +434,16 @@ class MainWindow(QMainWindow):
         self.opened.clear()
         self._update_composer()
 
+        server = getattr(self, "_api_server", None)
+
         def work() -> Any:
+            if server is not None:
+                server.stop_now()     # it serves the old engine
             if old is not None:
                 old.shutdown(timeout=QUIT_WAIT_S)
+            if is_remote_choice(settings.model):    # an OpenAI-compatible server (engine.remote)
+                progress(-1.0, "Connecting to the server…")
+                return self.backend.remote_factory(settings.model, self.home)
             model_dir = self.backend.model_preparer(settings.model, progress)
             progress(-1.0, f"Loading {model_dir.name}…")
             return self.backend.engine_factory(model_dir, self.home / "state", settings)
@@ -437,10 +459,13 @@ class MainWindow(QMainWindow):
             self.status.set_context(0, int(getattr(engine, "context_window", 0) or 0))
             self.status.set_message("")
             self.chat_view.model_name = getattr(engine, "model_name", "Assistant") or "Assistant"
+            self.temp_notice.setText(temporary_notice(engine, self.temp_notice_base))
             for mw in self.chat_view.widgets:
                 mw.set_model_name(self.chat_view.model_name)
             self._update_composer()
             self._retry_engine_deletes()
+            if server is not None:
+                server.engine_replaced()
             if self.current_id is not None:
                 self._open_in_engine(self.current_id)
             self.refresh_models()
@@ -459,8 +484,8 @@ class MainWindow(QMainWindow):
 
     def _retry_engine_deletes(self) -> None:
         store, engine = self.store, self.engine
-        if store is None or engine is None:
-            return
+        if store is None or engine is None or is_remote_engine(engine):
+            return    # a remote engine cannot delete local KV files: the next local engine does
 
         def work() -> int:
             n = 0
@@ -573,7 +598,7 @@ class MainWindow(QMainWindow):
         def work() -> Any:
             salt = None
             if store is self.store and store is not None:
-                salt = getattr(store.get_conversation(chat_id), "cache_salt", None)
+                salt = chat_salt(engine, store, chat_id)
             return engine.open(chat_id, kind, salt)
 
         def done(info: Any) -> None:
@@ -830,7 +855,7 @@ class MainWindow(QMainWindow):
                 store.delete(chat_id)
             if engine is not None:
                 engine.delete(chat_id)
-                if store is not None:
+                if store is not None and not is_remote_engine(engine):   # else retried locally later
                     store.confirm_engine_deleted(chat_id)
 
         if wait:
@@ -967,7 +992,7 @@ class MainWindow(QMainWindow):
                 path = path[: ids.index(parent_id) + 1] if parent_id in ids else path
             yield ("user", user, MessageItem.from_row(user, th) if user else None)
             if need_open:
-                engine.open(chat_id, kind, getattr(detail, "cache_salt", None))
+                engine.open(chat_id, kind, chat_salt(engine, store, chat_id, detail, temporary))
             overrides = dict(getattr(detail, "settings", None) or {})
             system = getattr(detail, "system_prompt", "") or settings.system_prompt
             messages = ([ChatMessage("system", system)] if system else []) + \
@@ -1089,6 +1114,11 @@ class MainWindow(QMainWindow):
         if row is not None:
             self.chat_model.update(chat_id, busy=False)
         self._update_composer()
+        # one announcement per reply (the stream itself is not read out token by token)
+        error = str(exc) if exc is not None else (result or {}).get("error")
+        a11y.announce(self.chat_view, a11y.reply_announcement(
+            state.text, error=error, stopped=state.stopped,
+            elsewhere=None if current else (row.title if row is not None else "")), assertive=bool(error))
         self.replyFinished.emit(chat_id)
         for fn in state.after_done:
             fn()
@@ -1165,7 +1195,8 @@ class MainWindow(QMainWindow):
 
     # ======================================================================= models ==========
     def refresh_models(self) -> None:
-        def done(names: list[str]) -> None:
+        def done(found: tuple[list[str], list[Any]]) -> None:
+            names, remotes = found
             self.model_picker.blockSignals(True)
             self.model_picker.clear()
             current = self.settings.model
@@ -1174,11 +1205,15 @@ class MainWindow(QMainWindow):
             for n in names:
                 if n != paths.DEFAULT_MODEL_NAME:
                     self.model_picker.addItem(theme.icon("model", theme.current().text, 16), n, n)
+            if remotes:
+                from .remote_dialog import add_remote_items  # noqa: PLC0415
+                add_remote_items(self.model_picker, remotes, theme.icon("model", theme.current().text, 16))
             i = self.model_picker.findData(current)
             self.model_picker.setCurrentIndex(max(0, i))
             self.model_picker.blockSignals(False)
 
-        self.tasks.run_task(self.backend.model_lister, done, self._report_error)
+        self.tasks.run_task(lambda: (self.backend.model_lister(), load_remotes(self.home)), done,
+                            self._report_error)
 
     def _on_model_picked(self, index: int) -> None:
         name = self.model_picker.itemData(index) or ""
@@ -1188,6 +1223,11 @@ class MainWindow(QMainWindow):
         self.settings.model = name
         self.save_settings()
         self.load_engine()
+
+    def connect_remote_dialog(self) -> Any:
+        """Base URL, optional key, model: chats then stream from that server (app/gui/remote_dialog.py)."""
+        from .remote_dialog import open_connect_dialog  # noqa: PLC0415
+        return open_connect_dialog(self)
 
     def import_gguf_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", str(Path.home()),
@@ -1206,6 +1246,8 @@ class MainWindow(QMainWindow):
         cancel = threading.Event()
         dlg = QProgressDialog(f"Importing {src.name}…", "Cancel", 0, 1000, self)
         dlg.setWindowTitle("Import model")
+        for bar in dlg.findChildren(QProgressBar):
+            a11y.name(bar, "Import progress")
         dlg.setWindowModality(Qt.WindowModality.WindowModal)
         dlg.setMinimumDuration(0)
         dlg.setAutoClose(False)
@@ -1248,7 +1290,7 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         from .settings_dialog import SettingsDialog  # noqa: PLC0415
 
-        dlg = SettingsDialog(self.settings, self.home, parent=self)
+        dlg = SettingsDialog(self.settings, self.home, parent=self, server=self.api_server())
         dlg.clearCacheRequested.connect(self.clear_cache)
         self.settings_dialog = dlg
         if dlg.exec():
@@ -1260,6 +1302,14 @@ class MainWindow(QMainWindow):
                     self.settings.disk_budget_mb, self.settings.cache_max_age_days, self.settings.kv_store):
                 self.stop()
                 self.load_engine()
+
+    def api_server(self) -> Any:
+        """The local API server's control (app/gui/server_control.py), made on first use."""
+        if getattr(self, "_api_server", None) is None:
+            from .server_control import ServerControl  # noqa: PLC0415
+            self._api_server = ServerControl(lambda: self.engine, self.home / "state", parent=self,
+                                             runner=self.tasks.run_task)
+        return self._api_server
 
     def open_chat_settings(self) -> None:
         chat_id = self.current_id
@@ -1374,7 +1424,11 @@ class MainWindow(QMainWindow):
 
         streams = self.stream_pool_runner.pool
 
+        server = getattr(self, "_api_server", None)
+
         def work() -> None:
+            if server is not None:
+                server.stop_now()
             streams.waitForDone(2000)   # a cancelled reply stops within a token; it saves its text
             tasks.pool.waitForDone(int(QUIT_WAIT_S * 1000 / 2))
             if engine is not None:

@@ -143,6 +143,9 @@ class MemoryStore:
     def set_kv_state(self, conversation_id: str, state: str, bytes: int = 0) -> None:  # noqa: A002
         self._update(conversation_id, kv_state=state, kv_bytes=bytes)
 
+    def set_cache_salt(self, conversation_id: str, salt: str | None) -> None:
+        self._update(conversation_id, cache_salt=salt)
+
     def mark_opened(self, conversation_id: str) -> None:
         self._update(conversation_id, last_opened_at=_now())
 

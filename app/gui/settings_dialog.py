@@ -51,7 +51,8 @@ class SamplingForm(QWidget):
 class SettingsDialog(QDialog):
     clearCacheRequested = Signal()
 
-    def __init__(self, settings: Settings, home: Path, parent: QWidget | None = None):
+    def __init__(self, settings: Settings, home: Path, parent: QWidget | None = None,
+                 server: Any = None):
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.setMinimumWidth(520)
@@ -100,6 +101,12 @@ class SettingsDialog(QDialog):
         ef.addRow("", _wrap(row))
         lay.addWidget(eng)
 
+        self.server_panel = None
+        if server is not None:   # an app.gui.server_control.ServerControl: the API server switch
+            from .server_control import ServerPanel  # noqa: PLC0415
+            self.server_panel = ServerPanel(server)
+            lay.addWidget(self.server_panel)
+
         data = QGroupBox("Data")
         df = QHBoxLayout(data)
         self.folder_label = QLabel(str(home))
@@ -143,6 +150,7 @@ class ChatSettingsDialog(QDialog):
         lay = QVBoxLayout(self)
         lay.addWidget(QLabel("System prompt for this chat (empty: the default)"))
         self.system_prompt = QPlainTextEdit(getattr(detail, "system_prompt", "") or "")
+        self.system_prompt.setAccessibleName("System prompt for this chat")
         self.system_prompt.setPlaceholderText(settings.system_prompt)
         self.system_prompt.setFixedHeight(80)
         lay.addWidget(self.system_prompt)

@@ -188,6 +188,7 @@ class Sidebar(QFrame):
         self.new_btn = QPushButton("  New chat")
         self.new_btn.setObjectName("PrimaryButton")
         self.new_btn.setToolTip("New chat (Ctrl+N)")
+        self.new_btn.setAccessibleName("New chat")     # the label's leading spaces are padding
         self.new_btn.clicked.connect(self.newChatRequested)
         lay.addWidget(self.new_btn)
 
@@ -205,6 +206,7 @@ class Sidebar(QFrame):
         lay.addWidget(self.search)
 
         self.view = ChatListView(self)
+        self.view.setAccessibleName("Chats")   # rows read as Qt.AccessibleTextRole (sidebar_model)
         self.view.setModel(model)
         self.view.selectionModel().currentChanged.connect(self._on_current)
         self.view.customContextMenuRequested.connect(self._context_menu)
@@ -232,6 +234,8 @@ class Sidebar(QFrame):
         if not hasattr(self, "_search_icon"):
             self._search_icon = self.search.addAction(theme.icon("search", t.muted, 16),
                                                       QLineEdit.ActionPosition.LeadingPosition)
+            for b in self.search.findChildren(QToolButton):   # the icon's button and the clear one
+                b.setAccessibleName("Search" if b.defaultAction() is self._search_icon else "Clear search")
         else:
             self._search_icon.setIcon(theme.icon("search", t.muted, 16))
 

@@ -83,6 +83,7 @@ class StatusBar(QStatusBar):
         self.context.setObjectName("StatusContext")
         self.context_bar = QProgressBar()
         self.context_bar.setObjectName("ContextBar")
+        self.context_bar.setAccessibleName("Context window used")
         self.context_bar.setTextVisible(False)
         self.context_bar.setFixedWidth(80)
         self.context_bar.setFixedHeight(6)

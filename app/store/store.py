@@ -205,6 +205,12 @@ class ConversationStore:
             raise ValueError("kv bytes cannot be negative")
         self._update_conversation(id, kv_state=state, kv_bytes=int(bytes))
 
+    def set_cache_salt(self, id: str, salt: str | None) -> None:
+        """Record the chat's cache salt (a remote server's per-chat prefix-cache namespace)."""
+        if salt is not None and (not isinstance(salt, str) or not 16 <= len(salt) <= 128):
+            raise ValueError("a cache salt is a string of 16 to 128 characters")
+        self._update_conversation(id, cache_salt=salt)
+
     def mark_opened(self, id: str) -> None:
         """Record that the user opened the conversation now."""
         self._update_conversation(id, last_opened_at=utcnow())
