@@ -163,7 +163,7 @@ class StateLocks:
 
     def release_all(self) -> None:
         for sid in list(self._sessions):
-            self.unlock_session(sid)
+            self.unlock_session(sid, remove=True)
 
     # ---- writer processes ----------------------------------------------------------------------
     def hold_process(self) -> None:

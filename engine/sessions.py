@@ -256,7 +256,8 @@ class SessionManager:
     def _release_lock_if_closed(self, sid: str) -> None:
         with self._lock:
             if sid not in self._open:
-                self.locks.unlock_session(sid)
+                # The file goes too (a waiter retries on the new one): `locks/` holds open chats only.
+                self.locks.unlock_session(sid, remove=True)
 
     def generate(self, session_id: str, messages: Sequence[ChatMessage | dict],
                  sampling: SamplingParams | None = None, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:

@@ -322,7 +322,7 @@ def _wait_for(proc: subprocess.Popen, word: str) -> None:
     raise AssertionError(proc.stderr.read())
 
 
-def test_second_process_on_a_pinned_session_fails_clearly(tiny_dir, managers, state, tmp_path, run_cli):
+def test_second_process_on_a_pinned_session_fails_clearly(tiny_dir, managers, state, tmp_path, run_cli, capsys):
     s = sid()
     holder = _child(HOLDER, tmp_path, str(tiny_dir), str(state), s)
     try:
@@ -336,6 +336,9 @@ def test_second_process_on_a_pinned_session_fails_clearly(tiny_dir, managers, st
         assert proc.stderr.strip().splitlines() == [
             f"amber-engine: error: this chat is open in another Amber process (session {s}); "
             "close it there, or try again"]
+        # Listing only looks: it works while the chat is open elsewhere.
+        assert main(["sessions", "list", "--state-dir", str(state), "--model", str(tiny_dir)]) == 0
+        assert s in capsys.readouterr().out
         holder.stdin.write("\n")
         holder.stdin.flush()
         _wait_for(holder, "DONE")
@@ -493,3 +496,17 @@ def test_reopening_a_salted_session_needs_its_salt(managers, state):
     plain = m2.open(None, "pinned").session_id
     with pytest.raises(SessionError, match="without a cache salt"):
         m2.open(plain, cache_salt="alice")
+
+
+def test_lock_files_exist_for_open_chats_only(managers, state):
+    m = managers()
+    ids = [m.open(None, kind).session_id for kind in ("regular", "pinned", "regular")]
+    for x in ids:
+        collect(m.generate_tokens(x, P1[:20], greedy(2)))
+    assert {p.name for p in (state / "locks").glob("*-*-*.lock")} == {f"{x}.lock" for x in ids}
+    for x in ids:
+        m.close(x)
+    assert m.wait_for_saves()
+    assert not list((state / "locks").glob("*-*-*.lock"))
+    m2 = managers()                     # and the closed chats open at once elsewhere
+    assert m2.open(ids[1]).kind == SessionKind.PINNED
