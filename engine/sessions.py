@@ -240,18 +240,22 @@ class SessionManager:
                                "close it there, or try again") from None
 
     def _check_salt(self, s: _Session, cache_salt: str | None) -> None:
-        """A session keeps the salt it was made with: reopening it with another salt, or without
-        its salt, or with a salt when it has none, is refused (the salt is never silently swapped)."""
-        if s.salt != cache_salt:
-            if s.salt is None:
-                why = "was made without a cache salt; open it without one"
-            elif cache_salt is None:
-                why = "has a cache salt; open it with the same --cache-salt"
-            else:
-                why = "was made with another cache salt"
-            if self._open.get(s.id) is not s:
-                self._release_lock_if_closed(s.id)
-            raise SessionError(f"session {s.id} {why}")
+        """A salted session opens only with its own salt: another salt, or none, is refused (the
+        stored salt is never silently used instead). An unsalted session given a salt takes it
+        from now on (its saved KV, keyed without one, is re-prefilled once and says so)."""
+        if s.salt == cache_salt:
+            return
+        if s.salt is None:
+            s.salt = cache_salt
+            if s.disk_keys:
+                note = "the chat now has a cache salt: its saved KV (keyed without one) is recomputed once"
+                s.repair_note = f"{s.repair_note}; {note}" if s.repair_note else note
+            return
+        why = ("has a cache salt; open it with the same --cache-salt" if cache_salt is None
+               else "was made with another cache salt")
+        if self._open.get(s.id) is not s:
+            self._release_lock_if_closed(s.id)
+        raise SessionError(f"session {s.id} {why}")
 
     def _release_lock_if_closed(self, sid: str) -> None:
         with self._lock:

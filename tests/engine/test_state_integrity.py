@@ -493,9 +493,23 @@ def test_reopening_a_salted_session_needs_its_salt(managers, state):
     with pytest.raises(SessionError, match="another cache salt"):
         m2.open(s, cache_salt="bob")
     assert m2.open(s, cache_salt="alice").cache_salt == "alice"
+    # An unsalted chat given a salt (the GUI after a remote engine salted it) takes it from now on.
     plain = m2.open(None, "pinned").session_id
-    with pytest.raises(SessionError, match="without a cache salt"):
-        m2.open(plain, cache_salt="alice")
+    collect(m2.generate_tokens(plain, P1, greedy(4)))
+    m2.wait_for_saves()
+    m2.shutdown()
+    m3 = managers()
+    assert m3.open(plain, cache_salt="carol").cache_salt == "carol"
+    r = collect(m3.generate_tokens(plain, P1 + EXTRA, greedy(4)))
+    assert "now has a cache salt" in r.figures.fallback_reason
+    m3.wait_for_saves()
+    m3.shutdown()
+    m4 = managers()
+    with pytest.raises(SessionError, match="has a cache salt"):
+        m4.open(plain)
+    m4.open(plain, cache_salt="carol")
+    r = collect(m4.generate_tokens(plain, P1 + EXTRA, greedy(4)))
+    assert r.figures.fallback_reason is None and r.figures.resume == "disk"
 
 
 def test_lock_files_exist_for_open_chats_only(managers, state):
