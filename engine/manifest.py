@@ -26,7 +26,7 @@ from .safefs import is_regular, open_regular, unlink_inside
 
 VERSION = 2                 # 2: checksum; 1 (no checksum) is still read: the KV layout is the same
 READABLE_VERSIONS = (1, 2)
-MAX_BYTES = 256 << 20       # a manifest larger than this is refused before it is read
+MAX_BYTES = 64 << 20        # a manifest larger than this is refused before it is read
 KINDS = ("pinned", "regular")
 ROLES = ("system", "user", "assistant", "tool")
 MAX_TOKEN_ID = 1 << 31
