@@ -130,6 +130,7 @@ class StateLocks:
     def __init__(self, state_dir: Path) -> None:
         self.root = Path(state_dir) / "locks"
         self._sessions: dict[str, FileLock] = {}
+        self._sessions_mutex = threading.Lock()      # the dict only: never held while waiting
         self._blocks = FileLock(self.root / "blocks.lock")
         self._blocks_depth = 0
         self._blocks_mutex = threading.RLock()      # the file lock is per process: count in-process users
@@ -140,29 +141,45 @@ class StateLocks:
         return self.root / f"{sid}.lock"
 
     def lock_session(self, sid: str, timeout: float) -> None:
-        lock = self._sessions.get(sid)
-        if lock is None:
-            lock = FileLock(self.session_path(sid))
-            lock.acquire(timeout)
-            self._sessions[sid] = lock
+        """Holds the chat's lock for this process; waits at most `timeout` for another process.
+        Threads of this process share it (one that waits sees another one's success)."""
+        deadline = time.monotonic() + timeout
+        lock = FileLock(self.session_path(sid))
+        while True:
+            with self._sessions_mutex:
+                if sid in self._sessions:
+                    return
+                try:
+                    lock.acquire(0)
+                except LockTimeout:
+                    pass
+                else:
+                    self._sessions[sid] = lock
+                    return
+            if time.monotonic() >= deadline:
+                raise LockTimeout(str(lock.path))
+            time.sleep(POLL_S)
 
     def unlock_session(self, sid: str, remove: bool = False) -> None:
-        lock = self._sessions.pop(sid, None)
+        with self._sessions_mutex:
+            lock = self._sessions.pop(sid, None)
         if lock is not None:
             lock.release(remove=remove)
 
     def held_sessions(self) -> set[str]:
-        return set(self._sessions)
+        with self._sessions_mutex:
+            return set(self._sessions)
 
     def holds(self, sid: str) -> bool:
-        lock = self._sessions.get(sid)
+        with self._sessions_mutex:
+            lock = self._sessions.get(sid)
         return lock is not None and lock.held
 
     def session_live_elsewhere(self, sid: str) -> bool:
-        return sid not in self._sessions and held_elsewhere(self.session_path(sid))
+        return sid not in self.held_sessions() and held_elsewhere(self.session_path(sid))
 
     def release_all(self) -> None:
-        for sid in list(self._sessions):
+        for sid in self.held_sessions():
             self.unlock_session(sid, remove=True)
 
     # ---- writer processes ----------------------------------------------------------------------

@@ -524,3 +524,20 @@ def test_lock_files_exist_for_open_chats_only(managers, state):
     assert not list((state / "locks").glob("*-*-*.lock"))
     m2 = managers()                     # and the closed chats open at once elsewhere
     assert m2.open(ids[1]).kind == SessionKind.PINNED
+
+
+def test_threads_of_one_process_share_a_chat_lock(managers):
+    m = managers(lock_wait_s=5.0)
+    s = sid()
+    barrier = threading.Barrier(4)
+    got: list[str] = []
+
+    def work() -> None:
+        barrier.wait()
+        got.append(m.open(s, "pinned").session_id)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == [s] * 4          # none of them mistook the others for another process
