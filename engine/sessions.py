@@ -672,7 +672,8 @@ class SessionManager:
             # since: the manifest then covers only the blocks that are there (the rest of the KV
             # is recomputed on resume; the transcript is complete either way).
             present = next((i for i, k in enumerate(keys) if not self.store.has(k)), len(keys))
-            if present < len(keys):
+            dropped = keys[present:]
+            if dropped:
                 tokens, keys, tail, tail_toks = tokens[:present * self.block_tokens], keys[:present], None, []
             tail_name = None
             if tail is not None:
@@ -684,7 +685,7 @@ class SessionManager:
             # The manifest goes last: a crash before this line leaves the previous state valid.
             self._write_manifest(s, tokens, keys, tail_name, kind=SessionKind.PINNED)
         with self._lock:
-            for key in s.disk_keys:
+            for key in s.disk_keys + dropped:
                 if key not in keys:
                     self._refs.get(key, set()).discard(s.id)
             for key in keys:

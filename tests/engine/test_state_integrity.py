@@ -541,3 +541,25 @@ def test_threads_of_one_process_share_a_chat_lock(managers):
     for t in threads:
         t.join(60)
     assert got == [s] * 4          # none of them mistook the others for another process
+
+
+def test_a_block_evicted_before_the_save_is_never_named_by_the_manifest(tiny_model, managers, state):
+    s, t1 = pinned_turn1(managers)
+    m = managers()
+    m.open(s)
+    gate = threading.Event()
+    m._writer.submit(lambda: gate.wait(60))          # white-box: hold the writer, as a busy disk would
+    p2 = P1 + t1 + EXTRA
+    collect(m.generate_tokens(s, p2, greedy()))      # its save is queued behind the gate
+    first = json.loads(manifest_path(state, s).read_text())["blocks"][0]
+    block_path(state, first).unlink()                # another process's eviction, after the snapshot
+    gate.set()
+    assert m.wait_for_saves() and m.info(s).save_error is None
+    saved = json.loads(manifest_path(state, s).read_text())
+    assert all(block_path(state, k).is_file() for k in saved["blocks"])
+    assert saved["tail"] is None or (state / "tails" / saved["tail"]).is_file()
+    m.shutdown()
+    m2 = managers()
+    m2.open(s)
+    r = collect(m2.generate_tokens(s, p2 + [5], greedy()))
+    assert r.figures.fallback_reason is None and r.token_ids == reference(tiny_model, p2 + [5])
