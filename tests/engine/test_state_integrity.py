@@ -210,13 +210,17 @@ def test_damaged_manifest_is_reported_by_the_cli(tiny_dir, state, capsys):
     capsys.readouterr()
     path = manifest_path(state, s)
     path.write_bytes(path.read_bytes()[:-40])
-    assert main([*common, "--chat", "Go on", "--json"]) == 0
+    assert main([*common, "--chat", "Go on"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() and "Traceback" not in err
+    assert err.startswith(f"amber-engine: note: damaged manifest: {s}.json: not valid JSON"), err
+    path.write_bytes(path.read_bytes()[:-40])
+    assert main([*common, "--chat", "And?", "--json"]) == 0
     out, err = capsys.readouterr()
     data = json.loads(out)
     assert "damaged manifest" in data["manifest_error"] and "damaged manifest" in data["fallback_reason"]
-    assert main([*common, "--chat", "And?"]) == 0
-    _, err = capsys.readouterr()
-    assert "Traceback" not in err
+    assert "restored the previous version" in data["manifest_error"]
+    assert len(list((state / "sessions" / "damaged").glob(f"{s}.*.json"))) == 2
 
 
 # ---- 3. one bad manifest affects its own session only ------------------------------------------
@@ -249,7 +253,7 @@ def test_bad_manifest_affects_only_its_session(tiny_dir, managers, state, capsys
     m.shutdown()
     manifest_path(state, bad).write_text(json.dumps(data))     # damaged again, for the commands
     where = ["--state-dir", str(state), "--model", str(tiny_dir)]
-    for cmd in (["sessions", "list"], ["sessions", "gc"], ["cache", "stats"], ["cache", "gc"]):
+    for cmd in (["sessions", "list"], ["sessions", "gc"], ["cache", "stats"], ["cache", "gc"], ["cache", "clear"]):
         assert main([*cmd, *where]) == 0, cmd
         out, err = capsys.readouterr()
         assert "Traceback" not in err and out
