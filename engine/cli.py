@@ -89,7 +89,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     try:
-        model = load_model(_model_dir(args.model), provider=args.provider)
+        from .convert.variants import print_variant_progress
+        model = load_model(_model_dir(args.model), provider=args.provider, progress=print_variant_progress)
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
     state = Path(args.state_dir) if args.state_dir else paths.state_dir()

@@ -14,6 +14,8 @@ PROVIDER_NAMES = {
     "cpu": "CPU", "cuda": "CUDA", "coreml": "CoreML", "dml": "DirectML", "directml": "DirectML",
 }
 
+FALLBACK_CHARS = 60     # of the fallback reason shown beside the provider in the status bar
+
 
 def provider_label(provider: str) -> str:
     return PROVIDER_NAMES.get(provider, PROVIDER_NAMES.get(provider.lower(), provider or "—"))
@@ -69,6 +71,9 @@ class StatusBar(QStatusBar):
         # the transient message gives way to the figures (never squeezes them)
         self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.addWidget(self.message, 1)
+        self.kv = QLabel("")            # the KV state of the chat on screen (and only that chat)
+        self.kv.setObjectName("StatusKv")
+        self.addPermanentWidget(self.kv)
         self.started = QLabel("")
         self.started.setObjectName("StatusStarted")
         self.addPermanentWidget(self.started)
@@ -96,7 +101,12 @@ class StatusBar(QStatusBar):
         self.set_context(0, 0)
 
     def set_provider(self, provider: str, fallback: str | None = None) -> None:
-        self.provider.setText(provider_label(provider) if provider else "")
+        # The provider really running, and why it is not the GPU that was asked for: "CPU (CUDA
+        # failed: libcublasLt.so.13: cannot open…)"; the whole reason is in the tooltip.
+        text = provider_label(provider) if provider else ""
+        if provider and fallback:
+            text += f" ({fallback if len(fallback) <= FALLBACK_CHARS else fallback[:FALLBACK_CHARS - 1] + '…'})"
+        self.provider.setText(text)
         self.provider.setToolTip(f"Execution provider: {provider}" +
                                  (f"\nFell back: {fallback}" if fallback else ""))
 
@@ -124,3 +134,24 @@ class StatusBar(QStatusBar):
 
     def set_message(self, text: str) -> None:
         self.message.setText(text)
+
+    # --- figures of the chat on screen -------------------------------------------------------
+    def set_kv(self, text: str) -> None:
+        """“1,146 tokens on disk — resumes without prefill”: about the chat shown, never another."""
+        self.kv.setText(text)
+
+    def show_chat(self, figures: dict[str, Any] | None, window: int, kv: str = "") -> None:
+        """Everything the bar says about a chat, replaced at once when another chat is shown."""
+        self.set_figures(figures)
+        used = int((figures or {}).get("context_used") or 0)
+        self.set_context(used, window)
+        self.set_kv(kv)
+
+    def set_live(self, live: Any, window: int = 0) -> None:
+        """The turn in progress (a `widgets.turn.LiveTurn`): prefill progress, then tokens and
+        tok/s so far; the previous turn's figures are not shown meanwhile."""
+        if live.decoding:
+            self.started.setText(f"generating: {live.tokens:,} tokens")
+        else:
+            self.started.setText(live.summary())
+        self.set_speed(live.tokens_per_s())

@@ -86,9 +86,19 @@ class _State(QObject):
         super().__init__()
         self.theme = LIGHT
         self.connected = False
+        self.choice = "system"     # the theme setting: system | light | dark
 
 
 _state = _State()
+
+
+def set_choice(choice: str) -> None:
+    """The theme setting: "system" follows the system's changes; "light"/"dark" stay put."""
+    _state.choice = choice if choice in ("system", "light", "dark") else "system"
+
+
+def choice() -> str:
+    return _state.choice
 
 
 def changed_signal() -> Signal:
@@ -144,7 +154,8 @@ def apply(app: QApplication, t: Theme | None = None) -> Theme:
     icon.cache_clear()
     if not _state.connected:
         _state.connected = True
-        QGuiApplication.styleHints().colorSchemeChanged.connect(lambda *_: apply(app))
+        QGuiApplication.styleHints().colorSchemeChanged.connect(
+            lambda *_: apply(app) if _state.choice == "system" else None)
     _state.changed.emit(t)
     return t
 

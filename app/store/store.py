@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -118,7 +119,7 @@ class ConversationStore:
         try:
             with self._db.reader.connect() as conn, conn.begin():  # one snapshot per call
                 return fn(conn)
-        except DBAPIError as exc:
+        except (DBAPIError, sqlite3.Error, UnicodeDecodeError) as exc:   # some reads use the raw driver
             raise errors.from_sqlite(exc, self.path) from exc
 
     def _write(self, fn: Callable[[Session], T]) -> T:
@@ -285,7 +286,8 @@ class ConversationStore:
 
     def add_message(self, conversation_id: str, role: str, content: str, *,
                     parent_id: int | None | _CurrentLeaf = CURRENT_LEAF,
-                    figures: Mapping[str, Any] | Any | None = None) -> MessageRow:
+                    figures: Mapping[str, Any] | Any | None = None,
+                    model_name: str | None = None) -> MessageRow:
         """Append a message (by default under the current leaf) and make it the current leaf.
 
         `parent_id=None` starts a new root (an edit of the first message); a parent that
@@ -311,7 +313,7 @@ class ConversationStore:
                 depth = found.depth + 1
             result = session.execute(insert(Message).values(
                 conversation_id=conversation_id, parent_id=parent, depth=depth, role=role,
-                content=content, created_at=now, **columns))
+                content=content, created_at=now, model_name=model_name, **columns))
             message_id = result.inserted_primary_key[0]
             values: dict[str, Any] = {"current_leaf_id": message_id, "updated_at": now}
             if role == "user" and not conv.title_locked:
@@ -325,7 +327,7 @@ class ConversationStore:
             return MessageRow(
                 id=message_id, conversation_id=conversation_id, parent_id=parent, depth=depth,
                 role=role, content=content, created_at=now, figures=figures_dict,
-                sibling_index=count - 1, sibling_count=count,
+                sibling_index=count - 1, sibling_count=count, model_name=model_name,
             )
 
         return self._write(write)
@@ -393,9 +395,10 @@ class ConversationStore:
 
         return self._write(write)
 
-    def duplicate(self, conversation_id: str, *, upto_message_id: int | None = None
-                  ) -> ConversationDetail:
-        """A new conversation holding the path to `upto_message_id` (default: the current leaf)."""
+    def duplicate(self, conversation_id: str, *, upto_message_id: int | None = None,
+                  title: str | None = None) -> ConversationDetail:
+        """A new conversation holding the path to `upto_message_id` (default: the current leaf),
+        titled `title` (default: the source's title)."""
         new_id = str(uuid.uuid4())
         now = utcnow()
 
@@ -407,7 +410,8 @@ class ConversationStore:
             if upto_message_id is not None and not path:
                 raise NotFoundError(f"no message {upto_message_id} in conversation {conversation_id}")
             conv = Conversation(
-                id=new_id, title=src.title, title_locked=src.title_locked, pinned=False,
+                id=new_id, title=src.title if title is None else title,
+                title_locked=src.title_locked or title is not None, pinned=False,
                 created_at=now, updated_at=now, last_opened_at=None, model_id=src.model_id,
                 model_fingerprint=src.model_fingerprint, system_prompt=src.system_prompt,
                 settings_json=src.settings_json, cache_salt=src.cache_salt, kv_state="none",
@@ -418,7 +422,7 @@ class ConversationStore:
             parent: int | None = None
             for msg in path:
                 parent = _insert_message(conn, new_id, parent, msg.depth, msg.role, msg.content,
-                                         msg.created_at, msg.figures)
+                                         msg.created_at, msg.figures, msg.model_name)
             conv.current_leaf_id = parent
             session.flush()
             return _detail(conv)
@@ -471,7 +475,8 @@ class ConversationStore:
                 parent = ids[msg.parent_key] if msg.parent_key is not None else None
                 depth = depths[msg.parent_key] + 1 if msg.parent_key is not None else 0
                 ids[msg.key] = _insert_message(conn, new_id, parent, depth, msg.role,
-                                               msg.content, msg.created_at, msg.figures)
+                                               msg.content, msg.created_at, msg.figures,
+                                               msg.model_name)
                 depths[msg.key] = depth
             if parsed.current_leaf_key is not None:
                 conv.current_leaf_id = ids[parsed.current_leaf_key]
@@ -547,7 +552,7 @@ def _message(r: Any, index: int, count: int) -> MessageRow:
         id=r.id, conversation_id=r.conversation_id, parent_id=r.parent_id, depth=r.depth,
         role=r.role, content=r.content, created_at=r.created_at,
         figures=json.loads(r.figures_json) if r.figures_json is not None else None,
-        sibling_index=index, sibling_count=count,
+        sibling_index=index, sibling_count=count, model_name=getattr(r, "model_name", None),
     )
 
 
@@ -590,8 +595,9 @@ def _path(conn: Connection, cid: str, leaf: int | None) -> list[MessageRow]:
 
 
 def _insert_message(conn: Connection, cid: str, parent: int | None, depth: int, role: str,
-                    content: str, created_at: Any, figures: dict[str, Any] | None) -> int:
+                    content: str, created_at: Any, figures: dict[str, Any] | None,
+                    model_name: str | None = None) -> int:
     result = conn.execute(insert(Message).values(
         conversation_id=cid, parent_id=parent, depth=depth, role=role, content=content,
-        created_at=created_at, **_figure_columns(figures)))
+        created_at=created_at, model_name=model_name, **_figure_columns(figures)))
     return int(result.inserted_primary_key[0])

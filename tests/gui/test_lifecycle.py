@@ -105,7 +105,7 @@ def test_restart_shows_pinned_chats_and_resumes_without_prefill(make_window, hom
     # the window asks the engine to open the pinned session as pinned
     qtbot.waitUntil(lambda: bool(e2.called("open")), timeout=3000)
     assert e2.called("open")[0][:2] == (pinned, SessionKind.PINNED)
-    qtbot.waitUntil(lambda: "resumes without prefill" in w2.status.message.text(), timeout=3000)
+    qtbot.waitUntil(lambda: w2.status.kv.text() == f"{len(e1.sessions[pinned].history):,} tokens on disk — resumes without prefill", timeout=3000)
     send(qtbot, w2, "and one more question")
     started = w2.status.started.text()
     history = len(e1.sessions[pinned].history)
