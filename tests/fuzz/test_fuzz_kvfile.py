@@ -10,13 +10,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.kvfile import FORMAT_VERSION, MAGIC, KVFileError, KVShape, looks_like_kv_file, read_kv_file, write_kv_file
 
 SHAPE = KVShape("fp:test", "float32", 2, 2, 4)
-FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(deadline=None)       # examples and health checks: the profile (tests/fuzz/conftest.py)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2 ** 70), 2 ** 70) | st.floats(allow_nan=False) | st.text(max_size=30),

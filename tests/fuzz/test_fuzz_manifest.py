@@ -10,7 +10,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.manifest import (KINDS, Manifest, ManifestDir, ManifestError, encode, is_block_key, is_tail_name,
@@ -19,7 +19,7 @@ from engine.manifest import (KINDS, Manifest, ManifestDir, ManifestError, encode
 SID = "3f2c1a9e-7b4d-4c55-9a0e-2d3b4c5d6e7f"
 FIELDS = ["version", "session_id", "kind", "fingerprint", "cache_salt", "block_tokens", "tokens", "blocks",
           "tail", "transcript", "updated", "checksum"]
-FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(deadline=None)       # examples and health checks: the profile (tests/fuzz/conftest.py)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2 ** 70), 2 ** 70) | st.floats(allow_nan=False)
