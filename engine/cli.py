@@ -135,7 +135,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"amber-engine: note: {result.figures.fallback_reason}", file=sys.stderr)
     if save_error:
         # The reply is printed above; this turn is not on disk (the session lived in this process only).
-        raise CliError(f"couldn't save to disk: {save_error}; this turn was not kept")
+        why = save_error.removeprefix("saving the session failed: ")
+        raise CliError(f"couldn't save to disk: {why}; this turn was not kept")
     return 0
 
 
