@@ -14,6 +14,9 @@ from typing import BinaryIO
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)      # not on Windows (no symlinks by default there)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
+# Reads leave the access time alone (Linux; the owner only, else EPERM and a plain open): Amber
+# uses mtimes, and a temporary chat's reads of shared blocks must leave no trace at all.
+_NOATIME = getattr(os, "O_NOATIME", 0)
 
 
 class UnsafePathError(OSError):
@@ -52,7 +55,13 @@ def open_regular(path: Path, root: Path | None = None) -> BinaryIO:
     """Opens a regular file for reading: never through a symlink, never blocking on a FIFO."""
     if root is not None:
         check_inside(root, path)
-    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _BINARY)
+    flags = os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _BINARY
+    try:
+        fd = os.open(path, flags | _NOATIME)
+    except PermissionError:
+        if not _NOATIME:
+            raise
+        fd = os.open(path, flags)     # not the file's owner: O_NOATIME is refused
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
