@@ -567,3 +567,33 @@ def test_a_block_evicted_before_the_save_is_never_named_by_the_manifest(tiny_mod
     m2.open(s)
     r = collect(m2.generate_tokens(s, p2 + [5], greedy()))
     assert r.figures.fallback_reason is None and r.token_ids == reference(tiny_model, p2 + [5])
+
+
+def test_odd_files_among_unreferenced_blocks_are_harmless(tiny_model, managers, state, tmp_path):
+    """Shared-cache blocks nobody references: a FIFO, a folder, a symlink to a file outside, and a
+    symlinked two-letter folder. Startup, a lookup that would hit them, gc and cache clear neither
+    hang nor follow the links."""
+    m = managers()
+    r = m.open(None, "regular").session_id
+    collect(m.generate_tokens(r, P1, greedy(2)))
+    m.close(r)                                   # two shared blocks on disk
+    m.shutdown()
+    keys = m.store.keys_for(P1, None)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    block_path(state, keys[0]).unlink()
+    os.mkfifo(block_path(state, keys[0]))         # the first block: a FIFO
+    block_path(state, keys[1]).unlink()
+    block_path(state, keys[1]).symlink_to(outside / "keep.txt")
+    odd_key = "ee" + "1" * 38
+    (state / "blocks" / "ee").symlink_to(outside, target_is_directory=True)
+    (outside / f"{odd_key}.kvb").write_text("not a block")
+    m2 = run_in_thread(lambda: managers())
+    t = m2.open(None, "temporary").session_id
+    res = run_in_thread(lambda: collect(m2.generate_tokens(t, P1 + EXTRA, greedy())))
+    assert res.token_ids == reference(tiny_model, P1 + EXTRA)
+    run_in_thread(m2.gc)
+    run_in_thread(m2.clear_cache)
+    assert (outside / "keep.txt").read_text() == "mine"
+    assert (outside / f"{odd_key}.kvb").read_text() == "not a block"
