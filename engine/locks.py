@@ -16,10 +16,12 @@ when a process dies, so a crash never leaves a folder locked.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 try:
     import fcntl
@@ -207,36 +209,27 @@ class StateLocks:
                 p.unlink(missing_ok=True)
 
     # ---- the block store ------------------------------------------------------------------------
-    def blocks(self, shared: bool, timeout: float) -> "_BlocksLock":
-        return _BlocksLock(self, shared, timeout)
-
-
-class _BlocksLock:
-    """Context manager: the folder-wide block lock, re-entrant within this process."""
-
-    def __init__(self, locks: StateLocks, shared: bool, timeout: float) -> None:
-        self.locks, self.shared, self.timeout = locks, shared, timeout
-
-    def __enter__(self) -> None:
-        lk = self.locks
+    @contextlib.contextmanager
+    def blocks(self, shared: bool, timeout: float) -> Iterator[None]:
+        """The folder-wide block lock, re-entrant within this process."""
         # Threads of one process share the file lock; an exclusive user also excludes the
         # process's own writers through the mutex.
-        if not lk._blocks_mutex.acquire(timeout=self.timeout):
-            raise LockTimeout(str(lk._blocks.path))
+        if not self._blocks_mutex.acquire(timeout=timeout):
+            raise LockTimeout(str(self._blocks.path))
         try:
-            if lk._blocks_depth == 0:
-                lk._blocks.acquire(self.timeout, shared=self.shared)
-            lk._blocks_depth += 1
+            if self._blocks_depth == 0:
+                self._blocks.acquire(timeout, shared=shared)
+            self._blocks_depth += 1
         except BaseException:
-            lk._blocks_mutex.release()
+            self._blocks_mutex.release()
             raise
-
-    def __exit__(self, *exc: object) -> None:
-        lk = self.locks
-        lk._blocks_depth -= 1
-        if lk._blocks_depth == 0:
-            lk._blocks.release()
-        lk._blocks_mutex.release()
+        try:
+            yield
+        finally:
+            self._blocks_depth -= 1
+            if self._blocks_depth == 0:
+                self._blocks.release()
+            self._blocks_mutex.release()
 
 
 _process_locks: dict[str, FileLock] = {}

@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import xxhash
 
@@ -95,7 +95,7 @@ def _need(cond: bool, what: str) -> None:
         raise ManifestError(what)
 
 
-def _is_int(v: object) -> bool:
+def _is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -105,17 +105,21 @@ def validate(data: object, session_id: str) -> Manifest:
     assert isinstance(data, dict)
     version = data.get("version")
     _need(_is_int(version) and version in READABLE_VERSIONS, f"unknown version {version!r}")
+    assert isinstance(version, int)
     if version >= 2:
         _need(data.get("checksum") == _checksum(data), "checksum mismatch (the file is damaged)")
     _need(data.get("session_id") == session_id, "session_id differs from the file's name")
     kind = data.get("kind")
     _need(kind in KINDS, f"bad kind {kind!r}")
+    assert isinstance(kind, str)
     fingerprint = data.get("fingerprint")
     _need(isinstance(fingerprint, str), "bad fingerprint")
+    assert isinstance(fingerprint, str)
     salt = data.get("cache_salt")
     _need(salt is None or isinstance(salt, str), "bad cache_salt")
     bt = data.get("block_tokens")
     _need(_is_int(bt) and 0 < bt <= 1 << 20, "bad block_tokens")
+    assert isinstance(bt, int)
     tokens = data.get("tokens", [])
     _need(isinstance(tokens, list) and all(_is_int(t) and 0 <= t < MAX_TOKEN_ID for t in tokens), "bad tokens")
     blocks = data.get("blocks", [])

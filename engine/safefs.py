@@ -69,7 +69,7 @@ def open_regular(path: Path, root: Path | None = None) -> BinaryIO:
         if _NONBLOCK:
             os.set_blocking(fd, True)
         f = os.fdopen(fd, "rb")
-        f.amber_path = str(path)      # type: ignore[attr-defined]  (its name is the fd number)
+        f.amber_path = str(path)      # type: ignore[attr-defined]  # its name is the fd number
         return f
     except BaseException:
         os.close(fd)

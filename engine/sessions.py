@@ -25,7 +25,7 @@ from .api import (KV_STORE_MODEL, KV_STORES, CancelToken, ChatMessage, Generatio
 from .blockstore import DEFAULT_BLOCK_TOKENS, BlockStore
 from .generate import Generator, common_prefix
 from .kvcache import KVCache
-from .kvfile import KVFileError, KVShape, atomic_write, looks_like_kv_file, read_kv_file, write_kv_file
+from .kvfile import KVFileError, KVShape, atomic_write, looks_like_kv_file, read_kv_file, write_kv_file  # noqa: F401 - tests patch engine.sessions.atomic_write
 from .locks import LockTimeout, StateLocks, default_wait_s
 from .manifest import Manifest, ManifestDir, canonical_id
 from .model import LoadedModel

@@ -102,7 +102,7 @@ def run_in_thread(fn, timeout: float = 120):
     def work() -> None:
         try:
             out["value"] = fn()
-        except BaseException as exc:     # re-raised below
+        except BaseException as exc:     # noqa: BLE001 - re-raised below
             out["error"] = exc
     t = threading.Thread(target=work, daemon=True)
     t.start()
