@@ -897,7 +897,7 @@ class MainWindow(QMainWindow):
     def undo_delete(self) -> None:
         chat_id = getattr(self, "_last_deleted", None)
         timer = self.pending_deletes.pop(chat_id, None) if chat_id else None
-        if timer is None:
+        if timer is None or not chat_id:
             return
         timer.stop()
         timer.deleteLater()

@@ -6,9 +6,10 @@ import sqlite3
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar, cast
 
 from sqlalchemy import Connection, delete, func, insert, or_, select, text, update
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
@@ -233,7 +234,7 @@ class ConversationStore:
         stmt = update(Conversation).where(Conversation.id == id).values(**values)
 
         def write(session: Session) -> None:
-            if session.execute(stmt).rowcount != 1:
+            if cast(CursorResult[Any], session.execute(stmt)).rowcount != 1:
                 raise NotFoundError(f"no conversation {id}")
 
         self._write(write)
@@ -251,7 +252,7 @@ class ConversationStore:
 
         def write(session: Session) -> bool:
             # Both in one transaction: no moment exists with rows gone and nothing recorded.
-            gone = session.execute(delete(Conversation).where(Conversation.id == id)).rowcount
+            gone = cast(CursorResult[Any], session.execute(delete(Conversation).where(Conversation.id == id))).rowcount
             session.execute(
                 insert(PendingEngineDelete).prefix_with("OR IGNORE").values(
                     conversation_id=id, deleted_at=now))
@@ -302,7 +303,7 @@ class ConversationStore:
 
         def write(session: Session) -> MessageRow:
             conv = _conversation_for_update(session, conversation_id)
-            parent = conv.current_leaf_id if parent_id is CURRENT_LEAF else parent_id
+            parent = conv.current_leaf_id if parent_id is CURRENT_LEAF else cast("int | None", parent_id)
             depth = 0
             if parent is not None:
                 found = session.execute(
@@ -314,7 +315,9 @@ class ConversationStore:
             result = session.execute(insert(Message).values(
                 conversation_id=conversation_id, parent_id=parent, depth=depth, role=role,
                 content=content, created_at=now, model_name=model_name, **columns))
-            message_id = result.inserted_primary_key[0]
+            key = cast(CursorResult[Any], result).inserted_primary_key
+            assert key is not None     # an INSERT of one row
+            message_id = key[0]
             values: dict[str, Any] = {"current_leaf_id": message_id, "updated_at": now}
             if role == "user" and not conv.title_locked:
                 is_first = parent is None or session.execute(
@@ -600,4 +603,6 @@ def _insert_message(conn: Connection, cid: str, parent: int | None, depth: int, 
     result = conn.execute(insert(Message).values(
         conversation_id=cid, parent_id=parent, depth=depth, role=role, content=content,
         created_at=created_at, model_name=model_name, **_figure_columns(figures)))
-    return int(result.inserted_primary_key[0])
+    key = result.inserted_primary_key
+    assert key is not None     # an INSERT of one row
+    return int(key[0])
