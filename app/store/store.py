@@ -15,21 +15,13 @@ from . import errors, export, search as fts
 from .database import DEFAULT_BUSY_TIMEOUT_MS, Database, open_database
 from .errors import NotFoundError, StoreError
 from .models import Conversation, Message, PendingEngineDelete, utcnow
-from .rows import KV_STATES, ROLES, ConversationDetail, ConversationRow, MessageRow, SearchHit
+from .rows import (CURRENT_LEAF, KV_STATES, ROLES, ConversationDetail, ConversationRow, CurrentLeaf,
+                   MessageRow, SearchHit)
+from .rows import figures_dict as _figures_dict
 from .titles import DEFAULT_TITLE, title_from_message
 from .writer import Writer
 
 T = TypeVar("T")
-
-
-class _CurrentLeaf:
-    """Sentinel type: "append under the conversation's current leaf"."""
-
-    def __repr__(self) -> str:
-        return "CURRENT_LEAF"
-
-
-CURRENT_LEAF = _CurrentLeaf()
 
 _SIDEBAR_SQL = (
     "SELECT id, title, pinned, created_at, updated_at, last_opened_at, kv_state, kv_bytes "
@@ -284,7 +276,7 @@ class ConversationStore:
     # ----------------------------------------------------------------- messages
 
     def add_message(self, conversation_id: str, role: str, content: str, *,
-                    parent_id: int | None | _CurrentLeaf = CURRENT_LEAF,
+                    parent_id: int | None | CurrentLeaf = CURRENT_LEAF,
                     figures: Mapping[str, Any] | Any | None = None,
                     model_name: str | None = None) -> MessageRow:
         """Append a message (by default under the current leaf) and make it the current leaf.
@@ -493,16 +485,6 @@ def _dump_json(value: Any, what: str) -> str:
         return json.dumps(value, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} must be JSON-serialisable: {exc}") from exc
-
-
-def _figures_dict(figures: Any) -> dict[str, Any] | None:
-    if figures is None:
-        return None
-    if hasattr(figures, "to_dict"):  # engine.api.GenerationFigures
-        figures = figures.to_dict()
-    if not isinstance(figures, Mapping):
-        raise ValueError("figures must be a mapping (or have to_dict())")
-    return dict(figures)
 
 
 def _figure_columns(figures: dict[str, Any] | None) -> dict[str, Any]:
