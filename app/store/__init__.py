@@ -11,8 +11,16 @@ from typing import TYPE_CHECKING, Any
 from .errors import NotFoundError, StoreError
 from .memory import MemoryStore
 from .protocol import ChatStore
-from .rows import (CURRENT_LEAF, SNIPPET_CLOSE, SNIPPET_OPEN, ConversationDetail, ConversationRow,
-                   MessageId, MessageRow, SearchHit)
+from .rows import (
+    CURRENT_LEAF,
+    SNIPPET_CLOSE,
+    SNIPPET_OPEN,
+    ConversationDetail,
+    ConversationRow,
+    MessageId,
+    MessageRow,
+    SearchHit,
+)
 from .titles import DEFAULT_TITLE, title_from_message
 
 if TYPE_CHECKING:

@@ -16,8 +16,20 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from .errors import NotFoundError
-from .rows import (CURRENT_LEAF, KV_STATES, ROLES, SNIPPET_CLOSE, SNIPPET_OPEN, ConversationDetail,
-                   ConversationRow, CurrentLeaf, MessageId, MessageRow, SearchHit, figures_dict)
+from .rows import (
+    CURRENT_LEAF,
+    KV_STATES,
+    ROLES,
+    SNIPPET_CLOSE,
+    SNIPPET_OPEN,
+    ConversationDetail,
+    ConversationRow,
+    CurrentLeaf,
+    MessageId,
+    MessageRow,
+    SearchHit,
+    figures_dict,
+)
 from .titles import DEFAULT_TITLE, title_from_message
 
 _WORD = re.compile(r"\w+", re.UNICODE)  # the words a search looks for (as the SQLite store's)

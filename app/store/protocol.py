@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from .rows import (CURRENT_LEAF, ConversationDetail, ConversationRow, CurrentLeaf, MessageId,
-                   MessageRow, SearchHit)
+from .rows import (
+    CURRENT_LEAF,
+    ConversationDetail,
+    ConversationRow,
+    CurrentLeaf,
+    MessageId,
+    MessageRow,
+    SearchHit,
+)
 
 __all__ = ["CURRENT_LEAF", "ChatStore"]
 

@@ -9,8 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from engine.hugepages import (BEFORE, OPT_IN, OPT_OUT, REEXEC_MARK, TUNABLE, glibc_version,
-                              parse_libc_version, reexec_env, strip_after_reexec, tunable_env)
+from engine.hugepages import (
+    BEFORE,
+    OPT_IN,
+    OPT_OUT,
+    REEXEC_MARK,
+    TUNABLE,
+    glibc_version,
+    parse_libc_version,
+    reexec_env,
+    strip_after_reexec,
+    tunable_env,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 NEW, OLD = (2, 36), (2, 34)

@@ -7,13 +7,24 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
-from app.store import (CURRENT_LEAF, DEFAULT_TITLE, SNIPPET_CLOSE, SNIPPET_OPEN, ChatStore,
-                       ConversationDetail, ConversationRow, ConversationStore, MemoryStore,
-                       MessageRow, NotFoundError, SearchHit)
+from app.store import (
+    CURRENT_LEAF,
+    DEFAULT_TITLE,
+    SNIPPET_CLOSE,
+    SNIPPET_OPEN,
+    ChatStore,
+    ConversationDetail,
+    ConversationRow,
+    ConversationStore,
+    MemoryStore,
+    MessageRow,
+    NotFoundError,
+    SearchHit,
+)
 from app.store.titles import chat_title, title_from_message
 
 KINDS = ["sqlite", "memory"]
@@ -59,7 +70,7 @@ def test_rows_memory_store_and_contract_import_without_sqlalchemy() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic')))\n"
             "from app.store import ConversationStore\n"
             "print('sqlalchemy' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[]", "True"]
@@ -142,16 +153,19 @@ def test_kv_state_cache_salt_opened_and_settings(store: ChatStore) -> None:
     assert store.get_conversation(cid).settings == {"top_p": 0.9}
     store.set_cache_salt(cid, None)
     assert store.get_conversation(cid).cache_salt is None
-    for bad in (lambda: store.set_kv_state(cid, "cloud", 1),
+    bads: list[Callable[[], object]] = [
+                lambda: store.set_kv_state(cid, "cloud", 1),
                 lambda: store.set_kv_state(cid, "memory", -1),
-                lambda: store.set_cache_salt(cid, "short")):
+                lambda: store.set_cache_salt(cid, "short")]
+    for bad in bads:
         with pytest.raises(ValueError):
             bad()
 
 
 def test_unknown_ids_raise_not_found(store: ChatStore) -> None:
     ghost = str(uuid.uuid4())
-    calls = [lambda: store.get_conversation(ghost), lambda: store.rename(ghost, "x"),
+    calls: list[Callable[[], object]] = [
+             lambda: store.get_conversation(ghost), lambda: store.rename(ghost, "x"),
              lambda: store.set_pinned(ghost, True), lambda: store.set_kv_state(ghost, "none", 0),
              lambda: store.set_cache_salt(ghost, None), lambda: store.mark_opened(ghost),
              lambda: store.update_settings(ghost, system_prompt="p"),
@@ -223,7 +237,7 @@ def test_update_message_when_the_stream_finishes(store: ChatStore) -> None:
 
 
 def test_parent_must_belong_to_the_conversation(store: ChatStore) -> None:
-    one, (u1,) = _chat(store, "one")
+    _, (u1,) = _chat(store, "one")
     two = store.create_conversation()
     with pytest.raises(NotFoundError):
         store.add_message(two.id, "assistant", "x", parent_id=u1.id)
@@ -292,7 +306,7 @@ def test_duplicate_copies_the_path(store: ChatStore) -> None:
     assert [m.content for m in path] == ["q1", "a1", "q2"]
     assert branch.current_leaf_id == path[-1].id and path[-1].id != u2.id
     assert [m.content for m in store.active_path(conv.id)] == ["q1", "a1", "q2", "a2"]
-    other, (x,) = _chat(store, "elsewhere")
+    _, (x,) = _chat(store, "elsewhere")
     with pytest.raises(NotFoundError):
         store.duplicate(conv.id, upto_message_id=x.id)
 
