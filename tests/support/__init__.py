@@ -7,5 +7,7 @@ checkout's root on sys.path: `pythonpath` in pyproject.toml), never through `sys
 - `plain_onnx`: a plain-attention ONNX graph from a tiny model;
 - `raw_openai_server`: a scripted OpenAI-compatible HTTP server on 127.0.0.1;
 - `server`: a real `python -m engine serve` child process and the server tests' constants;
+- `bounded`: run a reader under a time and memory bound (hostile-input and fuzz tests);
+- `gguf_bytes`: GGUF files written byte by byte (hostile-input and fuzz tests);
 - `ks`: the two-sample Kolmogorov–Smirnov test the sampling tests use.
 """
