@@ -2,6 +2,10 @@
 moment, and stays when the reply ends (saved and temporary chats alike)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,3 +35,15 @@ def test_long_first_message_title_never_changes(make_window: Any, engine: Any, q
     assert store.get_conversation(cid).title == first
     assert w.chat_model.chat(cid).title == first
     assert [type(m.id) for m in store.active_path(cid)] == [int, int]
+
+
+def test_the_window_module_loads_no_sqlalchemy() -> None:
+    """The window imports the rows and the memory store at start; SQLAlchemy waits until the
+    SQLite store opens on a worker thread (a fresh interpreter: this one has it loaded)."""
+    code = ("import sys\nimport app.gui.main_window\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic')))")
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2], env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
