@@ -9,7 +9,7 @@ it set, then takes the variables out of its own environment again: the tunable s
 process only, and nothing it starts (pip, a browser, a server child) inherits it.
 
 When: the built app (PyInstaller, packaging/entry.py) does it by default; a source run
-(`python -m app`, `python -m engine`, the `amber` scripts of an editable install) only with
+(`python -m app`, `python -m engine`, the `amber` scripts of a pip install) only with
 `AMBER_HUGEPAGES=1`. `AMBER_NO_HUGEPAGES=1` always turns it off; `--help`/`--version` never
 re-execute. The re-executed process logs one line (`log_status`, shown by `amber --verbose`).
 """
