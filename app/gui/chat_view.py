@@ -41,7 +41,7 @@ class MessageItem:
     sibling_count: int = 1
     figures: dict | None = None
     error: str | None = None
-    parent_id: str | None = None
+    parent_id: int | None = None   # the store's id of the message it follows
     extra: dict = field(default_factory=dict)
     model_name: str | None = None   # the model that wrote it (stored with the message)
 
