@@ -11,7 +11,7 @@ import pytest
 from engine.api import ChatEngine
 from engine.remote import RemoteEngine
 from engine.sessions import SessionManager
-from fake_engine import FakeEngine
+from tests.support.fake_engine import FakeEngine
 
 # Everything the protocol declares (methods and read-only properties), not object's own members.
 MEMBERS = sorted(name for name in dir(ChatEngine)
