@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from engine.api import GenerationResult, SamplingParams, TextChunk
+from engine.api import GenerationResult, PrefillProgress, SamplingParams, TextChunk
 from engine.generate import Generator, collect, common_prefix
 from engine.model import load_model
 from engine.runner import Runner
@@ -51,8 +51,13 @@ def reference_greedy(model, prompt: list[int], n: int) -> tuple[list[int], list[
 def events(gen: Generator, cache, prompt, sampling, cancel=None) -> tuple[list[TextChunk], GenerationResult]:
     evs = list(gen.stream(cache, prompt, sampling, cancel))
     assert isinstance(evs[-1], GenerationResult)
-    assert all(isinstance(e, TextChunk) for e in evs[:-1])
-    return evs[:-1], evs[-1]
+    progress = [e for e in evs if isinstance(e, PrefillProgress)]
+    chunks = [e for e in evs[:-1] if not isinstance(e, PrefillProgress)]
+    assert all(isinstance(e, TextChunk) for e in chunks)
+    # Progress comes first (at least the start, unless nothing is computed), then only text.
+    assert evs[:len(progress)] == progress
+    assert progress or evs[-1].figures.finish_reason == "context_full"
+    return chunks, evs[-1]
 
 
 def fresh(gen: Generator, prompt, sampling) -> GenerationResult:
@@ -149,6 +154,8 @@ def test_cancel_from_another_thread_stops_within_one_step(generator):
         if isinstance(event, GenerationResult):
             result = event
             break
+        if isinstance(event, PrefillProgress):
+            continue
         chunks += 1
         seen_tokens += len(event.token_ids)
         if chunks == 4:
