@@ -79,6 +79,10 @@ class IncrementalDecoder:
         return self._emit(text)
 
     @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special_ids
+
+    @property
     def pending(self) -> bool:
         """Some pushed ids have not produced their text yet (a character still missing bytes)."""
         return self._read < len(self._ids)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 from tokenizers import Tokenizer
 
-from .detokenize import IncrementalDecoder
+from .detokenize import PROMPT_CONTEXT_TOKENS, IncrementalDecoder
 
 # Bounds on what a manifest may claim (untrusted input): a history is never longer than this.
 MAX_HISTORY_TOKENS = 1 << 22
@@ -153,17 +153,33 @@ def plan_prompt(history: TokenHistory, rendered: str,
 def reply_marks(tokenizer: Tokenizer, prompt_tail: Sequence[int], reply_ids: Sequence[int]
                 ) -> tuple[str, list[tuple[int, int]]]:
     """The text of `reply_ids` as the generator streamed it (special tokens add no text, as in
-    `GenerationResult.text`), and the (tokens, chars) offsets inside it at which the text is
-    complete: no partial UTF-8 character pending."""
+    `GenerationResult.text`), and the (tokens, chars) offsets inside it at which the text of the
+    first tokens is settled: it is a prefix of the whole text (no character still being built)."""
     decoder = IncrementalDecoder(tokenizer, prompt_tail=prompt_tail)
     pieces: list[str] = []
     chars = 0
     marks: list[tuple[int, int]] = []
+    held: list[int] = []     # positions where the decoder was waiting for more bytes
     for i, token in enumerate(reply_ids, start=1):
         piece = decoder.push(int(token))
         pieces.append(piece)
         chars += len(piece)
-        if not decoder.pending:
+        if decoder.pending:
+            held.append(i)
+        else:
             marks.append((i, chars))
     pieces.append(decoder.flush())
-    return "".join(pieces), marks
+    text = "".join(pieces)
+    if held:
+        # Bytes that never become a character (a random reply, one cut mid-character) decode to
+        # U+FFFD for good: the prefix there is settled too when its decoding starts the text.
+        specials = decoder.special_ids
+        tail = [int(t) for t in prompt_tail][-PROMPT_CONTEXT_TOKENS:]
+        base = tokenizer.decode(tail, skip_special_tokens=False)
+        for j in held:
+            ids = tail + [int(t) for t in reply_ids[:j] if int(t) not in specials]
+            decoded = tokenizer.decode(ids, skip_special_tokens=False)
+            if decoded.startswith(base) and text.startswith(decoded[len(base):]):
+                marks.append((j, len(decoded) - len(base)))
+        marks.sort()
+    return text, marks
