@@ -467,3 +467,20 @@ def test_plain_cache_truncate_and_continue(plain_model):
     again = collect(gen.stream(cache, prompt, greedy(8)))
     assert again.figures.reused_tokens == 29 and again.token_ids == r1.token_ids
     assert cache.keys[0].shape[2] == len(cache) == 30 + 7
+
+
+@pytest.mark.slow
+def test_greedy_on_the_default_model_is_the_argmax_despite_its_configs_penalty(default_model_dir):
+    """SmolLM2's generation_config.json asks for repetition_penalty 1.1; `greedy=True` is the argmax."""
+    from engine.model import load_model
+    model = load_model(default_model_dir, provider="cpu")
+    assert model.generation_config.get("repetition_penalty") == 1.1
+    gen = Generator(model)
+    prompt = gen.encode_chat([{"role": "user", "content": "List the days of the week, one per line."}])
+    got = collect(gen.stream(gen.new_cache(), prompt, SamplingParams(greedy=True, max_new_tokens=48)))
+    ref, _ = reference_greedy(model, prompt, 48)
+    assert got.token_ids == ref
+    # The config's penalty would change this reply (so the test can tell the two apart).
+    penalised = collect(gen.stream(gen.new_cache(), prompt,
+                                   SamplingParams(greedy=True, repetition_penalty=1.1, max_new_tokens=48)))
+    assert penalised.token_ids != ref
