@@ -7,12 +7,13 @@ penalty), greedy with a 1.1 repetition penalty, and cooler sampling. Sampled can
 fixed seeds, so every figure is deterministic on a given machine and build.
 
 Per candidate:
-  fact        share of answers containing the expected fact (case-insensitive, any of its forms);
+  fact        share of answers in English (≥ 15 % English function words) that contain the expected
+              fact (case-insensitive, any of its forms);
   stops       share of answers that end by themselves (EOS or a stop string) before the limit;
   repetition  mean share of repeated word 3-grams in an answer (0 = none repeats);
   tokens      mean generated tokens.
-Score = fact + 0.5 × stops − repetition; the best-scoring sampled candidate is the choice (ties:
-fewer tokens). Greedy candidates are measured for reference only: a deterministic default would make
+Score = fact + 0.5 × stops − repetition. Round 2 runs the two best sampled candidates again with
+six more seeds; the better of them over all their answers is the choice (ties: fewer tokens). Greedy candidates are measured for reference only: a deterministic default would make
 Regenerate repeat the same answer (greedy stays the GUI's deterministic mode).
 """
 from __future__ import annotations
@@ -27,6 +28,8 @@ from .common import Section, table
 SYSTEM = "You are a helpful assistant."      # the GUI's default system prompt (app/gui/settings.py)
 MAX_NEW = 160
 SEEDS = (1, 2, 3)
+FINALIST_SEEDS = (4, 5, 6, 7, 8, 9)     # round 2: the two best sampled candidates again
+FINALISTS = 2
 
 # (question, accepted forms of the fact)
 ONE_TURN = [
@@ -77,6 +80,18 @@ def repetition(text: str) -> float:
     return repeats / len(grams)
 
 
+# Common English function words: an answer in English has plenty of them (a French ramble has none).
+ENGLISH = frozenset("the a an is are was were of in on to and it its that this for with as by you i be can at "
+                    "or from has have which there called also not".split())
+
+
+def is_english(text: str) -> bool:
+    """At least 15 % English function words, or too short to tell (a one-word answer such as "Paris.");
+    the default model sometimes answers in French."""
+    words = re.findall(r"[^\W\d_]+", text.lower())
+    return len(words) < 4 or sum(w in ENGLISH for w in words) >= 0.15 * len(words)
+
+
 def has_fact(text: str, forms: list[str]) -> bool:
     low = text.lower()
     return any(f in low for f in forms)
@@ -102,16 +117,14 @@ def run(quick: bool = False) -> dict[str, Any]:
 
     results: dict[str, Any] = {"max_new_tokens": max_new, "seeds": list(SEEDS), "candidates": {},
                                "model": model.name}
-    for name, values in CANDIDATES.items():
-        seeds = (None,) if values.get("greedy") else SEEDS
-        rows = []
-        t0 = time.perf_counter()
+    def measure(name: str, values: dict[str, Any], seeds: tuple[int | None, ...]) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
         for seed in seeds:
             def params() -> SamplingParams:
                 return SamplingParams(**values, seed=seed, max_new_tokens=max_new)
             for question, forms in one:
                 r = reply([ChatMessage("system", SYSTEM), ChatMessage("user", question)], params())
-                rows.append({"prompt": question, "seed": seed, "text": r.text, "fact": has_fact(r.text, forms),
+                rows.append({"prompt": question, "seed": seed, "text": r.text, "fact": has_fact(r.text, forms) and is_english(r.text),
                              "stopped": r.figures.finish_reason in ("eos", "stop"),
                              "repetition": repetition(r.text), "tokens": r.figures.generated_tokens})
             for first, follow, forms in two:
@@ -120,23 +133,49 @@ def run(quick: bool = False) -> dict[str, Any]:
                 msgs += [ChatMessage("assistant", r1.text), ChatMessage("user", follow)]
                 r = reply(msgs, params())
                 rows.append({"prompt": f"{first} / {follow}", "seed": seed, "text": r.text,
-                             "fact": has_fact(r.text, forms), "stopped": r.figures.finish_reason in ("eos", "stop"),
+                             "fact": has_fact(r.text, forms) and is_english(r.text), "stopped": r.figures.finish_reason in ("eos", "stop"),
                              "repetition": repetition(r.text), "tokens": r.figures.generated_tokens})
+        return rows
+
+    def summarise(rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
         n = len(rows)
         summary = {"answers": n,
                    "fact": sum(r["fact"] for r in rows) / n,
                    "stops": sum(r["stopped"] for r in rows) / n,
                    "repetition": sum(r["repetition"] for r in rows) / n,
                    "tokens": sum(r["tokens"] for r in rows) / n,
-                   "seconds": time.perf_counter() - t0}
+                   "seconds": seconds}
         summary["score"] = summary["fact"] + 0.5 * summary["stops"] - summary["repetition"]
-        results["candidates"][name] = {"settings": values, "summary": summary, "rows": rows}
-        print(f"defaults: {name}: fact {summary['fact']:.2f}, stops {summary['stops']:.2f}, "
+        return summary
+
+    def report(name: str, summary: dict[str, Any]) -> None:
+        print(f"defaults: {name}: {summary['answers']} answers, fact {summary['fact']:.2f}, stops {summary['stops']:.2f}, "
               f"repetition {summary['repetition']:.3f}, {summary['tokens']:.0f} tokens, "
               f"score {summary['score']:.2f} ({summary['seconds']:.0f} s)", flush=True)
+
+    def rank(items: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+        return sorted(items, key=lambda kv: (round(kv[1]["score"], 6), -kv[1]["tokens"]), reverse=True)
+
+    for name, values in CANDIDATES.items():
+        t0 = time.perf_counter()
+        rows = measure(name, values, (None,) if values.get("greedy") else SEEDS)
+        summary = summarise(rows, time.perf_counter() - t0)
+        results["candidates"][name] = {"settings": values, "summary": summary, "rows": rows}
+        report(name, summary)
     # The GUI's defaults must sample: with a deterministic default, Regenerate repeats the answer.
-    best = max(((k, v) for k, v in results["candidates"].items() if not v["settings"].get("greedy")),
-               key=lambda kv: (round(kv[1]["summary"]["score"], 6), -kv[1]["summary"]["tokens"]))
+    sampled = [(k, v["summary"]) for k, v in results["candidates"].items() if not v["settings"].get("greedy")]
+    finalists = [k for k, _ in rank(sampled)[:FINALISTS]]
+    results["finalists"] = {}
+    extra = FINALIST_SEEDS[:1] if quick else FINALIST_SEEDS
+    for name in finalists:
+        c = results["candidates"][name]
+        t0 = time.perf_counter()
+        rows = c["rows"] + measure(name, c["settings"], extra)
+        summary = summarise(rows, time.perf_counter() - t0)
+        results["finalists"][name] = summary
+        report(f"{name} (round 2, seeds {SEEDS[0]}-{extra[-1]})", summary)
+    results["finalist_seeds"] = list(SEEDS + extra)
+    best = rank(list(results["finalists"].items()))[0]
     results["choice"] = best[0]
     print(f"defaults: choice: {best[0]}", flush=True)
     return results
@@ -149,6 +188,9 @@ def section(res: dict[str, Any]) -> Section:
         rows.append([("**" + name + "**") if name == res["choice"] else name, f"{s['answers']}",
                      f"{s['fact']:.0%}", f"{s['stops']:.0%}", f"{s['repetition']:.3f}", f"{s['tokens']:.0f}",
                      f"{s['score']:.2f}"])
+    final_rows = [[("**" + k + "**") if k == res["choice"] else k, f"{s['answers']}", f"{s['fact']:.0%}",
+                   f"{s['stops']:.0%}", f"{s['repetition']:.3f}", f"{s['tokens']:.0f}", f"{s['score']:.2f}"]
+                  for k, s in res["finalists"].items()]
     choice = res["candidates"][res["choice"]]
     examples = []
     for name in (res["choice"], next(iter(res["candidates"]))):
@@ -159,12 +201,19 @@ def section(res: dict[str, Any]) -> Section:
         f"{res['model']}, the GUI's default system prompt (“{SYSTEM}”), {len(ONE_TURN)} one-turn questions with a "
         f"known fact and {len(TWO_TURN)} two-turn chats whose follow-up needs the first answer "
         f"(`bench/bench_defaults.py`), at most {res['max_new_tokens']} new tokens. Sampled candidates run with "
-        f"seeds {', '.join(map(str, res['seeds']))}; greedy ones once. *Fact*: the answer contains the expected "
-        "fact; *stops*: it ends by itself before the limit; *repetition*: the mean share of repeated word "
+        f"seeds {', '.join(map(str, res['seeds']))}; greedy ones once. *Fact*: the answer is in English (≥ 15 % English function words) and contains "
+        "the expected fact; *stops*: it ends by itself before the limit; *repetition*: the mean share of repeated word "
         "3-grams; score = fact + 0.5 × stops − repetition. The choice is the best-scoring *sampled* candidate: "
         "with a deterministic default, Regenerate would repeat the same answer (greedy stays the deterministic mode).",
         "",
+        "Round 1:",
+        "",
         table(["Candidate", "Answers", "Fact", "Stops", "Repetition", "Tokens (mean)", "Score"], rows),
+        "",
+        f"Round 2: the {len(final_rows)} best sampled candidates again with seeds "
+        f"{res['finalist_seeds'][0]}–{res['finalist_seeds'][-1]} (all answers counted):",
+        "",
+        table(["Candidate", "Answers", "Fact", "Stops", "Repetition", "Tokens (mean)", "Score"], final_rows),
         "",
         f"Choice (the GUI's defaults in `app/gui/settings.py`): **{res['choice']}**, settings "
         f"`{choice['settings'] or 'generation_config.json'}`.",
