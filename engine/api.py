@@ -52,6 +52,7 @@ class SamplingParams:
     max_new_tokens: int = 512
     stop: list[str] = field(default_factory=list)
     overflow: str = OverflowPolicy.TRUNCATE_MIDDLE.value   # an OverflowPolicy value
+    frequency_penalty: float | None = None   # OpenAI's: subtracted once per occurrence of a seen token
 
 
 @dataclass

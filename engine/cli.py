@@ -179,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_sessions import add_session_commands
     add_session_commands(sub)
     add_cache_commands(sub)
+    from .cli_serve import add_serve_command
+    add_serve_command(sub)
     return p
 
 

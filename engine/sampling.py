@@ -47,6 +47,7 @@ class ResolvedSampling:
     repetition_penalty: float
     presence_penalty: float
     seed: int | None
+    frequency_penalty: float = 0.0
 
 
 def _number(value: Any, name: str, source: str) -> float:
@@ -125,6 +126,11 @@ def resolve_sampling(params: SamplingParams | None,
         presence_penalty = _number(params.presence_penalty, "presence_penalty",
                                    "sampling parameters")
 
+    # OpenAI's too; getattr: SamplingParams-like objects from older callers may lack the field.
+    frequency_penalty = 0.0
+    if getattr(params, "frequency_penalty", None) is not None:
+        frequency_penalty = _number(params.frequency_penalty, "frequency_penalty", "sampling parameters")
+
     seed = params.seed
     if seed is not None:
         seed = _integer(seed, "seed", "sampling parameters")
@@ -138,7 +144,8 @@ def resolve_sampling(params: SamplingParams | None,
 
     return ResolvedSampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
                             min_p=min_p, repetition_penalty=repetition_penalty,
-                            presence_penalty=presence_penalty, seed=seed)
+                            presence_penalty=presence_penalty, seed=seed,
+                            frequency_penalty=frequency_penalty)
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,6 +172,16 @@ def apply_penalties(logits: np.ndarray, history: Sequence[int] | np.ndarray,
     out = np.array(logits, dtype=np.float32, copy=True)
     _penalise_inplace(out, _seen_ids(history, out.shape[0]), repetition_penalty,
                       presence_penalty)
+    return out
+
+
+def apply_frequency_penalty(logits: np.ndarray, history: Sequence[int] | np.ndarray,
+                            frequency_penalty: float) -> np.ndarray:
+    """OpenAI's frequency penalty: subtracts `frequency_penalty` times each id's count in `history`."""
+    out = np.array(logits, dtype=np.float32, copy=True)
+    h = np.asarray(history, dtype=np.int64)
+    _seen_ids(h, out.shape[0])     # range check
+    out -= frequency_penalty * np.bincount(h, minlength=out.shape[0]).astype(np.float32)
     return out
 
 
@@ -266,6 +283,8 @@ class Sampler:
             x = np.array(x, dtype=np.float32, copy=True)
             _penalise_inplace(x, _seen_ids(history, vocab), s.repetition_penalty,
                               s.presence_penalty)
+        if s.frequency_penalty != 0.0 and len(history):
+            x = apply_frequency_penalty(x, history, s.frequency_penalty)
 
         # 2. Greedy: the argmax, no randomness.
         if s.greedy:

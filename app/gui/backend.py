@@ -53,6 +53,13 @@ def open_engine(model_dir: Path, state_dir: Path, settings: Settings) -> ChatEng
     return SessionManager(model, state_dir, **_accepting(SessionManager, options))
 
 
+def open_remote(choice: str, home: Path) -> ChatEngine:
+    """Connects to a saved OpenAI-compatible endpoint (`remote:<id>`; worker thread)."""
+    from .remote_config import open_remote_engine  # noqa: PLC0415 - loads the HTTP stack
+
+    return open_remote_engine(choice, home)
+
+
 def open_store(db_path: Path) -> Any:
     """The conversation store (`app.store.ConversationStore`) over `db_path` (worker thread)."""
     from app.store import ConversationStore  # noqa: PLC0415
@@ -195,6 +202,7 @@ class Backend:
     model_lister: Callable[[], list[str]] = list_models
     gguf_importer: Callable[[Path, ProgressFn, threading.Event], Path] = import_gguf
     folder_importer: Callable[[Path, ProgressFn, threading.Event], Path] = import_onnx_folder
+    remote_factory: Callable[[str, Path], ChatEngine] = open_remote
     extra: dict[str, Any] = field(default_factory=dict)
 
     def make_store(self, db_path: Path) -> Any:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPus
 from . import theme
 from .markdown_render import Rendered, document_css, render
 from .status import short_figures
+from .widgets.turn import PrefillIndicator, overflow_notice
 
 RENDER_MS = 80          # re-render a streaming reply at most this often
 BATCH_BUDGET_S = 0.005  # UI time per batch when filling the view with a loaded chat (the
@@ -42,6 +43,7 @@ class MessageItem:
     error: str | None = None
     parent_id: str | None = None
     extra: dict = field(default_factory=dict)
+    model_name: str | None = None   # the model that wrote it (stored with the message)
 
     @property
     def pending(self) -> bool:
@@ -52,7 +54,8 @@ class MessageItem:
         item = cls(id=row.id, role=row.role, content=row.content,
                    sibling_index=getattr(row, "sibling_index", 0),
                    sibling_count=getattr(row, "sibling_count", 1),
-                   figures=getattr(row, "figures", None), parent_id=getattr(row, "parent_id", None))
+                   figures=getattr(row, "figures", None), parent_id=getattr(row, "parent_id", None),
+                   model_name=getattr(row, "model_name", None) or None)
         if th is not None:
             item.rendered = render(row.content, th)
         return item
@@ -69,11 +72,15 @@ class MessageBrowser(QTextBrowser):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("MessageBody")
+        # for reading and mouse selection: Tab does not stop in every message of a chat
+        self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         self.setOpenLinks(False)
         self.setOpenExternalLinks(False)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # text wraps at the message's width; only what cannot wrap (a long code line) is wider,
+        # and then the message scrolls sideways rather than clipping it (and its Copy link)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.document().setDocumentMargin(2)
@@ -110,10 +117,21 @@ class MessageBrowser(QTextBrowser):
 
     def _fit(self, *_: Any) -> None:
         h = math.ceil(self.document().size().height()) + 2
+        if self.wide():
+            h += self.horizontalScrollBar().sizeHint().height()
         if h != self.height():
             self.setFixedHeight(h)
 
+    def wide(self) -> bool:
+        """Whether some content (a long code line) is wider than the message: it scrolls."""
+        w = self.viewport().width()
+        return w > 0 and self.document().size().width() > w + 1
+
     def wheelEvent(self, event: Any) -> None:  # noqa: N802 - let the chat scroll area scroll
+        d = event.angleDelta()
+        if self.wide() and abs(d.x()) > abs(d.y()):   # sideways: scroll this wide message
+            super().wheelEvent(event)
+            return
         event.ignore()
 
     def sizeHint(self) -> QSize:  # noqa: N802
@@ -184,6 +202,14 @@ class StreamRenderer:
         if html:
             if self.tail_pos > 0:
                 cursor.insertBlock()
+                # the new block must not continue the list (or quote) the previous part ended
+                # with: it showed as a stray "3." above a code block that followed a list
+                lst = cursor.currentList()
+                if lst is not None:
+                    lst.remove(cursor.block())
+                    fmt = cursor.blockFormat()
+                    fmt.setIndent(0)
+                    cursor.setBlockFormat(fmt)
             cursor.insertHtml(html)
         cursor.endEditBlock()
 
@@ -197,6 +223,7 @@ def _tool(icon: str, tip: str, slot: Callable[[], None], name: str) -> QToolButt
     b.setAccessibleName(tip)
     b.setAutoRaise(True)
     b.setCursor(Qt.CursorShape.PointingHandCursor)
+    b.setFocusPolicy(Qt.FocusPolicy.ClickFocus)   # reached by shortcuts, not by every Tab
     b.clicked.connect(slot)
     return b
 
@@ -223,7 +250,7 @@ class MessageWidget(QFrame):
         outer.setSpacing(4)
         head = QHBoxLayout()
         head.setSpacing(6)
-        self.role_label = QLabel("You" if user else model_name)
+        self.role_label = QLabel("You" if user else (item.model_name or model_name))
         self.role_label.setObjectName("MessageRole")
         head.addWidget(self.role_label)
         head.addStretch(1)
@@ -231,7 +258,15 @@ class MessageWidget(QFrame):
         self.meta.setObjectName("MessageMeta")
         head.addWidget(self.meta)
         outer.addLayout(head)
+        self.overflow_label = QLabel("")
+        self.overflow_label.setObjectName("OverflowNotice")
+        self.overflow_label.setWordWrap(True)
+        self.overflow_label.hide()
+        outer.addWidget(self.overflow_label)
+        self.prefill = PrefillIndicator(self)
+        outer.addWidget(self.prefill)
         self.body = MessageBrowser(self)
+        self.body.setAccessibleName("Your message" if user else "Reply")
         self.body.fit_width = user
         if user:
             self.body.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
@@ -289,29 +324,48 @@ class MessageWidget(QFrame):
             self.sib_label.setText(f"{it.sibling_index + 1} / {it.sibling_count}")
             self.prev_btn.setEnabled(it.sibling_index > 0)
             self.next_btn.setEnabled(it.sibling_index < it.sibling_count - 1)
+        if it.role == "assistant":
+            self.role_label.setText(self.display_name() + ("  ●" if self.streaming else ""))
         persisted = not it.pending
         for b in (self.copy_btn, self.branch_btn):
             b.setVisible(not self.streaming)
         self.branch_btn.setEnabled(persisted)
         self.edit_btn.setEnabled(persisted and not self.streaming)
-        self.meta.setText(short_figures(it.figures) if it.figures and it.role == "assistant" else "")
+        if not self.streaming:
+            self.meta.setText(short_figures(it.figures) if it.figures and it.role == "assistant" else "")
+            self.prefill.hide()
+        if it.extra.get("queued"):     # sent while another chat generates: waiting its turn
+            self.meta.setText(str(it.extra["queued"]))
+        notice = overflow_notice(it.figures) if it.role == "assistant" else ""
+        self.overflow_label.setText(notice)
+        self.overflow_label.setVisible(bool(notice))
+        # The bubble's text for screen readers: set here (load, end of a stream), not per token.
+        self.setAccessibleName("You said" if it.role == "user" else
+                               f"{self.display_name()} {'is writing' if self.streaming else 'replied'}")
+        self.setAccessibleDescription(it.content)
         if it.error:
             self.error_label.setText(it.error)
             self.error_label.show()
         else:
             self.error_label.hide()
 
+    def display_name(self) -> str:
+        """Who wrote it: the model stored with the message, else the one loaded now."""
+        return self.item.model_name or self._model_name
+
     def set_model_name(self, name: str) -> None:
+        """The loaded model changed: relabels only replies whose writer is not stored."""
         self._model_name = name
         if self.item.role == "assistant":
-            self.role_label.setText(name + ("  ●" if self.streaming else ""))
+            self.role_label.setText(self.display_name() + ("  ●" if self.streaming else ""))
 
     def set_regenerate_visible(self, visible: bool) -> None:
         self.regen_btn.setVisible(visible and self.item.role == "assistant" and not self.streaming)
 
     def set_streaming(self, streaming: bool) -> None:
         self.streaming = streaming
-        self.role_label.setText(self._model_name + ("  ●" if streaming else ""))
+        if self.item.role == "assistant":
+            self.role_label.setText(self.display_name() + ("  ●" if streaming else ""))
         self._update_chrome()
 
     def _flip(self, delta: int) -> None:
@@ -396,6 +450,7 @@ class ChatView(QScrollArea):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("ChatScroll")
+        self.setAccessibleName("Conversation")
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -565,15 +620,27 @@ class ChatView(QScrollArea):
                            rendered=Rendered('<p style="color: gray;">…</p>', ()))
         w = self.append_message(item)
         w.set_streaming(True)
+        w.prefill.set_waiting()   # until the first PrefillProgress / the first token
         self._stream = w
         self._stream_text = ""
         self._stream_renderer = StreamRenderer(w.body, theme.current())
         self._update_last_flags()
         return w
 
+    def set_stream_prefill(self, done: int, total: int) -> None:
+        """The engine is processing the prompt: show how far, in the reply bubble."""
+        if self._stream is not None and not self._stream_text:
+            self._stream.prefill.set_progress(done, total)
+
+    def set_stream_meta(self, text: str) -> None:
+        """Live figures of the streaming reply (tokens, tok/s), in its header."""
+        if self._stream is not None:
+            self._stream.meta.setText(text)
+
     def append_stream(self, text: str) -> None:
         if self._stream is None:
             return
+        self._stream.prefill.hide()
         self._stream_text += text
         self._stream_dirty = True
         if not self._render_timer.isActive():

@@ -66,6 +66,8 @@ class Composer(QFrame):
         row = QHBoxLayout()
         row.setSpacing(8)
         self.edit = ComposerEdit(self)
+        self.edit.setAccessibleName("Message")
+        self.edit.setAccessibleDescription("Enter sends, Shift+Enter starts a new line, Esc stops a reply")
         self.edit.submit.connect(self.try_send)
         self.edit.installEventFilter(self)
         row.addWidget(self.edit, 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import gc
 import logging
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -18,23 +19,38 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLab
                                QToolButton, QVBoxLayout, QWidget, QMenu)
 
 from engine import paths
-from engine.api import ChatMessage, GenerationResult, SessionKind, TextChunk
+from engine.api import ChatMessage, GenerationResult, PrefillProgress, SessionKind, TextChunk
 
+from . import accessibility as a11y
 from . import theme
 from .backend import Backend, ImportCancelled
 from .chat_view import ChatView, MessageItem, copy_to_clipboard
 from .composer import Composer
 from .markdown_render import render
 from .memstore import MemoryStore
+from .remote_config import (chat_salt, is_remote_choice, is_remote_engine, load_remotes,
+                            temporary_notice)
 from .settings import Settings
 from .sidebar import Sidebar
 from .sidebar_model import ChatListModel, ChatRow, build_items
 from .status import StatusBar
 from .tasks import GeneratorWorker, ProgressRelay, TaskRunner
+from .widgets.turn import LiveTurn
+from .titles import derived_title
+from .send_queue import SendQueue
+from .widgets.hover_pause import HoverPause
+from .widgets.search_jump import SearchJump
+from .widgets.elided import ElidedLabel
+from .window_view import ViewController, apply_theme_choice
+from .import_progress import staged
+from . import chat_figures
 
 log = logging.getLogger(__name__)
 
-UNDO_MS = 6000          # how long a deleted chat can be brought back
+UNDO_MS = 10000         # how long a deleted chat can be brought back (paused while hovered)
+CHAT_EMPTY = "Everything runs on this computer. Pinned chats resume instantly after a restart."
+TEMP_EMPTY = ("Everything runs on this computer. Nothing of this chat is written to disk, and it "
+              "is gone when you close it.")
 QUIT_WAIT_S = 10.0      # the longest quit waits for pending KV saves
 PIN_POLL_S = 0.05
 
@@ -54,6 +70,7 @@ class StreamState:
     stopped: bool = False           # Stop pressed: the UI has already moved on
     figures: dict | None = None
     after_done: list[Callable[[], None]] = field(default_factory=list)
+    live: LiveTurn = field(default_factory=LiveTurn)   # this turn's figures so far
 
 
 class Banner(QFrame):
@@ -154,6 +171,8 @@ class MainWindow(QMainWindow):
         self.current_id: str | None = None
         self.draft: Draft | None = None
         self.stream: StreamState | None = None
+        self.queued = SendQueue(self)   # sends waiting for the running reply, in order
+        self.engine_kv: dict[str, str] = {}  # what the engine last said of each chat's KV
         self.opened: dict[str, SessionKind] = {}
         self.pending_deletes: dict[str, QTimer] = {}
         self.shutdown_started = False
@@ -168,9 +187,12 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Amber")
         self.setWindowIcon(theme.app_icon())
         self.resize(1180, 780)
-        self.setMinimumSize(720, 480)
+        self.setMinimumSize(640, 480)
         self._build()
         self._make_shortcuts()
+        self.view_ctl = ViewController(self)   # sidebar toggle, small windows, keyboard
+        if self.settings.theme != theme.choice() or self.settings.theme != "system":
+            apply_theme_choice(self.settings.theme)
         self._restore_geometry()
         freeze_heap()
         if autostart:
@@ -204,7 +226,7 @@ class MainWindow(QMainWindow):
         hl.setContentsMargins(18, 10, 12, 10)
         titles = QVBoxLayout()
         titles.setSpacing(0)
-        self.title_label = QLabel("New chat")
+        self.title_label = ElidedLabel("New chat")
         self.title_label.setObjectName("ChatTitle")
         self.subtitle_label = QLabel("")
         self.subtitle_label.setObjectName("ChatSubtitle")
@@ -214,23 +236,30 @@ class MainWindow(QMainWindow):
         self.model_picker = QComboBox()
         self.model_picker.setObjectName("ModelPicker")
         self.model_picker.setToolTip("Model")
+        a11y.name(self.model_picker, "Model", "The model that writes the replies")
         self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.model_picker.activated.connect(self._on_model_picked)
         hl.addWidget(self.model_picker)
         self.import_btn = QToolButton()
-        self.import_btn.setToolTip("Import a model")
+        self.import_btn.setToolTip("Import a model, or connect to a server")
+        a11y.name(self.import_btn, "Import a model",
+                  "A GGUF file, an ONNX model folder, or an OpenAI-compatible server")
         self.import_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.import_btn)
         self.act_import_gguf = menu.addAction("Import GGUF file…", self.import_gguf_dialog)
         self.act_import_folder = menu.addAction("Import ONNX model folder…", self.import_folder_dialog)
+        self.act_connect_remote = menu.addAction("Connect to an OpenAI-compatible server…",
+                                                 self.connect_remote_dialog)
         self.import_btn.setMenu(menu)
         hl.addWidget(self.import_btn)
         self.chat_settings_btn = QToolButton()
         self.chat_settings_btn.setToolTip("This chat's settings (system prompt, sampling)")
+        a11y.name(self.chat_settings_btn, "Chat settings", "This chat's system prompt and sampling")
         self.chat_settings_btn.clicked.connect(self.open_chat_settings)
         hl.addWidget(self.chat_settings_btn)
         self.settings_btn = QToolButton()
         self.settings_btn.setToolTip("Settings (Ctrl+,)")
+        a11y.name(self.settings_btn, "Settings")
         self.settings_btn.clicked.connect(self.open_settings)
         hl.addWidget(self.settings_btn)
         rl.addWidget(header)
@@ -242,7 +271,9 @@ class MainWindow(QMainWindow):
         self.banner.retry.connect(self.load_engine)
         self.banner.hide()
         bl.addWidget(self.banner)
-        self.temp_notice = QLabel("Temporary chat — nothing is saved, and it is discarded when closed.")
+        self.temp_notice_base = "Temporary chat — nothing is saved, and it is discarded when closed."
+        self.temp_notice = QLabel(self.temp_notice_base)
+        self.temp_notice.setWordWrap(True)
         self.temp_notice.setObjectName("ChatSubtitle")
         self.temp_notice.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.temp_notice.hide()
@@ -255,6 +286,7 @@ class MainWindow(QMainWindow):
         self.chat_view.regenerateRequested.connect(self.regenerate)
         self.chat_view.siblingRequested.connect(self.flip_sibling)
         self.chat_view.branchRequested.connect(self.branch_from)
+        self.search_jump = SearchJump(self.chat_view)
         self.empty = self._build_empty_state()
         rl.addWidget(self.empty, 1)
         rl.addWidget(self.chat_view, 1)
@@ -277,6 +309,9 @@ class MainWindow(QMainWindow):
         self.splitter.setHandleWidth(1)
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(right)
+        # screen readers read a container's children in QObject order, which QSplitter leaves
+        # with the chat area first: put the sidebar (left, read first) back in front
+        self.sidebar.stackUnder(right)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([270, 910])
@@ -289,6 +324,12 @@ class MainWindow(QMainWindow):
         self._toast_timer = QTimer(self)
         self._toast_timer.setSingleShot(True)
         self._toast_timer.timeout.connect(self.toast.hide)
+        self.toast_pause = HoverPause(self.toast, self)   # the countdown waits while hovered
+        self.toast_pause.watch(self._toast_timer)
+        self.import_clear = QTimer(self)   # an import's last word leaves the status bar
+        self.import_clear.setSingleShot(True)
+        self.import_clear.setInterval(4000)
+        self.import_clear.timeout.connect(self._clear_import_message)
         self._update_icons()
         theme.changed_signal().connect(self._update_icons)
         self.composer.set_ready(False, "Loading the model…")
@@ -307,8 +348,7 @@ class MainWindow(QMainWindow):
         self.empty_title.setObjectName("EmptyTitle")
         self.empty_title.setAlignment(Qt.AlignmentFlag.AlignCenter)
         lay.addWidget(self.empty_title)
-        self.empty_sub = QLabel("Everything runs on this computer. Pinned chats resume instantly "
-                                "after a restart.")
+        self.empty_sub = QLabel(CHAT_EMPTY)
         self.empty_sub.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_sub.setWordWrap(True)
         lay.addWidget(self.empty_sub)
@@ -414,11 +454,21 @@ class MainWindow(QMainWindow):
         old = self.engine
         self.engine = None
         self.opened.clear()
+        self.engine_kv.clear()
+        for r in [r for r in self.chat_model.all_chats() if r.kv_state == "memory"]:
+            self.chat_model.update(r.id, kv_state="none", kv_bytes=0)   # gone with the old engine
         self._update_composer()
 
+        server = getattr(self, "_api_server", None)
+
         def work() -> Any:
+            if server is not None:
+                server.stop_now()     # it serves the old engine
             if old is not None:
                 old.shutdown(timeout=QUIT_WAIT_S)
+            if is_remote_choice(settings.model):    # an OpenAI-compatible server (engine.remote)
+                progress(-1.0, "Connecting to the server…")
+                return self.backend.remote_factory(settings.model, self.home)
             model_dir = self.backend.model_preparer(settings.model, progress)
             progress(-1.0, f"Loading {model_dir.name}…")
             return self.backend.engine_factory(model_dir, self.home / "state", settings)
@@ -431,16 +481,21 @@ class MainWindow(QMainWindow):
             self.provider_fallback = getattr(getattr(engine, "model", None),
                                              "provider_fallback_reason", None)
             self.status.set_provider(provider, self.provider_fallback)
-            self.status.set_context(0, int(getattr(engine, "context_window", 0) or 0))
+            self.status.show_chat(self.last_figures, int(getattr(engine, "context_window", 0) or 0),
+                                  self._kv_for(self.current_id))
             self.status.set_message("")
             self.chat_view.model_name = getattr(engine, "model_name", "Assistant") or "Assistant"
+            self.temp_notice.setText(temporary_notice(engine, self.temp_notice_base))
             for mw in self.chat_view.widgets:
                 mw.set_model_name(self.chat_view.model_name)
             self._update_composer()
             self._retry_engine_deletes()
+            if server is not None:
+                server.engine_replaced()
             if self.current_id is not None:
                 self._open_in_engine(self.current_id)
             self.refresh_models()
+            self.queued.run_next()   # messages queued while the model was (re)loading
             freeze_heap()
             self.engineReady.emit()
 
@@ -456,8 +511,8 @@ class MainWindow(QMainWindow):
 
     def _retry_engine_deletes(self) -> None:
         store, engine = self.store, self.engine
-        if store is None or engine is None:
-            return
+        if store is None or engine is None or is_remote_engine(engine):
+            return    # a remote engine cannot delete local KV files: the next local engine does
 
         def work() -> int:
             n = 0
@@ -501,8 +556,7 @@ class MainWindow(QMainWindow):
         self.chat_view.clear()
         self._show_messages(False)
         self.last_figures = None
-        self.status.set_figures(None)
-        self.status.set_context(0, int(getattr(self.engine, "context_window", 0) or 0))
+        self.status.show_chat(None, int(getattr(self.engine, "context_window", 0) or 0))
         self._update_header()
         self._update_composer()
         self.composer.focus()
@@ -519,12 +573,17 @@ class MainWindow(QMainWindow):
         seq = self._load_seq
         self.sidebar.select(chat_id)
         self.chat_view.clear()
+        self.last_figures = None   # none of the previous chat's figures stay on screen
+        self.status.show_chat(None, int(getattr(self.engine, "context_window", 0) or 0),
+                              self._kv_for(chat_id))
         self._update_header()
         self._update_composer()
         if not row.temporary:
             self.settings.last_chat_id = chat_id
         store = self._store_for(chat_id)
         th = theme.current()
+        # opened from a search hit: show it at the match
+        query = self.sidebar.search.text().strip() if self.chat_model.searching else ""
         if store is None:
             return
 
@@ -546,11 +605,17 @@ class MainWindow(QMainWindow):
                 self.chat_view.append_stream(self.stream.text)
             else:
                 self.chat_view.set_messages(items)
-            figs = next((m.figures for m in reversed(items) if m.role == "assistant" and m.figures), None)
+            if self.queued.has(chat_id):
+                self._show_messages(True)
+                self.queued.show_bubbles(chat_id)
+            if query:
+                self.search_jump.jump_when_loaded(query)
+            figs = chat_figures.last_figures(items)
             self.last_figures = figs
-            self.status.set_figures(figs)
-            if not figs:
-                self.status.set_context(0, int(getattr(self.engine, "context_window", 0) or 0))
+            self.status.show_chat(figs, chat_figures.window(self.engine, figs),
+                                  self._kv_for(chat_id))
+            if self.stream is not None and self.stream.chat_id == chat_id and not self.stream.stopped:
+                self.status.set_live(self.stream.live)
             self.chatLoaded.emit(chat_id)
 
         self.tasks.run_task(work, done, self._report_error)
@@ -570,17 +635,15 @@ class MainWindow(QMainWindow):
         def work() -> Any:
             salt = None
             if store is self.store and store is not None:
-                salt = getattr(store.get_conversation(chat_id), "cache_salt", None)
+                salt = chat_salt(engine, store, chat_id)
             return engine.open(chat_id, kind, salt)
 
         def done(info: Any) -> None:
             self._apply_info(chat_id, info)
-            if chat_id == self.current_id and info is not None and getattr(info, "tokens", 0):
-                where = getattr(info.kv_location, "value", str(info.kv_location))
-                if where == "disk":
-                    self.status.set_message(f"{info.tokens:,} tokens on disk — resumes without prefill")
-                elif where == "memory":
-                    self.status.set_message(f"{info.tokens:,} tokens in memory")
+            if info is not None:
+                self.engine_kv[chat_id] = chat_figures.info_text(info)
+            if chat_id == self.current_id and info is not None:
+                self.status.set_kv(self._kv_for(chat_id))
 
         def failed(exc: BaseException) -> None:
             self.opened.pop(chat_id, None)
@@ -593,6 +656,9 @@ class MainWindow(QMainWindow):
             return
         where, nbytes = kv_state_of(info)
         saving = bool(getattr(info, "saving", False))
+        self.engine_kv[chat_id] = chat_figures.info_text(info)
+        if chat_id == self.current_id:
+            self.status.set_kv(self.engine_kv[chat_id])
         self.chat_model.update(chat_id, kv_state=where, kv_bytes=int(nbytes or 0), saving=saving)
         if saving:
             self._watch_saving(chat_id)
@@ -643,6 +709,7 @@ class MainWindow(QMainWindow):
         self.subtitle_label.setVisible(bool(self.subtitle_label.text()))
         self.temp_notice.setVisible(temporary)
         self.empty_title.setText("Temporary chat" if temporary else "How can I help?")
+        self.empty_sub.setText(TEMP_EMPTY if temporary else CHAT_EMPTY)
         self.chat_settings_btn.setEnabled(row is not None and not row.temporary)
         title = row.title if row is not None else ("New temporary chat" if temporary else "New chat")
         self.setWindowTitle(f"{title} — Amber")
@@ -653,12 +720,23 @@ class MainWindow(QMainWindow):
             self.composer.set_ready(False, reason)
         elif self.stream is not None and not self.stream.stopped and \
                 self.stream.chat_id != self._target_id():
-            self.composer.set_ready(False, "Another chat is generating a reply…")
+            self.composer.set_ready(True)
+            self.composer.send_btn.setToolTip("Send (Enter) — queued until the reply in the other "
+                                              "chat is done")
         else:
             self.composer.set_ready(True)
         mine = self.stream is not None and not self.stream.stopped and \
             self.stream.chat_id == self._target_id()
         self.composer.set_generating(mine)
+
+    def _kv_for(self, chat_id: str | None) -> str:
+        """The status bar's KV text for this chat: the engine's word if it has spoken (this
+        model), else what the chat list knows."""
+        if chat_id is None:
+            return ""
+        if chat_id in self.engine_kv:
+            return self.engine_kv[chat_id]
+        return chat_figures.kv_text(self.chat_model.chat(chat_id))
 
     def _target_id(self) -> str | None:
         return self.current_id or (self.draft.id if self.draft else None)
@@ -733,8 +811,13 @@ class MainWindow(QMainWindow):
         if store is None or store is self.temp:
             return
 
+        row = self.chat_model.chat(chat_id)
+        title = derived_title(row.title if row else "New chat",
+                              (r.title for r in self.chat_model.all_chats()),
+                              branch=upto_message_id is not None)
+
         def work() -> Any:
-            return store.duplicate(chat_id, upto_message_id=upto_message_id)
+            return store.duplicate(chat_id, upto_message_id=upto_message_id, title=title)
 
         def done(detail: Any) -> None:
             self.chat_model.upsert(ChatRow.from_store(detail))
@@ -780,14 +863,16 @@ class MainWindow(QMainWindow):
         if row.temporary:
             self.close_chat(chat_id)
             return
-        if not self.confirm("Delete chat?",
-                            f"“{row.title}” and its saved cache will be deleted."):
-            return
+        # one gesture: no confirmation, an undo toast instead (10 s, paused while hovered)
         if self.stream is not None and self.stream.chat_id == chat_id:
             self.stop()
+        neighbour = _neighbour(self.chat_model, chat_id)
         self.chat_model.hide(chat_id)
         if chat_id == self.current_id:
-            self.new_chat()
+            if neighbour is not None:
+                self.open_chat(neighbour)
+            else:
+                self.new_chat()
         timer = QTimer(self)
         timer.setSingleShot(True)
         timer.setInterval(UNDO_MS)
@@ -795,8 +880,11 @@ class MainWindow(QMainWindow):
         self.pending_deletes[chat_id] = timer
         timer.start()
         self._last_deleted = chat_id
-        self.toast.popup(f"Deleted “{row.title[:40]}”")
+        self.toast.popup(f"Deleted “{_title_from(row.title, 40)}”")
         self._toast_timer.start(UNDO_MS)
+        self.toast_pause.watch(timer)
+        if self.toast_pause.paused:   # the pointer already rests on the toast
+            self.toast_pause.pause()
 
     def undo_delete(self) -> None:
         chat_id = getattr(self, "_last_deleted", None)
@@ -824,7 +912,7 @@ class MainWindow(QMainWindow):
                 store.delete(chat_id)
             if engine is not None:
                 engine.delete(chat_id)
-                if store is not None:
+                if store is not None and not is_remote_engine(engine):   # else retried locally later
                     store.confirm_engine_deleted(chat_id)
 
         if wait:
@@ -836,6 +924,8 @@ class MainWindow(QMainWindow):
         query = text.strip()
         if not query:
             self.chat_model.set_search(None)
+            self.sidebar.view.doItemsLayout()   # back to one-line rows
+            self.sidebar.select(self.current_id)
             return
         store, temp = self.store, self.temp
 
@@ -857,7 +947,9 @@ class MainWindow(QMainWindow):
 
         def done(result: tuple[list[str], dict[str, str]]) -> None:
             if self.sidebar.search.text().strip() == query:
+                # the list changes; the chat on screen does not (nothing opens while typing)
                 self.chat_model.set_search(*result)
+                self.sidebar.view.doItemsLayout()   # search hits are two-line rows
                 self.sidebar.select(self.current_id)
 
         self.tasks.run_task(work, done, self._report_error)
@@ -868,8 +960,13 @@ class MainWindow(QMainWindow):
             return
         if self.stream is not None:
             if not self.stream.stopped:
+                if self.stream.chat_id != self._target_id():
+                    self.queued.add(text)   # another chat is generating: wait for it, visibly
                 return
             self.stream.after_done.append(lambda: self.send(text))  # previous reply winding down
+            return
+        if self.queued.has(self._target_id()):
+            self.queued.add(text)   # keep this chat's order
             return
         if self.current_id is None:
             draft = self.draft or Draft(str(uuid.uuid4()), False)
@@ -926,22 +1023,28 @@ class MainWindow(QMainWindow):
         self.opened[chat_id] = kind
         settings = self.settings.copy()
         th = theme.current()
+        model_name = getattr(engine, "model_name", "") or None
         if temporary and create:
             self.temp.create_conversation(id=chat_id, system_prompt=settings.system_prompt,
                                           model_id=getattr(engine, "model_name", ""))
 
         # The view changes at once; the store and the engine follow on the worker.
-        self._show_messages(True)
-        if mode == "edit" and remove_id:
+        on_screen = chat_id == self._target_id()   # a queued send may run in another chat
+        if on_screen:
+            self._show_messages(True)
+            self.queued.hide_bubbles()   # shown again below the new turn
+        if on_screen and mode == "edit" and remove_id:
             self.chat_view.truncate_after(remove_id, keep=False)
-        elif mode == "regenerate" and remove_id:
+        elif on_screen and mode == "regenerate" and remove_id:
             self.chat_view.truncate_after(remove_id, keep=False)
-        if mode in ("send", "edit"):
+        if on_screen and mode in ("send", "edit"):
             self.chat_view.append_message(MessageItem(
                 id="pending:user", role="user", content=text, rendered=render(text, th),
                 parent_id=parent_id))
-        self.chat_view.scroll_to_bottom()
-        self.chat_view.begin_stream()
+        if on_screen:
+            self.chat_view.scroll_to_bottom()
+            self.chat_view.begin_stream()
+            self.queued.show_bubbles(chat_id)
         self.chat_model.update(chat_id, busy=True)
 
         def factory(cancel: Any):
@@ -961,18 +1064,21 @@ class MainWindow(QMainWindow):
                 path = path[: ids.index(parent_id) + 1] if parent_id in ids else path
             yield ("user", user, MessageItem.from_row(user, th) if user else None)
             if need_open:
-                engine.open(chat_id, kind, getattr(detail, "cache_salt", None))
+                engine.open(chat_id, kind, chat_salt(engine, store, chat_id, detail, temporary))
             overrides = dict(getattr(detail, "settings", None) or {})
             system = getattr(detail, "system_prompt", "") or settings.system_prompt
             messages = ([ChatMessage("system", system)] if system else []) + \
                 [ChatMessage(m.role, m.content) for m in path]
             sampling = settings.sampling.to_params(overrides.get("sampling"))
+            sampling.overflow = chat_figures.overflow_policy(overrides, settings)
             reply, result, error = "", None, None
             try:
                 for ev in engine.generate(chat_id, messages, sampling, cancel):
                     if isinstance(ev, TextChunk):
                         reply += ev.text
-                        yield ("chunk", ev.text)
+                        yield ("chunk", ev.text, len(ev.token_ids))
+                    elif isinstance(ev, PrefillProgress):
+                        yield ("prefill", ev.done, ev.total)
                     elif isinstance(ev, GenerationResult):
                         result = ev
             except Exception as exc:  # noqa: BLE001 - shown in the bubble
@@ -986,7 +1092,7 @@ class MainWindow(QMainWindow):
             if reply or result is not None:
                 assistant = store.add_message(chat_id, "assistant", reply,
                                               parent_id=user.id if user else parent_id,
-                                              figures=figures)
+                                              figures=figures, model_name=model_name)
             rows = store.active_path(chat_id)
             try:
                 info = engine.info(chat_id)
@@ -1007,6 +1113,8 @@ class MainWindow(QMainWindow):
         worker.yielded.connect(lambda ev: self._on_stream_event(state, ev))
         worker.finished.connect(lambda res: self._on_stream_done(state, res, None))
         worker.errored.connect(lambda exc: self._on_stream_done(state, None, exc))
+        if chat_id == self._target_id():
+            self.status.set_live(state.live)   # the previous turn's figures are not this turn's
         self._update_composer()
         worker.start()
 
@@ -1021,8 +1129,16 @@ class MainWindow(QMainWindow):
                 self.chat_view.replace_message("pending:user", item)
         elif kind == "chunk":
             state.text += ev[1]
+            state.live.on_chunk(ev[2])
             if current:
                 self.chat_view.append_stream(ev[1])
+                self.chat_view.set_stream_meta(state.live.summary())
+                self.status.set_live(state.live)
+        elif kind == "prefill":
+            state.live.on_prefill(ev[1], ev[2])
+            if current:
+                self.chat_view.set_stream_prefill(ev[1], ev[2])
+                self.status.set_live(state.live)
 
     def stop(self) -> None:
         """Stop at once: the UI is released now; the worker saves the partial reply."""
@@ -1066,6 +1182,7 @@ class MainWindow(QMainWindow):
                 self._apply_info(chat_id, result["info"])
             if current:
                 items = self._items_for(result["rows"], result["assistant"])
+                self.queued.hide_bubbles()
                 if state.stopped or self.chat_view.message_ids() != [i.id for i in items][:-1] + \
                         ["pending:assistant"]:
                     self.chat_view.end_stream()
@@ -1073,8 +1190,12 @@ class MainWindow(QMainWindow):
                 else:
                     self.chat_view.end_stream(items[-1] if items else None)
                     self._sync_view(items)
+                self.queued.show_bubbles(chat_id)
                 self.last_figures = figs
-                self.status.set_figures(figs)
+                if result["info"] is not None:
+                    self.engine_kv[chat_id] = chat_figures.info_text(result["info"])
+                self.status.show_chat(figs, chat_figures.window(self.engine, figs),
+                                      self._kv_for(chat_id))
                 if result["error"] is not None:
                     self.status.set_message(f"Generation failed: {result['error']}")
                 else:
@@ -1083,9 +1204,17 @@ class MainWindow(QMainWindow):
         if row is not None:
             self.chat_model.update(chat_id, busy=False)
         self._update_composer()
+        if self.queued.has(chat_id) and row is not None:
+            self.chat_model.update(chat_id, busy=True)
+        # one announcement per reply (the stream itself is not read out token by token)
+        error = str(exc) if exc is not None else (result or {}).get("error")
+        a11y.announce(self.chat_view, a11y.reply_announcement(
+            state.text, error=error, stopped=state.stopped,
+            elsewhere=None if current else (row.title if row is not None else "")), assertive=bool(error))
         self.replyFinished.emit(chat_id)
         for fn in state.after_done:
             fn()
+        self.queued.run_next()
 
     def _items_for(self, rows: list[Any], assistant: MessageItem | None) -> list[MessageItem]:
         existing = {w.item.id: w.item for w in self.chat_view.widgets}
@@ -1152,14 +1281,16 @@ class MainWindow(QMainWindow):
             for it in items:
                 it.rendered = cache.get(it.id) or render(it.content, th)
             self._sync_view(items)
-            figs = next((m.figures for m in reversed(items) if m.role == "assistant" and m.figures), None)
+            figs = chat_figures.last_figures(items)
+            self.last_figures = figs
             self.status.set_figures(figs)
 
         self.tasks.run_task(work, done, self._report_error)
 
     # ======================================================================= models ==========
     def refresh_models(self) -> None:
-        def done(names: list[str]) -> None:
+        def done(found: tuple[list[str], list[Any]]) -> None:
+            names, remotes = found
             self.model_picker.blockSignals(True)
             self.model_picker.clear()
             current = self.settings.model
@@ -1168,11 +1299,15 @@ class MainWindow(QMainWindow):
             for n in names:
                 if n != paths.DEFAULT_MODEL_NAME:
                     self.model_picker.addItem(theme.icon("model", theme.current().text, 16), n, n)
+            if remotes:
+                from .remote_dialog import add_remote_items  # noqa: PLC0415
+                add_remote_items(self.model_picker, remotes, theme.icon("model", theme.current().text, 16))
             i = self.model_picker.findData(current)
             self.model_picker.setCurrentIndex(max(0, i))
             self.model_picker.blockSignals(False)
 
-        self.tasks.run_task(self.backend.model_lister, done, self._report_error)
+        self.tasks.run_task(lambda: (self.backend.model_lister(), load_remotes(self.home)), done,
+                            self._report_error)
 
     def _on_model_picked(self, index: int) -> None:
         name = self.model_picker.itemData(index) or ""
@@ -1183,16 +1318,32 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.load_engine()
 
+    def connect_remote_dialog(self) -> Any:
+        """Base URL, optional key, model: chats then stream from that server (app/gui/remote_dialog.py)."""
+        from .remote_dialog import open_connect_dialog  # noqa: PLC0415
+        return open_connect_dialog(self)
+
     def import_gguf_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", str(Path.home()),
+        path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", self._dialog_dir(),
                                               "GGUF models (*.gguf);;All files (*)")
         if path:
+            self._remember_dir(Path(path).parent)
             self.import_model(Path(path), gguf=True)
 
     def import_folder_dialog(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Import an ONNX model folder", str(Path.home()))
+        path = QFileDialog.getExistingDirectory(self, "Import an ONNX model folder", self._dialog_dir())
         if path:
+            self._remember_dir(Path(path).parent)
             self.import_model(Path(path), gguf=False)
+
+    def _dialog_dir(self) -> str:
+        """Where a file dialog opens: the folder the last one was in (if it still exists)."""
+        last = self.settings.last_dir
+        return last if last and Path(last).is_dir() else str(Path.home())
+
+    def _remember_dir(self, folder: Path) -> None:
+        self.settings.last_dir = str(folder)
+        self.save_settings()
 
     def import_model(self, src: Path, *, gguf: bool) -> QProgressDialog:
         import threading  # noqa: PLC0415
@@ -1200,12 +1351,16 @@ class MainWindow(QMainWindow):
         cancel = threading.Event()
         dlg = QProgressDialog(f"Importing {src.name}…", "Cancel", 0, 1000, self)
         dlg.setWindowTitle("Import model")
+        for bar in dlg.findChildren(QProgressBar):
+            a11y.name(bar, "Import progress")
         dlg.setWindowModality(Qt.WindowModality.WindowModal)
         dlg.setMinimumDuration(0)
         dlg.setAutoClose(False)
         dlg.setAutoReset(False)
         dlg.setValue(0)
         dlg.canceled.connect(cancel.set)
+        dlg.canceled.connect(lambda: self.status.set_message("Import cancelled"))
+        dlg.canceled.connect(self.import_clear.start)
         progress = ProgressRelay(dlg)
 
         def on_progress(f: float, msg: str) -> None:
@@ -1221,19 +1376,35 @@ class MainWindow(QMainWindow):
         importer = self.backend.gguf_importer if gguf else self.backend.folder_importer
 
         def done(dest: Path) -> None:
+            cancelled = cancel.is_set()
+            dlg.canceled.disconnect()   # closing a QProgressDialog emits canceled()
             dlg.close()
+            if cancelled:   # cancelled, but the import finished first: undo it
+                self.tasks.run_task(lambda: shutil.rmtree(dest, ignore_errors=True))
+                self.status.set_message("Import cancelled")
+                self.import_clear.start()
+                return
             self.status.set_message(f"Imported {dest.name}")
+            self.import_clear.start()
+            if self.engine is None and self.engine_error is not None:
+                # the model in use could not be loaded (e.g. the default is missing): use this one
+                self.settings.model = dest.name
+                self.save_settings()
+                self.load_engine()
             self.refresh_models()
 
         def failed(exc: BaseException) -> None:
+            dlg.canceled.disconnect()
             dlg.close()
+            self.import_clear.start()
             if isinstance(exc, ImportCancelled) or cancel.is_set():
                 self.status.set_message("Import cancelled")
             else:
                 self.status.set_message(f"Import failed: {exc}")
                 QMessageBox.warning(self, "Import failed", str(exc))
 
-        self.tasks.run_task(lambda: importer(src, progress, cancel), done, failed)
+        feed = staged(progress) if gguf else progress   # stages that visibly move
+        self.tasks.run_task(lambda: importer(src, feed, cancel), done, failed)
         dlg.show()
         self.import_dialog = dlg
         return dlg
@@ -1242,18 +1413,28 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         from .settings_dialog import SettingsDialog  # noqa: PLC0415
 
-        dlg = SettingsDialog(self.settings, self.home, parent=self)
+        dlg = SettingsDialog(self.settings, self.home, parent=self, server=self.api_server())
         dlg.clearCacheRequested.connect(self.clear_cache)
         self.settings_dialog = dlg
         if dlg.exec():
             old = self.settings
             self.settings = dlg.result_settings()
             self.save_settings()
+            if old.theme != self.settings.theme:
+                apply_theme_choice(self.settings.theme)
             if (old.provider, old.memory_budget_mb, old.disk_budget_mb, old.cache_max_age_days, old.kv_store) != (
                     self.settings.provider, self.settings.memory_budget_mb,
                     self.settings.disk_budget_mb, self.settings.cache_max_age_days, self.settings.kv_store):
                 self.stop()
                 self.load_engine()
+
+    def api_server(self) -> Any:
+        """The local API server's control (app/gui/server_control.py), made on first use."""
+        if getattr(self, "_api_server", None) is None:
+            from .server_control import ServerControl  # noqa: PLC0415
+            self._api_server = ServerControl(lambda: self.engine, self.home / "state", parent=self,
+                                             runner=self.tasks.run_task)
+        return self._api_server
 
     def open_chat_settings(self) -> None:
         chat_id = self.current_id
@@ -1296,6 +1477,10 @@ class MainWindow(QMainWindow):
             self.status.set_message("Cache cleared (pinned chats keep theirs)")
 
         self.tasks.run_task(work, done, self._report_error)
+
+    def _clear_import_message(self) -> None:
+        if self.status.message.text().startswith(("Imported ", "Import cancelled")):
+            self.status.set_message("")
 
     def save_settings(self) -> None:
         try:
@@ -1368,7 +1553,11 @@ class MainWindow(QMainWindow):
 
         streams = self.stream_pool_runner.pool
 
+        server = getattr(self, "_api_server", None)
+
         def work() -> None:
+            if server is not None:
+                server.stop_now()
             streams.waitForDone(2000)   # a cancelled reply stops within a token; it saves its text
             tasks.pool.waitForDone(int(QUIT_WAIT_S * 1000 / 2))
             if engine is not None:
@@ -1470,6 +1659,20 @@ def _siblings(store: Any, chat_id: str, message_id: str) -> list[Any]:
     return [_S(m["id"]) for m in sibs]
 
 
+def _neighbour(model: ChatListModel, chat_id: str) -> str | None:
+    """The chat to show after `chat_id` goes: the next one down the list, else the one above;
+    never a temporary chat."""
+    ids = model.visible_chat_ids()
+    if chat_id not in ids:
+        return None
+    i = ids.index(chat_id)
+    for cid in ids[i + 1:] + list(reversed(ids[:i])):
+        row = model.chat(cid)
+        if row is not None and not row.temporary:
+            return cid
+    return None
+
+
 def shiboken_valid(obj: Any) -> bool:
     import shiboken6  # noqa: PLC0415
 
@@ -1482,7 +1685,8 @@ def _title_from(text: str, limit: int = 48) -> str:
 
 
 def _clean_snippet(s: str) -> str:
-    for mark in ("\u00ab", "\u00bb", "<b>", "</b>"):
+    """One line; the «» around matched words stay (the sidebar highlights them)."""
+    for mark in ("<b>", "</b>"):
         s = (s or "").replace(mark, "")
     return " ".join((s or "").split())
 

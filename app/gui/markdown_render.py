@@ -100,16 +100,23 @@ def render(text: str, theme: Theme, code_offset: int = 0) -> Rendered:
             inner = inner.replace('<pre style="', f'<pre style="font-family: {MONO}; margin: 0; ', 1)
         else:
             inner = inner.replace("<pre", f'<pre style="font-family: {MONO}; margin: 0;"', 1)
+        # The header (language, Copy) is a table of its own: its 100 % is the message's width,
+        # so Copy stays in view however wide the code is; the code's table may grow wider than
+        # the message, which then scrolls sideways (MessageBrowser) instead of clipping Copy.
         return (
             f'<table width="100%" cellspacing="0" cellpadding="0" '
             f'style="background-color: {bg}; border: 1px solid {theme.border}; '
-            f'margin-top: 6px; margin-bottom: 6px;">'
-            f'<tr><td style="padding: 4px 10px; border-bottom: 1px solid {theme.border};">'
+            f'margin-top: 6px; margin-bottom: 0px;"><tr><td>'
+            f'<table width="100%" cellspacing="0" cellpadding="0" border="0"><tr>'
+            f'<td style="padding: 4px 10px;">'
             f'<span style="color: {theme.muted}; font-size: small;">{html.escape(lang or "code")}</span></td>'
-            f'<td align="right" style="padding: 4px 10px; border-bottom: 1px solid {theme.border};">'
+            f'<td align="right" style="padding: 4px 10px;">'
             f'<a href="copy:{n + code_offset}" style="color: {theme.muted}; text-decoration: none; font-size: small;">'
-            f'<img src="amber:copy" width="12" height="12"> Copy</a></td></tr>'
-            f'<tr><td colspan="2" style="padding: 8px 10px;">{inner}</td></tr></table>')
+            f'<img src="amber:copy" width="12" height="12"> Copy</a></td></tr></table></td></tr></table>'
+            f'<table width="100%" cellspacing="0" cellpadding="0" '
+            f'style="background-color: {bg}; border: 1px solid {theme.border}; '
+            f'margin-top: 0px; margin-bottom: 6px;">'
+            f'<tr><td style="padding: 8px 10px;">{inner}</td></tr></table>')
 
     grid = "#57514a" if theme.dark else "#cfc8bf"
     body = body.replace("<table>", (

@@ -55,6 +55,7 @@ class MessageRow:
     figures: dict | None
     sibling_index: int
     sibling_count: int
+    model_name: str | None = None   # the model that wrote it (as in app.store.rows.MessageRow)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class _Msg:
     created_at: datetime
     figures: dict | None
     seq: int
+    model_name: str | None = None
 
 
 @dataclass
@@ -143,6 +145,9 @@ class MemoryStore:
     def set_kv_state(self, conversation_id: str, state: str, bytes: int = 0) -> None:  # noqa: A002
         self._update(conversation_id, kv_state=state, kv_bytes=bytes)
 
+    def set_cache_salt(self, conversation_id: str, salt: str | None) -> None:
+        self._update(conversation_id, cache_salt=salt)
+
     def mark_opened(self, conversation_id: str) -> None:
         self._update(conversation_id, last_opened_at=_now())
 
@@ -170,17 +175,19 @@ class MemoryStore:
         siblings = sorted((s for s in conv.messages.values() if s.parent_id == m.parent_id),
                           key=lambda s: s.seq)
         return MessageRow(m.id, conv.detail.id, m.parent_id, m.depth, m.role, m.content,
-                          m.created_at, m.figures, siblings.index(m), len(siblings))
+                          m.created_at, m.figures, siblings.index(m), len(siblings), m.model_name)
 
     def add_message(self, conversation_id: str, role: str, content: str, *,
-                    parent_id: Any = _ROOT, figures: dict | None = None) -> MessageRow:
+                    parent_id: Any = _ROOT, figures: dict | None = None,
+                    model_name: str | None = None) -> MessageRow:
         with self._lock:
             conv = self._convs[conversation_id]
             if parent_id is _ROOT:
                 parent_id = conv.detail.current_leaf_id
             depth = 0 if parent_id is None else conv.messages[parent_id].depth + 1
             self._seq += 1
-            m = _Msg(str(uuid.uuid4()), parent_id, depth, role, content, _now(), figures, self._seq)
+            m = _Msg(str(uuid.uuid4()), parent_id, depth, role, content, _now(), figures, self._seq,
+                     model_name)
             conv.messages[m.id] = m
             changes: dict[str, Any] = {"current_leaf_id": m.id, "updated_at": m.created_at}
             if role == "user" and not conv.detail.title_locked and depth <= 1:
@@ -238,19 +245,20 @@ class MemoryStore:
                     return self.active_path(conv.detail.id)
             raise KeyError(message_id)
 
-    def duplicate(self, conversation_id: str, *, upto_message_id: str | None = None
-                  ) -> ConversationDetail:
+    def duplicate(self, conversation_id: str, *, upto_message_id: str | None = None,
+                  title: str | None = None) -> ConversationDetail:
         path = self.active_path(conversation_id)
         if upto_message_id is not None:
             ids = [m.id for m in path]
             path = path[: ids.index(upto_message_id) + 1]
         src = self.get_conversation(conversation_id)
-        new = self.create_conversation(title=f"{src.title} (copy)", system_prompt=src.system_prompt,
+        new = self.create_conversation(title=title or f"{src.title} (copy)",
+                                       system_prompt=src.system_prompt,
                                        model_id=src.model_id, settings=src.settings)
         parent = None
         for m in path:
             parent = self.add_message(new.id, m.role, m.content, parent_id=parent,
-                                      figures=m.figures).id
+                                      figures=m.figures, model_name=m.model_name).id
         return self.get_conversation(new.id)
 
     def search(self, query: str, limit: int = 50) -> list[SearchHit]:
@@ -267,7 +275,10 @@ class MemoryStore:
                     pos = m.content.lower().find(q)
                     if pos >= 0:
                         start = max(0, pos - 30)
-                        snippet = m.content[start: pos + len(q) + 30].replace("\n", " ")
+                        end = pos + len(q)
+                        # the matched words marked like the real store's snippets (« »)
+                        snippet = (m.content[start:pos] + "\u00ab" + m.content[pos:end] + "\u00bb"
+                                   + m.content[end:end + 30]).replace("\n", " ")
                         hits.append(SearchHit(conv.detail.id, conv.detail.title, snippet, 1.0))
                         break
         hits.sort(key=lambda h: -h.rank)

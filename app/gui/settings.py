@@ -18,6 +18,7 @@ from engine.api import KV_STORE_MODEL, KV_STORES, SamplingParams
 log = logging.getLogger(__name__)
 
 PROVIDERS = ("auto", "cpu", "gpu")
+THEMES = ("system", "light", "dark")
 
 
 @dataclass
@@ -47,6 +48,9 @@ class Settings:
     cache_max_age_days: int = 14
     kv_store: str = "model"                # saved KV: "model" (lossless) | "float16" (half the disk)
     model: str = ""                        # folder name under models/, "" = the default model
+    overflow: str = "truncate_middle"      # a long chat's default: truncate_middle | rolling | stop
+    theme: str = "system"                  # system | light | dark
+    last_dir: str | None = None            # the folder the last file dialog was in
     last_chat_id: str | None = None
     window_geometry: str | None = None     # base64 of QWidget.saveGeometry()
     window_state: str | None = None
@@ -91,6 +95,12 @@ class Settings:
             s.provider = "auto"
         if s.kv_store not in KV_STORES:
             s.kv_store = KV_STORE_MODEL
+        if s.overflow not in ("truncate_middle", "rolling", "stop"):
+            s.overflow = "truncate_middle"
+        if s.theme not in THEMES:
+            s.theme = "system"
+        if s.last_dir is not None and not isinstance(s.last_dir, str):
+            s.last_dir = None
         s.extra = {k: v for k, v in raw.items() if k not in known}
         return s
 

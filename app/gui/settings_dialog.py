@@ -10,8 +10,10 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
                                QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
+from .chat_figures import OVERFLOW_CHOICES, OVERFLOW_VALUES
 from .settings import Sampling, Settings
 
+THEME_CHOICES = [("Follow the system", "system"), ("Light", "light"), ("Dark", "dark")]
 PROVIDER_CHOICES = [("Automatic (best available)", "auto"), ("CPU", "cpu"),
                     ("GPU (CUDA / CoreML / DirectML)", "gpu")]
 
@@ -51,7 +53,8 @@ class SamplingForm(QWidget):
 class SettingsDialog(QDialog):
     clearCacheRequested = Signal()
 
-    def __init__(self, settings: Settings, home: Path, parent: QWidget | None = None):
+    def __init__(self, settings: Settings, home: Path, parent: QWidget | None = None,
+                 server: Any = None):
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.setMinimumWidth(520)
@@ -67,7 +70,20 @@ class SettingsDialog(QDialog):
         cf.addWidget(self.system_prompt)
         self.sampling = SamplingForm(settings.sampling)
         cf.addWidget(self.sampling)
+        cf.addWidget(QLabel("When a chat outgrows the model's context window"))
+        self.overflow = overflow_combo(settings.overflow)
+        cf.addWidget(self.overflow)
         lay.addWidget(chat)
+
+        look = QGroupBox("Appearance")
+        lf = QFormLayout(look)
+        self.theme = QComboBox()
+        self.theme.setObjectName("ThemeChoice")
+        for label, value in THEME_CHOICES:
+            self.theme.addItem(label, value)
+        self.theme.setCurrentIndex(max(0, self.theme.findData(settings.theme)))
+        lf.addRow("Theme", self.theme)
+        lay.addWidget(look)
 
         eng = QGroupBox("Engine and cache")
         ef = QFormLayout(eng)
@@ -100,6 +116,12 @@ class SettingsDialog(QDialog):
         ef.addRow("", _wrap(row))
         lay.addWidget(eng)
 
+        self.server_panel = None
+        if server is not None:   # an app.gui.server_control.ServerControl: the API server switch
+            from .server_control import ServerPanel  # noqa: PLC0415
+            self.server_panel = ServerPanel(server)
+            lay.addWidget(self.server_panel)
+
         data = QGroupBox("Data")
         df = QHBoxLayout(data)
         self.folder_label = QLabel(str(home))
@@ -129,6 +151,8 @@ class SettingsDialog(QDialog):
         s.disk_budget_mb = self.disk.value()
         s.cache_max_age_days = self.max_age.value()
         s.kv_store = "float16" if self.compact_kv.isChecked() else "model"
+        s.overflow = self.overflow.currentData() or s.overflow
+        s.theme = self.theme.currentData() or "system"
         return s
 
 
@@ -143,6 +167,7 @@ class ChatSettingsDialog(QDialog):
         lay = QVBoxLayout(self)
         lay.addWidget(QLabel("System prompt for this chat (empty: the default)"))
         self.system_prompt = QPlainTextEdit(getattr(detail, "system_prompt", "") or "")
+        self.system_prompt.setAccessibleName("System prompt for this chat")
         self.system_prompt.setPlaceholderText(settings.system_prompt)
         self.system_prompt.setFixedHeight(80)
         lay.addWidget(self.system_prompt)
@@ -156,6 +181,11 @@ class ChatSettingsDialog(QDialog):
         self.sampling.setEnabled(bool(own))
         self.use_own.toggled.connect(self.sampling.setEnabled)
         lay.addWidget(self.sampling)
+        default_label = next((lab for lab, v in OVERFLOW_CHOICES if v == settings.overflow), "")
+        lay.addWidget(QLabel("When this chat outgrows the model's context window"))
+        self.overflow = overflow_combo(overrides.get("overflow") or "",
+                                       default=f"The default: {default_label.split(' (')[0]}")
+        lay.addWidget(self.overflow)
         self._overrides = overrides
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
                                    | QDialogButtonBox.StandardButton.Cancel)
@@ -169,7 +199,25 @@ class ChatSettingsDialog(QDialog):
             overrides["sampling"] = self.sampling.value().__dict__
         else:
             overrides.pop("sampling", None)
+        if self.overflow.currentData():
+            overrides["overflow"] = self.overflow.currentData()
+        else:
+            overrides.pop("overflow", None)
         return self.system_prompt.toPlainText(), overrides
+
+
+def overflow_combo(current: str, default: str | None = None) -> QComboBox:
+    """The overflow policies (and, for one chat, “the default”), `current` selected."""
+    box = QComboBox()
+    box.setObjectName("OverflowChoice")
+    box.setAccessibleName("When a chat outgrows the context window")
+    if default is not None:
+        box.addItem(default, "")
+    for label, value in OVERFLOW_CHOICES:
+        box.addItem(label, value)
+    box.setCurrentIndex(max(0, box.findData(current if current in OVERFLOW_VALUES else
+                                            ("" if default is not None else current))))
+    return box
 
 
 def _wrap(layout: Any) -> QWidget:

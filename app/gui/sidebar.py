@@ -14,6 +14,8 @@ from . import theme
 from .sidebar_model import ChatListModel, Header, IdRole, IsHeaderRole, RowRole
 
 ROW_HEIGHT = 34
+SEARCH_ROW_HEIGHT = 50   # while searching: the title, and the snippet with the matches marked
+MARK_OPEN, MARK_CLOSE = "\u00ab", "\u00bb"   # how the store marks matched words in a snippet
 LAYOUT_BATCH = 400   # rows laid out per event-loop turn (about 1 ms)
 KV_ICONS = {"disk": "disk", "memory": "memory", "none": "kv-none"}
 
@@ -54,7 +56,9 @@ class ChatDelegate(QStyledItemDelegate):
         return pm
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:  # noqa: N802
-        return QSize(200, ROW_HEIGHT)
+        model = index.model()
+        searching = bool(getattr(model, "searching", False))
+        return QSize(200, SEARCH_ROW_HEIGHT if searching else ROW_HEIGHT)
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         t = theme.current()
@@ -111,13 +115,23 @@ class ChatDelegate(QStyledItemDelegate):
         fm = painter.fontMetrics()
         avail = max(10, right - x - 4)
         text = fm.elidedText(item.title, Qt.TextElideMode.ElideRight, avail)
+        two_lines = r.height() >= SEARCH_ROW_HEIGHT
+        if two_lines:   # a search hit: the title above, the snippet with its matches below
+            half = r.height() // 2
+            painter.drawText(QRect(x, r.top() + 2, avail, half - 2),
+                             Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignLeft, text)
+            if item.snippet:
+                draw_marked(painter, item.snippet, QRect(x, r.top() + half, avail, half - 4), t)
+            painter.restore()
+            return
         painter.drawText(QRect(x, r.top(), avail, r.height()),
                          Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
         if item.snippet:
             used = fm.horizontalAdvance(text) + 8
             if used + 20 < avail:
                 painter.setPen(QColor(t.muted))
-                snip = fm.elidedText(item.snippet, Qt.TextElideMode.ElideRight, avail - used)
+                snip = fm.elidedText(plain_snippet(item.snippet), Qt.TextElideMode.ElideRight,
+                                     avail - used)
                 painter.drawText(QRect(x + used, r.top(), avail - used, r.height()),
                                  Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, snip)
         painter.restore()
@@ -127,7 +141,61 @@ class ChatDelegate(QStyledItemDelegate):
         editor.setGeometry(option.rect.adjusted(30, 4, -8, -4))
 
 
+def snippet_parts(snippet: str) -> list[tuple[str, bool]]:
+    """“a «match» b” → [("a ", False), ("match", True), (" b", False)]."""
+    parts: list[tuple[str, bool]] = []
+    rest = " ".join((snippet or "").split())
+    while rest:
+        i = rest.find(MARK_OPEN)
+        if i < 0:
+            parts.append((rest, False))
+            break
+        j = rest.find(MARK_CLOSE, i + 1)
+        if j < 0:
+            parts.append((rest.replace(MARK_OPEN, ""), False))
+            break
+        if i:
+            parts.append((rest[:i], False))
+        parts.append((rest[i + 1:j], True))
+        rest = rest[j + 1:]
+    return [(p, m) for p, m in parts if p]
+
+
+def plain_snippet(snippet: str) -> str:
+    return "".join(p for p, _ in snippet_parts(snippet))
+
+
+def draw_marked(painter: QPainter, snippet: str, rect: QRect, t: Any) -> None:
+    """The snippet in the muted colour, its matched words bold in the text colour on the
+    selection colour, cut with an ellipsis where the row ends."""
+    base = painter.font()
+    bold = QFont(base)
+    bold.setBold(True)
+    x, right = rect.left(), rect.right()
+    for text, marked in snippet_parts(snippet):
+        painter.setFont(bold if marked else base)
+        fm = painter.fontMetrics()
+        room = right - x
+        if room <= fm.horizontalAdvance("…"):
+            break
+        shown = fm.elidedText(text, Qt.TextElideMode.ElideRight, room)
+        width = fm.horizontalAdvance(shown)
+        if marked:
+            painter.fillRect(QRect(x - 1, rect.top() + 2, width + 2, rect.height() - 4),
+                             QColor(t.selection))
+        painter.setPen(QColor(t.text if marked else t.muted))
+        painter.drawText(QRect(x, rect.top(), width + 1, rect.height()),
+                         Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, shown)
+        x += width
+        if shown != text:
+            break
+    painter.setFont(base)
+
+
 class ChatListView(QListView):
+    """The chat list. Arrow keys only move the focus (nothing opens); Enter or Space opens
+    the focused chat, and so does a click."""
+
     activatedChat = Signal(str)
 
     def __init__(self, parent: QWidget | None = None):
@@ -146,6 +214,19 @@ class ChatListView(QListView):
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.setItemDelegate(ChatDelegate(self))
         self.setFrameShape(QFrame.Shape.NoFrame)
+        self.clicked.connect(self._open)
+
+    def _open(self, idx: QModelIndex) -> None:
+        if idx.isValid() and not idx.data(IsHeaderRole):
+            self.activatedChat.emit(idx.data(IdRole))
+
+    def keyPressEvent(self, event: Any) -> None:  # noqa: N802
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Space) and \
+                self.state() != QAbstractItemView.State.EditingState and not event.modifiers():
+            self._open(self.currentIndex())
+            event.accept()
+            return
+        super().keyPressEvent(event)
 
 
 class Sidebar(QFrame):
@@ -188,6 +269,7 @@ class Sidebar(QFrame):
         self.new_btn = QPushButton("  New chat")
         self.new_btn.setObjectName("PrimaryButton")
         self.new_btn.setToolTip("New chat (Ctrl+N)")
+        self.new_btn.setAccessibleName("New chat")     # the label's leading spaces are padding
         self.new_btn.clicked.connect(self.newChatRequested)
         lay.addWidget(self.new_btn)
 
@@ -205,8 +287,10 @@ class Sidebar(QFrame):
         lay.addWidget(self.search)
 
         self.view = ChatListView(self)
+        self.view.setAccessibleName("Chats")   # rows read as Qt.AccessibleTextRole (sidebar_model)
         self.view.setModel(model)
         self.view.selectionModel().currentChanged.connect(self._on_current)
+        self.view.activatedChat.connect(self.chatSelected)
         self.view.customContextMenuRequested.connect(self._context_menu)
         lay.addWidget(self.view, 1)
 
@@ -232,6 +316,8 @@ class Sidebar(QFrame):
         if not hasattr(self, "_search_icon"):
             self._search_icon = self.search.addAction(theme.icon("search", t.muted, 16),
                                                       QLineEdit.ActionPosition.LeadingPosition)
+            for b in self.search.findChildren(QToolButton):   # the icon's button and the clear one
+                b.setAccessibleName("Search" if b.defaultAction() is self._search_icon else "Clear search")
         else:
             self._search_icon.setIcon(theme.icon("search", t.muted, 16))
 
@@ -252,7 +338,7 @@ class Sidebar(QFrame):
         self.act_duplicate = act("Duplicate", "branch", "Ctrl+D",
                                  lambda: self._with_current(self.duplicateRequested.emit))
         self.act_close = act("Close", "close", None, lambda: self._with_current(self.closeRequested.emit))
-        self.act_delete = act("Delete…", "trash", QKeySequence.StandardKey.Delete,
+        self.act_delete = act("Delete", "trash", QKeySequence.StandardKey.Delete,
                               lambda: self._with_current(self.deleteRequested.emit))
 
     def current_id(self) -> str | None:
@@ -299,9 +385,9 @@ class Sidebar(QFrame):
 
     # --- selection ---------------------------------------------------------------------------
     def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        if self._suppress_select or not current.isValid() or current.data(IsHeaderRole):
-            return
-        self.chatSelected.emit(current.data(IdRole))
+        """The focus moved (arrow keys, or rows coming and going): nothing opens; a click,
+        Enter or Space opens (ChatListView.activatedChat)."""
+        return
 
     def select(self, chat_id: str | None, *, emit: bool = False) -> None:
         self._suppress_select = not emit
@@ -316,11 +402,13 @@ class Sidebar(QFrame):
             self._suppress_select = False
 
     def _focus_first(self) -> None:
+        """Enter in the search field: open the best hit (at the match) and focus the list."""
         for row in range(self.model.rowCount()):
             idx = self.model.index(row, 0)
             if not idx.data(IsHeaderRole):
                 self.view.setFocus()
                 self.view.setCurrentIndex(idx)
+                self.chatSelected.emit(idx.data(IdRole))
                 return
 
     def set_loading(self, loading: bool, text: str = "Loading chats…") -> None:

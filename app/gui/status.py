@@ -69,6 +69,9 @@ class StatusBar(QStatusBar):
         # the transient message gives way to the figures (never squeezes them)
         self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.addWidget(self.message, 1)
+        self.kv = QLabel("")            # the KV state of the chat on screen (and only that chat)
+        self.kv.setObjectName("StatusKv")
+        self.addPermanentWidget(self.kv)
         self.started = QLabel("")
         self.started.setObjectName("StatusStarted")
         self.addPermanentWidget(self.started)
@@ -83,6 +86,7 @@ class StatusBar(QStatusBar):
         self.context.setObjectName("StatusContext")
         self.context_bar = QProgressBar()
         self.context_bar.setObjectName("ContextBar")
+        self.context_bar.setAccessibleName("Context window used")
         self.context_bar.setTextVisible(False)
         self.context_bar.setFixedWidth(80)
         self.context_bar.setFixedHeight(6)
@@ -123,3 +127,24 @@ class StatusBar(QStatusBar):
 
     def set_message(self, text: str) -> None:
         self.message.setText(text)
+
+    # --- figures of the chat on screen -------------------------------------------------------
+    def set_kv(self, text: str) -> None:
+        """“1,146 tokens on disk — resumes without prefill”: about the chat shown, never another."""
+        self.kv.setText(text)
+
+    def show_chat(self, figures: dict[str, Any] | None, window: int, kv: str = "") -> None:
+        """Everything the bar says about a chat, replaced at once when another chat is shown."""
+        self.set_figures(figures)
+        used = int((figures or {}).get("context_used") or 0)
+        self.set_context(used, window)
+        self.set_kv(kv)
+
+    def set_live(self, live: Any, window: int = 0) -> None:
+        """The turn in progress (a `widgets.turn.LiveTurn`): prefill progress, then tokens and
+        tok/s so far; the previous turn's figures are not shown meanwhile."""
+        if live.decoding:
+            self.started.setText(f"generating: {live.tokens:,} tokens")
+        else:
+            self.started.setText(live.summary())
+        self.set_speed(live.tokens_per_s())

@@ -47,13 +47,16 @@ class Theme:
         return self.name == "dark"
 
 
+# Text colours meet WCAG AA (4.5:1) on every background they are drawn on, selection included
+# (tests/gui/test_accessibility.py computes it from the style sheet and the palette): hence the
+# darker light accent (white button text on it; links) and muted/danger, and the darker dark selection.
 LIGHT = Theme("light", window="#f6f5f3", base="#ffffff", sidebar="#f1efec", surface="#f7f6f4",
-              user_bubble="#fdf0dc", text="#1f1d1a", muted="#6f6a63", accent="#d97706",
+              user_bubble="#fdf0dc", text="#1f1d1a", muted="#67625b", accent="#ad4f08",
               accent_text="#ffffff", border="#e3dfd9", code_bg="#f6f8fa", selection="#fbe3bd",
-              danger="#c2410c", pygments_style="friendly")
+              danger="#b13a0a", pygments_style="friendly")
 DARK = Theme("dark", window="#1b1a18", base="#201f1d", sidebar="#171614", surface="#2a2826",
-             user_bubble="#3a2f20", text="#ece9e4", muted="#a19a90", accent="#f59e0b",
-             accent_text="#1b1a18", border="#34312d", code_bg="#161514", selection="#5a4320",
+             user_bubble="#3a2f20", text="#ece9e4", muted="#b0a99f", accent="#f59e0b",
+             accent_text="#1b1a18", border="#34312d", code_bg="#161514", selection="#4a3719",
              danger="#fb923c", pygments_style="monokai")
 
 
@@ -83,9 +86,19 @@ class _State(QObject):
         super().__init__()
         self.theme = LIGHT
         self.connected = False
+        self.choice = "system"     # the theme setting: system | light | dark
 
 
 _state = _State()
+
+
+def set_choice(choice: str) -> None:
+    """The theme setting: "system" follows the system's changes; "light"/"dark" stay put."""
+    _state.choice = choice if choice in ("system", "light", "dark") else "system"
+
+
+def choice() -> str:
+    return _state.choice
 
 
 def changed_signal() -> Signal:
@@ -141,7 +154,8 @@ def apply(app: QApplication, t: Theme | None = None) -> Theme:
     icon.cache_clear()
     if not _state.connected:
         _state.connected = True
-        QGuiApplication.styleHints().colorSchemeChanged.connect(lambda *_: apply(app))
+        QGuiApplication.styleHints().colorSchemeChanged.connect(
+            lambda *_: apply(app) if _state.choice == "system" else None)
     _state.changed.emit(t)
     return t
 

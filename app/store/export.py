@@ -74,6 +74,7 @@ def to_json(conv: ConversationDetail, messages: Sequence[MessageRow]) -> dict[st
                 "content": m.content,
                 "created_at": _iso(m.created_at),
                 "figures": m.figures,
+                "model_name": m.model_name,
             }
             for m in messages
         ],
@@ -90,6 +91,7 @@ class ImportedMessage:
     content: str
     created_at: datetime
     figures: dict[str, Any] | None
+    model_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,12 +143,15 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
         figures = raw.get("figures")
         if figures is not None and not isinstance(figures, dict):
             raise ValueError(f"message {i}: figures must be an object or null")
+        model_name = raw.get("model_name")
+        if model_name is not None and not isinstance(model_name, str):
+            raise ValueError(f"message {i}: model_name must be a string or null")
         seen.add(key)
         messages.append(ImportedMessage(
             key=key, parent_key=parent, role=role,
             content=_expect(raw, "content", str, where=f"message {i}"),
             created_at=_parse_time(raw.get("created_at"), f"message {i}"),
-            figures=figures,
+            figures=figures, model_name=model_name,
         ))
     leaf = data.get("current_leaf_id")
     if leaf is not None and leaf not in seen:

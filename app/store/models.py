@@ -122,6 +122,9 @@ class Message(Base):
     tokens_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     resumed_from_disk: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # The model that wrote an assistant message (revision 0003); NULL for older messages and
+    # for user messages. Kept per message so a model switch never relabels earlier replies.
+    model_name: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class PendingEngineDelete(Base):

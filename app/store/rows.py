@@ -53,6 +53,7 @@ class MessageRow:
     figures: dict[str, Any] | None = field(hash=False)
     sibling_index: int
     sibling_count: int
+    model_name: str | None = None   # the model that wrote it (assistant messages; revision 0003)
 
 
 @dataclass(frozen=True, slots=True)

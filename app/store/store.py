@@ -205,6 +205,12 @@ class ConversationStore:
             raise ValueError("kv bytes cannot be negative")
         self._update_conversation(id, kv_state=state, kv_bytes=int(bytes))
 
+    def set_cache_salt(self, id: str, salt: str | None) -> None:
+        """Record the chat's cache salt (a remote server's per-chat prefix-cache namespace)."""
+        if salt is not None and (not isinstance(salt, str) or not 16 <= len(salt) <= 128):
+            raise ValueError("a cache salt is a string of 16 to 128 characters")
+        self._update_conversation(id, cache_salt=salt)
+
     def mark_opened(self, id: str) -> None:
         """Record that the user opened the conversation now."""
         self._update_conversation(id, last_opened_at=utcnow())
@@ -279,7 +285,8 @@ class ConversationStore:
 
     def add_message(self, conversation_id: str, role: str, content: str, *,
                     parent_id: int | None | _CurrentLeaf = CURRENT_LEAF,
-                    figures: Mapping[str, Any] | Any | None = None) -> MessageRow:
+                    figures: Mapping[str, Any] | Any | None = None,
+                    model_name: str | None = None) -> MessageRow:
         """Append a message (by default under the current leaf) and make it the current leaf.
 
         `parent_id=None` starts a new root (an edit of the first message); a parent that
@@ -305,7 +312,7 @@ class ConversationStore:
                 depth = found.depth + 1
             result = session.execute(insert(Message).values(
                 conversation_id=conversation_id, parent_id=parent, depth=depth, role=role,
-                content=content, created_at=now, **columns))
+                content=content, created_at=now, model_name=model_name, **columns))
             message_id = result.inserted_primary_key[0]
             values: dict[str, Any] = {"current_leaf_id": message_id, "updated_at": now}
             if role == "user" and not conv.title_locked:
@@ -319,7 +326,7 @@ class ConversationStore:
             return MessageRow(
                 id=message_id, conversation_id=conversation_id, parent_id=parent, depth=depth,
                 role=role, content=content, created_at=now, figures=figures_dict,
-                sibling_index=count - 1, sibling_count=count,
+                sibling_index=count - 1, sibling_count=count, model_name=model_name,
             )
 
         return self._write(write)
@@ -387,9 +394,10 @@ class ConversationStore:
 
         return self._write(write)
 
-    def duplicate(self, conversation_id: str, *, upto_message_id: int | None = None
-                  ) -> ConversationDetail:
-        """A new conversation holding the path to `upto_message_id` (default: the current leaf)."""
+    def duplicate(self, conversation_id: str, *, upto_message_id: int | None = None,
+                  title: str | None = None) -> ConversationDetail:
+        """A new conversation holding the path to `upto_message_id` (default: the current leaf),
+        titled `title` (default: the source's title)."""
         new_id = str(uuid.uuid4())
         now = utcnow()
 
@@ -401,7 +409,8 @@ class ConversationStore:
             if upto_message_id is not None and not path:
                 raise NotFoundError(f"no message {upto_message_id} in conversation {conversation_id}")
             conv = Conversation(
-                id=new_id, title=src.title, title_locked=src.title_locked, pinned=False,
+                id=new_id, title=src.title if title is None else title,
+                title_locked=src.title_locked or title is not None, pinned=False,
                 created_at=now, updated_at=now, last_opened_at=None, model_id=src.model_id,
                 model_fingerprint=src.model_fingerprint, system_prompt=src.system_prompt,
                 settings_json=src.settings_json, cache_salt=src.cache_salt, kv_state="none",
@@ -412,7 +421,7 @@ class ConversationStore:
             parent: int | None = None
             for msg in path:
                 parent = _insert_message(conn, new_id, parent, msg.depth, msg.role, msg.content,
-                                         msg.created_at, msg.figures)
+                                         msg.created_at, msg.figures, msg.model_name)
             conv.current_leaf_id = parent
             session.flush()
             return _detail(conv)
@@ -465,7 +474,8 @@ class ConversationStore:
                 parent = ids[msg.parent_key] if msg.parent_key is not None else None
                 depth = depths[msg.parent_key] + 1 if msg.parent_key is not None else 0
                 ids[msg.key] = _insert_message(conn, new_id, parent, depth, msg.role,
-                                               msg.content, msg.created_at, msg.figures)
+                                               msg.content, msg.created_at, msg.figures,
+                                               msg.model_name)
                 depths[msg.key] = depth
             if parsed.current_leaf_key is not None:
                 conv.current_leaf_id = ids[parsed.current_leaf_key]
@@ -541,7 +551,7 @@ def _message(r: Any, index: int, count: int) -> MessageRow:
         id=r.id, conversation_id=r.conversation_id, parent_id=r.parent_id, depth=r.depth,
         role=r.role, content=r.content, created_at=r.created_at,
         figures=json.loads(r.figures_json) if r.figures_json is not None else None,
-        sibling_index=index, sibling_count=count,
+        sibling_index=index, sibling_count=count, model_name=getattr(r, "model_name", None),
     )
 
 
@@ -584,8 +594,9 @@ def _path(conn: Connection, cid: str, leaf: int | None) -> list[MessageRow]:
 
 
 def _insert_message(conn: Connection, cid: str, parent: int | None, depth: int, role: str,
-                    content: str, created_at: Any, figures: dict[str, Any] | None) -> int:
+                    content: str, created_at: Any, figures: dict[str, Any] | None,
+                    model_name: str | None = None) -> int:
     result = conn.execute(insert(Message).values(
         conversation_id=cid, parent_id=parent, depth=depth, role=role, content=content,
-        created_at=created_at, **_figure_columns(figures)))
+        created_at=created_at, model_name=model_name, **_figure_columns(figures)))
     return int(result.inserted_primary_key[0])

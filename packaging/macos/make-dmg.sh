@@ -10,7 +10,9 @@
 set -euo pipefail
 APP=$1; VERSION=$2; DIST=$3
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-DMG=$DIST/Amber-$VERSION.dmg
+# Intel builds are told apart by name (each .app holds one architecture: the build host's)
+ARCH_SUFFIX=$([ "$(uname -m)" = x86_64 ] && echo "-x86_64" || true)
+DMG=$DIST/Amber-$VERSION$ARCH_SUFFIX.dmg
 mkdir -p "$DIST"
 
 if [ -n "${AMBER_CODESIGN_IDENTITY:-}" ]; then

@@ -4,7 +4,9 @@ Streams canned text word by word with a delay, honours the cancel token, returns
 `GenerationFigures` that tell how the reply started (resumed from disk / memory, or prefilled),
 tracks every open / pin / unpin / close / delete call, and keeps "pinned" sessions as small files
 under its state directory so that a second instance over the same directory (an application
-restart) resumes them from disk.
+restart) resumes them from disk. Like the real engine it sends `PrefillProgress` events while it
+"prefills" (`prefill_steps` of them, `prefill_delay` apart) and applies `SamplingParams.overflow`
+when a history does not fit its `context_window` (reporting `dropped_messages/_tokens`).
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from engine.api import (ChatMessage, GenerationFigures, GenerationResult, KVLocation,
-                        SamplingParams, SessionInfo, SessionKind, StreamEvent, TextChunk)
+                        OverflowPolicy, PrefillProgress, SamplingParams, SessionInfo,
+                        SessionKind, StreamEvent, TextChunk)
 
 DEFAULT_REPLY = (
     "Sure! Here is a short answer with **bold** text, a list and some code:\n\n"
@@ -53,15 +56,25 @@ class FakeEngine:
     def __init__(self, state_dir: Path | None = None, *, delay: float = 0.004,
                  reply: str | Callable[[Sequence[ChatMessage]], str] = DEFAULT_REPLY,
                  resume_ms: float = 31.0, save_delay: float = 0.15,
-                 tokens_per_s: float = 42.5):
+                 tokens_per_s: float = 42.5, context_window: int = 2048,
+                 prefill_steps: int = 4, prefill_delay: float = 0.0,
+                 model_name: str = "Fake-Model-135M"):
         self.state_dir = Path(state_dir) if state_dir else None
         self.delay = delay
         self.reply = reply
         self.resume_ms = resume_ms
         self.save_delay = save_delay
         self.tokens_per_s = tokens_per_s
+        self.context_window = context_window
+        self.prefill_steps = prefill_steps
+        self.prefill_delay = prefill_delay
+        self.model_name = model_name
+        self.prefilling = threading.Event()   # set while the fake prefill runs
+        self.release_prefill = threading.Event()  # with hold_prefill: the prefill waits for it
+        self.hold_prefill = False
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
-        self.generations: list[list[ChatMessage]] = []
+        self.generations: list[list[ChatMessage]] = []   # what the GUI asked for
+        self.prompts: list[list[ChatMessage]] = []       # ... and what fitted (overflow policy)
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
         self._saves: list[threading.Thread] = []
@@ -109,7 +122,17 @@ class FakeEngine:
             s = self.sessions.get(session_id)
             if s is None:
                 raise KeyError(f"session {session_id} is not open")
+        sampling = sampling or SamplingParams()
+        messages, dropped, dropped_tokens = self._fit(list(messages), sampling)
+        self.prompts.append(list(messages))
         prompt = count_tokens(messages)
+        if len(prompt) > self.context_window:   # STOP, or nothing left to drop
+            figures = GenerationFigures(
+                prompt_tokens=len(prompt), provider=self.provider,
+                finish_reason="context_full", context_used=len(prompt),
+                context_window=self.context_window)
+            yield GenerationResult("", [], figures)
+            return
         shared = 0
         for a, b in zip(s.history, prompt):
             if a != b:
@@ -118,6 +141,20 @@ class FakeEngine:
         resume = s.location.value if shared else "none"
         resume_ms = self.resume_ms if (s.from_disk and shared) else 0.0
         s.from_disk = False
+        prefilled_now = len(prompt) - shared
+        if prefilled_now and self.prefill_steps:
+            self.prefilling.set()
+            try:
+                for step in range(1, self.prefill_steps + 1):
+                    if cancel is not None and cancel.is_set():
+                        break
+                    if self.hold_prefill and step == self.prefill_steps // 2 + 1:
+                        self.release_prefill.wait(10)
+                    if self.prefill_delay:
+                        time.sleep(self.prefill_delay)
+                    yield PrefillProgress(prefilled_now * step // self.prefill_steps, prefilled_now)
+            finally:
+                self.prefilling.clear()
         text = self.reply(messages) if callable(self.reply) else self.reply
         words = text.split(" ")
         out: list[str] = []
@@ -148,11 +185,29 @@ class FakeEngine:
             generated_tokens=len(out), ttft_ms=resume_ms + prefilled * 0.5,
             prefill_ms=prefilled * 0.5, resume_ms=resume_ms,
             decode_tokens_per_s=self.tokens_per_s, provider=self.provider, finish_reason=finish,
-            resume=resume, context_used=len(s.history), context_window=self.context_window)
+            resume=resume, context_used=len(s.history), context_window=self.context_window,
+            dropped_messages=dropped, dropped_tokens=dropped_tokens)
         _ = started
         if s.kind is SessionKind.PINNED:
             self._save_async(session_id)
         yield GenerationResult(reply, list(range(len(out))), figures)
+
+    def _fit(self, messages: list[ChatMessage], sampling: SamplingParams
+             ) -> tuple[list[ChatMessage], int, int]:
+        """Apply the overflow policy: drop the oldest turns (keeping the system prompt with
+        truncate_middle) until the prompt fits; the latest message always stays."""
+        policy = OverflowPolicy(sampling.overflow or OverflowPolicy.TRUNCATE_MIDDLE.value)
+        dropped = dropped_tokens = 0
+        if policy is OverflowPolicy.STOP:
+            return messages, 0, 0
+        keep_system = policy is OverflowPolicy.TRUNCATE_MIDDLE and bool(messages) and \
+            messages[0].role == "system"
+        first = 1 if keep_system else 0
+        while len(count_tokens(messages)) > self.context_window and len(messages) - first > 1:
+            gone = messages.pop(first)
+            dropped += 1
+            dropped_tokens += len(count_tokens([gone]))
+        return messages, dropped, dropped_tokens
 
     def _save_async(self, session_id: str) -> None:
         disk = self._disk(session_id)

@@ -123,7 +123,119 @@ def test_screenshot_deleted_with_undo(make_window, engine, qtbot, shots):
     w = make_window(engine)
     w.resize(1180, 780)
     populate(qtbot, w, engine)
-    w.delete_chat(w.current_id)
-    assert w.toast.isVisible()
+    deleted = w.current_id
+    with qtbot.waitSignal(w.chatLoaded, timeout=5000):
+        w.delete_chat(deleted)             # the neighbouring chat opens
+    qtbot.waitUntil(lambda: not w.chat_view.loading, timeout=5000)
+    assert w.toast.isVisible() and w.current_id not in (None, deleted)
     shots(w, "08-undo-delete")
     w.undo_delete()
+
+
+# --- issue 13: the new states ----------------------------------------------------------------
+LONG_LINE_REPLY = ("A long line keeps its shape and scrolls sideways:\n\n```python\n"
+                   "result = compute(" + ", ".join(f"argument_{i}={i}" for i in range(40)) + ")\n"
+                   "print(result)\n```\n\nThe Copy link stays in view.")
+
+
+def test_screenshot_small_window(make_window, engine, qtbot, shots):
+    w = make_window(engine)
+    populate(qtbot, w, engine)
+    w.resize(640, 480)
+    qtbot.waitUntil(lambda: w.width() == 640 and w.sidebar.isHidden(), timeout=3000)
+    QApplication.processEvents()
+    assert w.title_label.isVisible() and w.composer.send_btn.isVisible()
+    shots(w, "09-small-window")
+    w.view_ctl.set_sidebar(True, user=True)
+    QApplication.processEvents()
+    assert not w.sidebar.isHidden()
+    shots(w, "10-small-window-sidebar")
+
+
+def test_screenshot_prefill_progress(make_window, engine, qtbot, shots):
+    engine.hold_prefill = True
+    w = make_window(engine)
+    w.resize(1000, 680)
+    send(qtbot, w, "Summarise this long paste: " + "lorem ipsum dolor sit amet " * 80, wait=False)
+    qtbot.waitUntil(lambda: "%" in w.chat_view.widgets[-1].prefill.label.text(), timeout=5000)
+    QApplication.processEvents()
+    assert "Processing prompt" in w.chat_view.widgets[-1].prefill.label.text()
+    shots(w, "11-prefill-progress")
+    engine.release_prefill.set()
+    wait_idle(qtbot, w, timeout=10000)
+
+
+def test_screenshot_overflow_notice(make_window, home, qtbot, shots):
+    from fake_engine import FakeEngine
+
+    engine = FakeEngine(home / "state", context_window=160,
+                        reply="Sure — continuing from the latest turns.")
+    w = make_window(engine)
+    w.resize(1000, 680)
+    for i in range(5):
+        send(qtbot, w, f"Part {i + 1} of my notes: " + "some words " * 12)
+    wait_idle(qtbot, w)
+    assert not w.chat_view.widgets[-1].overflow_label.isHidden()
+    w.chat_view.scroll_to_bottom()
+    QApplication.processEvents()
+    shots(w, "12-overflow-notice")
+
+
+def test_screenshot_long_code_line(make_window, engine, qtbot, shots):
+    engine.reply = LONG_LINE_REPLY
+    w = make_window(engine)
+    w.resize(900, 620)
+    send(qtbot, w, "Show me a long line")
+    wait_idle(qtbot, w)
+    assert w.chat_view.widgets[-1].body.wide()
+    shots(w, "13-long-code-line")
+
+
+def test_screenshot_small_window_dark(make_window, engine, qtbot, shots, qapp):
+    theme.apply(qapp, theme.DARK)
+    try:
+        engine.reply = LONG_LINE_REPLY
+        w = make_window(engine)
+        w.resize(640, 480)
+        send(qtbot, w, "Show me a long line")
+        wait_idle(qtbot, w)
+        QApplication.processEvents()
+        shots(w, "14-small-window-dark")
+    finally:
+        theme.apply(qapp, theme.LIGHT)
+
+
+def test_screenshot_queued_and_search_hit(make_window, engine, qtbot, shots):
+    w = make_window(engine)
+    w.resize(1100, 700)
+    populate(qtbot, w, engine)
+    engine.delay = 0.05
+    send(qtbot, w, "Write a long story", wait=False)
+    qtbot.waitUntil(lambda: len(w.chat_view.stream_text) > 20, timeout=5000)
+    w.new_chat()
+    send(qtbot, w, "And a quick question meanwhile", wait=False)
+    assert w.queued
+    QApplication.processEvents()
+    shots(w, "15-queued-send")
+    w.stop()
+    wait_idle(qtbot, w, timeout=15000)
+    qtbot.waitUntil(lambda: not w.queued and w.stream is None, timeout=15000)
+    wait_idle(qtbot, w, timeout=15000)
+    qtbot.keyClicks(w.sidebar.search, "attention")
+    qtbot.waitUntil(lambda: w.chat_model.searching and bool(w.chat_model.visible_chat_ids()), timeout=3000)
+    QApplication.processEvents()
+    shots(w, "16-search-highlight")
+
+
+def test_screenshot_chat_settings_overflow(make_window, engine, qtbot, shots):
+    from app.gui.settings_dialog import ChatSettingsDialog
+
+    w = make_window(engine)
+    send(qtbot, w, "Plan a long project with me")
+    dlg = ChatSettingsDialog(w.store.get_conversation(w.current_id), w.settings, parent=w)
+    dlg.overflow.setCurrentIndex(dlg.overflow.findData("rolling"))
+    dlg.show()
+    qtbot.waitExposed(dlg)
+    assert dlg.values()[1]["overflow"] == "rolling"
+    shots(dlg, "17-chat-settings-overflow")
+    dlg.reject()

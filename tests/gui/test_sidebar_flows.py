@@ -52,7 +52,7 @@ def test_pin_writes_kv_in_background_and_unpin_removes_it(make_window, engine, q
     # unpin from the context menu
     menu = w.sidebar.build_menu(w.chat_model.index_of(cid))
     texts = [a.text() for a in menu.actions() if a.text()]
-    assert texts[:3] == ["Unpin", "Rename", "Duplicate"] and "Delete…" in texts
+    assert texts[:3] == ["Unpin", "Rename", "Duplicate"] and "Delete" in texts   # one gesture: no dialog follows
     w.sidebar.act_pin.trigger()
     qtbot.waitUntil(lambda: engine.called("unpin") == [(cid,)], timeout=3000)
     wait_idle(qtbot, w)
@@ -81,7 +81,7 @@ def test_rename_inline_with_f2(make_window, engine, qtbot):
     assert detail.title == "Travel plans" and detail.title_locked
 
 
-def test_delete_asks_then_offers_undo(make_window, engine, qtbot, monkeypatch):
+def test_delete_is_one_gesture_then_offers_undo(make_window, engine, qtbot, monkeypatch):
     monkeypatch.setattr(mw_mod, "UNDO_MS", 300)
     w = make_window(engine)
     send(qtbot, w, "first chat")
@@ -89,25 +89,21 @@ def test_delete_asks_then_offers_undo(make_window, engine, qtbot, monkeypatch):
     w.new_chat()
     send(qtbot, w, "second chat")
     second = w.current_id
-    # declined: nothing happens
+    # one gesture: no confirmation is asked, the chat goes and an undo toast appears
     asked = []
     w.confirm = lambda title, text: asked.append(text) or False
     w.sidebar.select(second)
     w.sidebar.view.setFocus()
     qtbot.keyClick(w.sidebar.view, Qt.Key.Key_Delete)
-    assert asked and "second chat" in asked[0]
-    assert second in w.chat_model.visible_chat_ids()
-    # accepted, then undone: the chat comes back, nothing was deleted
-    w.confirm = lambda title, text: True
-    qtbot.keyClick(w.sidebar.view, Qt.Key.Key_Delete)
+    assert asked == []
     assert second not in w.chat_model.visible_chat_ids()
-    assert w.current_id != second and w.toast.isVisible()
+    assert w.current_id == first and w.toast.isVisible()     # the neighbour is shown
     qtbot.mouseClick(w.toast.button, Qt.MouseButton.LeftButton)
     assert second in w.chat_model.visible_chat_ids() and w.current_id == second
     qtbot.wait(450)
     assert engine.called("delete") == []
     assert w.store.get_conversation(second)
-    # accepted and left alone: deleted from the store and the engine when the undo expires
+    # left alone: deleted from the store and the engine when the undo expires
     w.delete_chat(first)
     qtbot.waitUntil(lambda: engine.called("delete") == [(first,)], timeout=3000)
     wait_idle(qtbot, w)
@@ -160,13 +156,21 @@ def test_keyboard_navigation_skips_headers(make_window, engine, qtbot):
         w.new_chat()
         send(qtbot, w, text)
     first, second = w.chat_model.visible_chat_ids()
+    assert w.current_id == first        # the newest chat is on top
     w.sidebar.select(first)
     w.sidebar.view.setFocus()
+    loads = []
+    w.chatLoaded.connect(loads.append)
+    qtbot.keyClick(w.sidebar.view, Qt.Key.Key_Down)     # moves the focus, opens nothing
+    assert w.sidebar.current_id() == second and w.current_id == first
     with qtbot.waitSignal(w.chatLoaded, timeout=3000):
-        qtbot.keyClick(w.sidebar.view, Qt.Key.Key_Down)
+        qtbot.keyClick(w.sidebar.view, Qt.Key.Key_Return)   # Enter opens the focused chat
     assert w.current_id == second
     qtbot.keyClick(w.sidebar.view, Qt.Key.Key_Up)
-    qtbot.waitUntil(lambda: w.current_id == first, timeout=3000)
+    assert w.sidebar.current_id() == first and w.current_id == second
+    with qtbot.waitSignal(w.chatLoaded, timeout=3000):
+        qtbot.keyClick(w.sidebar.view, Qt.Key.Key_Space)    # and so does Space
+    assert w.current_id == first and loads == [second, first]
     qtbot.keyClick(w.sidebar.view, Qt.Key.Key_Up)   # the "Today" header is not a stop
     assert w.sidebar.current_id() == first
     open_chat(qtbot, w, second)

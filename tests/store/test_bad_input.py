@@ -87,7 +87,11 @@ def test_locked_by_another_program(db_path: Path) -> None:
 
 
 def _open_as_unprivileged(path: Path) -> str:
-    """Open the store as user `nobody` (root ignores permissions); return the error reason."""
+    """Open the store in a child without root's file-permission override; return the error reason.
+
+    As root the child keeps uid 0 (so it can still reach a checkout in a private folder and the
+    venv's interpreter) but runs with an empty capability bounding set: no CAP_DAC_OVERRIDE, so the
+    permission bits apply to it as to the file's owner."""
     code = ("import sys\nfrom app.store import ConversationStore, StoreError\n"
             "try:\n    ConversationStore(sys.argv[1])\nexcept StoreError as e:\n"
             "    print(e.reason)\n    print(e)\nelse:\n    print('opened')\n")
@@ -95,7 +99,7 @@ def _open_as_unprivileged(path: Path) -> str:
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:
             pytest.skip("running as root without setpriv")
-        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        cmd = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", *cmd]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -121,7 +125,7 @@ def test_read_only(shared_dir: Path, case: str) -> None:
         path.chmod(0o444)
     else:  # file writable by all, folder (where -wal and -shm go) by nobody
         path.chmod(0o666)
-        shared_dir.chmod(0o755)
+        shared_dir.chmod(0o555)
     before = sha256(path)
     out = _open_as_unprivileged(path)
     assert out.splitlines()[0] == "read_only", out

@@ -40,14 +40,14 @@ def make_revision_0001(path: Path) -> None:
 
 
 def test_revisions_are_numbered_and_linear() -> None:
-    assert known_revisions() == {"0001", "0002"}
-    assert head_revision() == "0002"
+    assert known_revisions() == {"0001", "0002", "0003"}
+    assert head_revision() == "0003"
 
 
 def test_blank_database_upgrades_to_head(db_path: Path) -> None:
     with ConversationStore(db_path) as store:
         assert store.list_conversations() == [] and store.backup_path is None
-    assert raw(db_path).execute("SELECT version_num FROM alembic_version").fetchone() == ("0002",)
+    assert raw(db_path).execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
 
 
 def test_empty_file_is_a_blank_database(db_path: Path) -> None:
@@ -107,3 +107,54 @@ def test_migrations_match_models(db_path: Path) -> None:
 
     real = [d for d in diffs if not table_of(d).startswith(ignored)]
     assert real == []
+
+
+def make_revision_0002(path: Path) -> None:
+    """A database as revision 0002 left it: a conversation by "smol" with two replies."""
+    open_database(path, target_revision="0002").dispose()
+    conn = raw(path)
+    assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0002",)
+    conn.execute(
+        "INSERT INTO conversations (id, title, title_locked, pinned, created_at, updated_at, "
+        "model_id, system_prompt, settings_json, kv_state, kv_bytes, current_leaf_id) "
+        "VALUES (?, 'Chat 2', 0, 0, 1700000000000000, 1700000001000000, 'smol', '', '{}', "
+        "'none', 0, 3)", (CID,))
+    for mid, parent, depth, role, text in [(1, None, 0, "user", "what do wombats eat"),
+                                           (2, 1, 1, "assistant", "Grasses and roots."),
+                                           (3, 1, 1, "assistant", "Mostly grass.")]:
+        conn.execute("INSERT INTO messages (id, conversation_id, parent_id, depth, role, content, "
+                     "created_at, figures_json, generated_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     (mid, CID, parent, depth, role, text, 1700000000500000 + mid,
+                      json.dumps({"generated_tokens": 3}) if role == "assistant" else None,
+                      3 if role == "assistant" else None))
+    conn.close()
+
+
+def test_upgrade_from_0002_labels_old_replies_with_the_chat_model(db_path: Path) -> None:
+    make_revision_0002(db_path)
+    with ConversationStore(db_path) as store:
+        backup = store.backup_path
+        assert backup is not None and backup.name.startswith("amber.sqlite3.backup-0002-")
+        assert raw(backup).execute("SELECT count(*) FROM messages").fetchone() == (3,)
+        path = store.active_path(CID)
+        assert [(m.role, m.content, m.model_name) for m in path] == [
+            ("user", "what do wombats eat", None), ("assistant", "Mostly grass.", "smol")]
+        assert path[1].figures == {"generated_tokens": 3} and path[1].sibling_count == 2
+        assert [s.model_name for s in store.siblings(2)] == ["smol", "smol"]
+        # the search index (0002's triggers) survived the column change and keeps indexing
+        assert [h.conversation_id for h in store.search("wombats")] == [CID]
+        new = store.add_message(CID, "assistant", "Roots, mainly, said another model.",
+                                parent_id=1, model_name="Other-7B")
+        assert new.model_name == "Other-7B"
+        assert store.active_path(CID)[-1].model_name == "Other-7B"
+        assert [h.conversation_id for h in store.search("mainly")] == [CID]
+        # duplicates and exports keep who wrote what
+        copy = store.duplicate(CID, title="Chat 2 (copy)")
+        assert copy.title == "Chat 2 (copy)"
+        assert [m.model_name for m in store.active_path(copy.id)] == [None, "Other-7B"]
+        exported = store.export_json(CID)
+        assert {m["model_name"] for m in exported["messages"]} == {None, "smol", "Other-7B"}
+        imported = store.import_json(exported)
+        assert [m.model_name for m in store.active_path(imported.id)] == [None, "Other-7B"]
+    assert raw(db_path).execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
+    assert raw(db_path).execute("PRAGMA foreign_key_check").fetchall() == []

@@ -1,0 +1,68 @@
+"""What the status bar says about the chat on screen, and a chat's overflow policy (pure, no Qt).
+
+Every figure comes from the chat shown: its last reply's figures, its own KV state; nothing of
+another chat (or of the previous turn while one streams) stays on screen.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from engine.api import OverflowPolicy
+
+OVERFLOW_CHOICES = [
+    ("Truncate the middle (keep the system prompt and the latest turns)",
+     OverflowPolicy.TRUNCATE_MIDDLE.value),
+    ("Rolling window (keep the latest turns)", OverflowPolicy.ROLLING.value),
+    ("Stop at the limit", OverflowPolicy.STOP.value),
+]
+OVERFLOW_VALUES = frozenset(v for _, v in OVERFLOW_CHOICES)
+DEFAULT_OVERFLOW = OverflowPolicy.TRUNCATE_MIDDLE.value   # the conversation keeps going
+
+
+def overflow_policy(overrides: dict[str, Any] | None, settings: Any) -> str:
+    """The chat's own policy if it has one, else the default from the settings."""
+    own = (overrides or {}).get("overflow")
+    if own in OVERFLOW_VALUES:
+        return str(own)
+    default = getattr(settings, "overflow", DEFAULT_OVERFLOW)
+    return default if default in OVERFLOW_VALUES else DEFAULT_OVERFLOW
+
+
+def last_figures(items: Iterable[Any]) -> dict[str, Any] | None:
+    """The figures of the chat's latest reply (what its last turn cost), if any."""
+    for m in reversed(list(items)):
+        if m.role == "assistant" and m.figures:
+            return m.figures
+    return None
+
+
+def window(engine: Any, figures: dict[str, Any] | None) -> int:
+    """The context window of the model loaded now (a reply's figures may be another model's)."""
+    w = int(getattr(engine, "context_window", 0) or 0)
+    return w or int((figures or {}).get("context_window") or 0)
+
+
+def kv_text(row: Any) -> str:
+    """The sidebar's idea of where this chat's KV is, before the engine has said more."""
+    if row is None or getattr(row, "temporary", False):
+        return ""
+    state = getattr(row, "kv_state", "none")
+    if state == "disk":
+        return "KV cache on disk — resumes without prefill"
+    if state == "memory":
+        return "KV cache in memory"
+    return ""
+
+
+def info_text(info: Any) -> str:
+    """What the engine said about this chat's session (`SessionInfo`)."""
+    tokens = int(getattr(info, "tokens", 0) or 0)
+    if not tokens:
+        return ""
+    where = getattr(info.kv_location, "value", str(info.kv_location))
+    disk = int(getattr(info, "kv_bytes_disk", 0) or 0)
+    if where == "disk" or (disk and where != "memory"):
+        return f"{tokens:,} tokens on disk — resumes without prefill"
+    if where == "memory":
+        return f"{tokens:,} tokens in memory"
+    return ""

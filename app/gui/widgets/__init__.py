@@ -1,0 +1,1 @@
+"""Small widgets of the chat window, one job each."""

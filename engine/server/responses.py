@@ -1,0 +1,215 @@
+"""POST /v1/responses (and GET/DELETE /v1/responses/{id}): the Responses API's stateful form.
+
+`store: true` (OpenAI's default) makes the response chain an Amber pinned session: the first
+response opens one, each `previous_response_id` continues it, and since its KV is saved on disk
+after every turn, a chain resumes after a server restart without prefilling its history.
+`store: false` runs in a temporary session (nothing on disk, nothing to continue from).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+import uuid
+from typing import Any, AsyncIterator, Iterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..api import ChatMessage, GenerationResult, SessionKind, TextChunk
+from .auth import Caller
+from .chat import SSE_HEADERS, sse
+from .errors import ApiError, error_body
+from .response_store import ResponseRecord, ResponseStore, new_response_id
+from .schemas import ResponseRequest
+from .service import Run, Service, amber_figures
+
+
+class Chains:
+    """Which chain sessions are open in the engine (an LRU; the rest wait on disk)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self._open: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._busy: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+
+    def acquire(self, session_id: str, salt: str) -> None:
+        """Opens the chain's session (engine thread) and closes the least recently used idle ones."""
+        engine = self.service.engine
+        with self._lock:
+            self._busy[session_id] += 1
+            known = session_id in self._open
+            self._open[session_id] = None
+            self._open.move_to_end(session_id)
+            extra = [s for s in self._open if not self._busy[s]][:max(0, len(self._open) - self.service.config.max_open_chains)]
+            for s in extra:
+                del self._open[s]
+        for s in extra:
+            engine.close(s)          # pinned: memory freed, KV stays on disk
+        if not known:
+            engine.open(session_id, SessionKind.PINNED, cache_salt=salt)
+
+    def release(self, session_id: str) -> None:
+        with self._lock:
+            self._busy[session_id] -= 1
+            if self._busy[session_id] <= 0:
+                del self._busy[session_id]
+
+
+def _usage(result: GenerationResult) -> dict[str, Any]:
+    f = result.figures
+    return {"input_tokens": f.prompt_tokens, "input_tokens_details": {"cached_tokens": f.reused_tokens},
+            "output_tokens": f.generated_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": f.prompt_tokens + f.generated_tokens}
+
+
+def _response(rid: str, msg_id: str, created: int, body: ResponseRequest, model: str, text: str | None,
+              result: GenerationResult | None, amber: dict[str, Any] | None) -> dict[str, Any]:
+    done = result is not None
+    incomplete = done and result.figures.finish_reason in ("length", "context_full")   # type: ignore[union-attr]
+    output = [] if text is None else [{
+        "type": "message", "id": msg_id, "status": "incomplete" if incomplete else "completed" if done else "in_progress",
+        "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}]
+    return {"id": rid, "object": "response", "created_at": created,
+            "status": "incomplete" if incomplete else "completed" if done else "in_progress",
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "error": None, "model": model, "output": output, "instructions": body.instructions,
+            "previous_response_id": body.previous_response_id, "store": body.store,
+            "temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
+            "parallel_tool_calls": False, "tool_choice": "none", "tools": [], "text": {"format": {"type": "text"}},
+            "truncation": "disabled", "metadata": {},
+            "usage": _usage(result) if result is not None else None, "amber": amber}
+
+
+def router(service: Service) -> APIRouter:
+    r = APIRouter()
+    store = ResponseStore(service.state_dir / "responses")
+    chains = Chains(service)
+    engine = service.engine
+
+    def plan(caller: Caller, body: ResponseRequest) -> tuple[list[ChatMessage], list[dict[str, str]], str | None]:
+        """The prompt's messages, the history to store (no instructions), and the chain's session."""
+        history: list[dict[str, str]] = []
+        session_id = None
+        if body.previous_response_id is not None:
+            prev = store.get(body.previous_response_id, caller.namespace)
+            history, session_id = [dict(m) for m in prev.messages], prev.session_id
+        history += [m.to_dict() for m in body.messages()]
+        prompt = ([ChatMessage("system", body.instructions)] if body.instructions else []) + \
+            [ChatMessage(m["role"], m["content"]) for m in history]
+        return prompt, history, session_id
+
+    @r.post("/v1/responses")
+    async def create(body: ResponseRequest, request: Request):
+        caller = service.caller(request)
+        service.check_model(body.model)
+        body.check()
+        prompt, history, chain = await asyncio.to_thread(plan, caller, body)
+        wanted = body.max_output_tokens
+        session_id = (chain or str(uuid.uuid4())) if body.store else None
+        encode = service.encode_chat(prompt)
+
+        if session_id is None:
+            start = service.stateless(caller.salt(body.cache_salt), encode, wanted,
+                                      lambda n: body.sampling(n, []), prompt, kind=SessionKind.TEMPORARY)
+        else:
+            def start(cancel: threading.Event, sid: str = session_id) -> Iterator[Any]:
+                ids = encode()
+                service.check_prompt(len(ids))
+                params = body.sampling(service.new_tokens(wanted, len(ids)), [])
+                chains.acquire(sid, caller.salt(body.cache_salt))
+
+                def run() -> Iterator[Any]:
+                    try:
+                        gen = getattr(engine, "generate_tokens", None)
+                        yield from (gen(sid, ids, params, cancel) if gen is not None
+                                    else engine.generate(sid, prompt, params, cancel))
+                    finally:
+                        chains.release(sid)
+                return run()
+
+        run = await service.submit(caller, start, request)
+        rid, msg_id, created = new_response_id(), f"msg_{uuid.uuid4().hex}", int(time.time())
+        try:
+            await run.first()
+        except BaseException:
+            run.cancel()
+            raise
+
+        async def finish(result: GenerationResult) -> dict[str, Any]:
+            amber = amber_figures(result, run.queue_ms, session_id=session_id)
+            full = _response(rid, msg_id, created, body, service.model_id, result.text, result, amber)
+            if session_id is not None:
+                record = ResponseRecord(rid, caller.namespace, session_id,
+                                        history + [{"role": "assistant", "content": result.text}], created,
+                                        service.model_id, body.previous_response_id, full)
+                await asyncio.to_thread(store.save, record)
+            return full
+
+        if not body.stream:
+            try:
+                result = await run.collect()
+            finally:
+                run.cancel()
+            return JSONResponse(await finish(result))
+
+        async def events() -> AsyncIterator[bytes]:
+            seq = 0
+
+            def event(kind: str, **fields: Any) -> bytes:
+                nonlocal seq
+                seq += 1
+                return f"event: {kind}\n".encode() + sse({"type": kind, "sequence_number": seq - 1, **fields})
+            where = {"item_id": msg_id, "output_index": 0, "content_index": 0}
+            yield event("response.created", response=_response(rid, msg_id, created, body, service.model_id,
+                                                               None, None, None))
+            yield event("response.in_progress", response=_response(rid, msg_id, created, body, service.model_id,
+                                                                   None, None, None))
+            yield event("response.output_item.added", output_index=0,
+                        item={"type": "message", "id": msg_id, "status": "in_progress", "role": "assistant",
+                              "content": []})
+            yield event("response.content_part.added", **where,
+                        part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})
+            try:
+                async for ev in run.events():
+                    if isinstance(ev, TextChunk):
+                        if ev.text:
+                            yield event("response.output_text.delta", **where, delta=ev.text, logprobs=[])
+                    else:
+                        full = await finish(ev)
+                        item = full["output"][0]
+                        yield event("response.output_text.done", **where, text=ev.text, logprobs=[])
+                        yield event("response.content_part.done", **where, part=item["content"][0])
+                        yield event("response.output_item.done", output_index=0, item=item)
+                        yield event("response.completed" if full["status"] == "completed" else "response.incomplete",
+                                    response=full)
+            except ApiError as exc:
+                yield event("error", **error_body(exc.status, exc.message, exc.param, exc.code)["error"])
+            finally:
+                run.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    @r.get("/v1/responses/{response_id}")
+    async def retrieve(response_id: str, request: Request):
+        caller = service.caller(request)
+        record = await asyncio.to_thread(store.get, response_id, caller.namespace)
+        return JSONResponse(record.body)
+
+    @r.delete("/v1/responses/{response_id}")
+    async def delete(response_id: str, request: Request):
+        caller = service.caller(request)
+        record = await asyncio.to_thread(store.delete, response_id, caller.namespace)
+        if not await asyncio.to_thread(store.session_in_use, record.session_id):
+            def forget() -> None:
+                try:
+                    engine.delete(record.session_id)
+                except Exception:   # busy or already gone: the janitor's budget and age apply
+                    pass
+            await asyncio.to_thread(forget)
+        return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+    return r
+

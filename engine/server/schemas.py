@@ -1,0 +1,164 @@
+"""Request bodies of the OpenAI endpoints, validated strictly (wrong types are a 400, not coerced)."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+
+from ..api import ChatMessage, SamplingParams
+from .errors import ApiError
+
+MAX_MESSAGES = 4096
+MAX_STOP = 4
+MAX_STOP_CHARS = 256
+MAX_SALT_CHARS = 256
+MAX_ID_CHARS = 128
+
+Number = StrictFloat | StrictInt
+Penalty = Annotated[Number, Field(ge=-2.0, le=2.0)]
+
+
+class _Body(BaseModel):
+    # Unknown fields are ignored (clients send many); known ones are checked strictly.
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class StreamOptions(_Body):
+    include_usage: StrictBool = False
+
+
+class _Sampling(_Body):
+    model: StrictStr
+    temperature: Annotated[Number, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[Number, Field(ge=0.0, le=1.0)] | None = None
+    seed: StrictInt | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    stream: StrictBool = False
+    cache_salt: Annotated[StrictStr, Field(min_length=1, max_length=MAX_SALT_CHARS)] | None = None
+
+    def sampling(self, max_new_tokens: int, stop: list[str]) -> SamplingParams:
+        top_p = None if self.top_p is None else float(self.top_p)
+        # OpenAI allows top_p = 0 (only the most likely token); the engine's nucleus needs > 0.
+        greedy = top_p == 0.0
+        seed = None if self.seed is None else self.seed % (1 << 63)   # OpenAI allows negative seeds
+        return SamplingParams(temperature=None if self.temperature is None else float(self.temperature),
+                              top_p=None if greedy else top_p, seed=seed, greedy=greedy,
+                              presence_penalty=None if self.presence_penalty is None else float(self.presence_penalty),
+                              frequency_penalty=None if self.frequency_penalty is None
+                              else float(self.frequency_penalty),
+                              max_new_tokens=max_new_tokens, stop=stop)
+
+
+def _stop_list(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    items = [stop] if isinstance(stop, str) else list(stop)
+    if len(items) > MAX_STOP:
+        raise ApiError(400, f"'stop' takes at most {MAX_STOP} strings, got {len(items)}", "stop")
+    for s in items:
+        if not s or len(s) > MAX_STOP_CHARS:
+            raise ApiError(400, f"each stop string must have 1 to {MAX_STOP_CHARS} characters", "stop")
+    return items
+
+
+class TextPart(_Body):
+    type: Literal["text", "input_text", "output_text"]
+    text: StrictStr
+
+
+class Message(_Body):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: StrictStr | list[TextPart] | None = None
+    type: Literal["message"] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content)
+
+    def to_chat(self) -> ChatMessage:
+        # The chat templates know system, user and assistant; OpenAI's developer role is the system's.
+        return ChatMessage("system" if self.role == "developer" else self.role, self.text())
+
+
+def _unsupported(body: BaseModel, *names: str) -> None:
+    """Features Amber does not serve: a clear 400, not a silently different answer."""
+    extra = body.model_extra or {}
+    for name in names:
+        value = extra.get(name)
+        if value not in (None, False, [], {}, "none", "auto", 0):
+            raise ApiError(400, f"'{name}' is not supported by Amber's server", name)
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
+    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    stop: StrictStr | list[StrictStr] | None = None
+    n: StrictInt = 1
+    stream_options: StreamOptions | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _one(cls, n: int) -> int:
+        if n != 1:
+            raise ValueError("only n=1 is supported")
+        return n
+
+    def check(self) -> None:
+        _unsupported(self, "tools", "functions", "logprobs", "top_logprobs", "audio", "logit_bias")
+
+    def wanted_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def stop_list(self) -> list[str]:
+        return _stop_list(self.stop)
+
+
+class CompletionRequest(_Sampling):
+    prompt: StrictStr | Annotated[list[StrictInt], Field(min_length=1)] | Annotated[
+        list[StrictStr], Field(min_length=1, max_length=1)]
+    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = 16      # OpenAI's default for completions
+    stop: StrictStr | list[StrictStr] | None = None
+    n: StrictInt = 1
+    stream_options: StreamOptions | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _one(cls, n: int) -> int:
+        if n != 1:
+            raise ValueError("only n=1 is supported")
+        return n
+
+    def check(self) -> None:
+        _unsupported(self, "logprobs", "echo", "suffix", "logit_bias")
+        extra = self.model_extra or {}
+        if extra.get("best_of") not in (None, 1):
+            raise ApiError(400, "only best_of=1 is supported", "best_of")
+
+    def stop_list(self) -> list[str]:
+        return _stop_list(self.stop)
+
+
+class ResponseRequest(_Sampling):
+    input: StrictStr | Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
+    instructions: StrictStr | None = None
+    previous_response_id: Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)] | None = None
+    store: StrictBool = True
+    max_output_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+
+    def check(self) -> None:
+        _unsupported(self, "tools", "reasoning", "background", "conversation")
+
+    def messages(self) -> list[ChatMessage]:
+        if isinstance(self.input, str):
+            return [ChatMessage("user", self.input)]
+        return [m.to_chat() for m in self.input]
+
+
+def dump(obj: Any) -> Any:
+    """JSON-ready copy of a model (or a plain value)."""
+    return obj.model_dump() if isinstance(obj, BaseModel) else obj

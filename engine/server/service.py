@@ -1,0 +1,258 @@
+"""What the endpoints share: the engine, the limits, the scheduler, and running one generation."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence
+
+from starlette.requests import Request
+
+from ..api import ChatEngine, ChatMessage, FinishReason, GenerationResult, SamplingParams, SessionKind, TextChunk
+from .auth import Caller, KeyRing
+from .errors import ApiError
+from .scheduler import END, Job, Scheduler
+
+DEFAULT_MAX_BODY_BYTES = 4 << 20       # 4 MiB: far more text than any context window holds
+DEFAULT_MAX_NEW_TOKENS = 4096          # when a request sets no max_tokens
+
+
+@dataclass
+class ServerConfig:
+    """Limits and keys; the engine and the state folder are given to `create_app` beside it."""
+    api_keys: Sequence[str] = ()
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_prompt_tokens: int | None = None      # None: the model's context window (minus one)
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    max_active: int = 4
+    max_queued: int = 32
+    max_open_chains: int = 16                 # stored response chains kept open in memory (LRU)
+    model_aliases: Sequence[str] = field(default_factory=tuple)
+
+
+def finish_reason(reason: str) -> str:
+    """Amber's finish reason in OpenAI's words."""
+    return {FinishReason.LENGTH.value: "length", FinishReason.CONTEXT_FULL.value: "length"}.get(reason, "stop")
+
+
+def amber_figures(result: GenerationResult, queue_ms: float, **extra: Any) -> dict[str, Any]:
+    """Amber's own figures for one response (as llama.cpp's server returns `timings`)."""
+    f = result.figures
+    out = {"reused_tokens": f.reused_tokens, "prefilled_tokens": f.prefilled_tokens, "prompt_tokens": f.prompt_tokens,
+           "generated_tokens": f.generated_tokens, "ttft_ms": round(f.ttft_ms, 3), "prefill_ms": round(f.prefill_ms, 3),
+           "resume_ms": round(f.resume_ms, 3), "resume": f.resume, "cache_tokens_memory": f.cache_tokens_memory,
+           "cache_tokens_disk": f.cache_tokens_disk, "decode_tokens_per_s": round(f.decode_tokens_per_s, 2),
+           "queue_ms": round(queue_ms, 3), "provider": f.provider, "finish_reason": f.finish_reason,
+           "fallback_reason": f.fallback_reason, "context_window": f.context_window}
+    out.update(extra)
+    return out
+
+
+def chat_usage(result: GenerationResult) -> dict[str, Any]:
+    f = result.figures
+    return {"prompt_tokens": f.prompt_tokens, "completion_tokens": f.generated_tokens,
+            "total_tokens": f.prompt_tokens + f.generated_tokens,
+            "prompt_tokens_details": {"cached_tokens": f.reused_tokens},
+            "completion_tokens_details": {"reasoning_tokens": 0}}
+
+
+def to_api_error(exc: BaseException) -> ApiError:
+    """An engine exception as the client's error: bad input is a 4xx, never a 500."""
+    from ..chat_template import ChatTemplateError
+    from ..sessions import SessionError
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, SessionError):
+        return ApiError(409, str(exc), code="session_busy")
+    if isinstance(exc, ChatTemplateError):
+        return ApiError(400, f"the messages cannot be rendered by the model's chat template: {exc}", "messages")
+    if isinstance(exc, ValueError):
+        return ApiError(400, str(exc))
+    return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+class Service:
+    """The engine behind the endpoints (owned by whoever made it; the server only borrows it)."""
+
+    def __init__(self, engine: ChatEngine, state_dir: Path, config: ServerConfig, keys: KeyRing) -> None:
+        self.engine = engine
+        self.state_dir = Path(state_dir)
+        self.config = config
+        self.keys = keys
+        self.scheduler = Scheduler(config.max_active, config.max_queued)
+        self.created = int(time.time())
+
+    # ---- models and limits --------------------------------------------------------------------
+    @property
+    def model_id(self) -> str:
+        return self.engine.model_name
+
+    def check_model(self, name: str) -> None:
+        if name != self.model_id and name not in self.config.model_aliases:
+            raise ApiError(404, f"the model '{name[:200]}' does not exist (this server serves '{self.model_id}')",
+                           "model", "model_not_found")
+
+    def caller(self, request: Request) -> Caller:
+        return self.keys.caller(request.headers.get("authorization"))
+
+    def prompt_limit(self) -> int:
+        window = self.engine.context_window - 1
+        cap = self.config.max_prompt_tokens
+        return window if cap is None else min(cap, window)
+
+    def check_prompt(self, n_tokens: int) -> None:
+        """Raised on the engine thread (after tokenizing), answered as a 400 before any byte is sent."""
+        if n_tokens == 0:
+            raise ApiError(400, "the prompt is empty")
+        limit = self.prompt_limit()
+        if n_tokens > limit:
+            raise ApiError(400, f"the prompt has {n_tokens} tokens; this server accepts at most {limit}",
+                           code="context_length_exceeded")
+
+    def new_tokens(self, wanted: int | None, prompt_tokens: int) -> int:
+        room = max(1, self.engine.context_window - prompt_tokens)
+        return max(1, min(wanted or self.config.max_new_tokens, self.config.max_new_tokens, room))
+
+    # ---- generations ----------------------------------------------------------------------------
+    def stateless(self, caller_salt: str, encode: Callable[[], list[int]], wanted: int | None,
+                  sampling: Callable[[int], SamplingParams],
+                  messages: Sequence[ChatMessage] | None = None,
+                  kind: SessionKind = SessionKind.REGULAR) -> Callable[[threading.Event], Iterator[Any]]:
+        """A request without state: a regular session under the caller's salt, closed at the end, so
+        its prefix stays in the shared cache (of that salt only) for the next request; or a temporary
+        one (nothing on disk, nothing published)."""
+        engine = self.engine
+
+        def start(cancel: threading.Event) -> Iterator[Any]:
+            prompt = encode()
+            self.check_prompt(len(prompt))
+            params = sampling(self.new_tokens(wanted, len(prompt)))
+            sid = str(uuid.uuid4())
+            engine.open(sid, kind, cache_salt=caller_salt)
+
+            def run() -> Iterator[Any]:
+                try:
+                    gen = getattr(engine, "generate_tokens", None)
+                    if gen is not None:
+                        yield from gen(sid, prompt, params, cancel)
+                    else:      # a ChatEngine without token prompts (GUI fakes): chat messages only
+                        yield from engine.generate(sid, list(messages or []), params, cancel)
+                finally:
+                    engine.close(sid)
+            return run()
+        return start
+
+    def encode_chat(self, messages: Sequence[ChatMessage]) -> Callable[[], list[int]]:
+        gen = getattr(self.engine, "generator", None)
+        if gen is None:
+            return lambda: [0] * 1        # engines without a tokenizer: the engine checks the length
+        return lambda: gen.encode_chat(messages)
+
+    def encode_text(self, prompt: str | list[int]) -> Callable[[], list[int]]:
+        gen = getattr(self.engine, "generator", None)
+        if gen is None:
+            raise ApiError(400, "this engine serves chat only (no raw completions)")
+        if isinstance(prompt, list):
+            vocab = self._vocab_size()
+
+            def ids() -> list[int]:
+                bad = [t for t in prompt if not 0 <= t < vocab]
+                if bad:
+                    raise ApiError(400, f"the prompt has token ids outside [0, {vocab}): {bad[0]}", "prompt")
+                return list(prompt)
+            return ids
+        return lambda: gen.encode_prompt(prompt)
+
+    def _vocab_size(self) -> int:
+        model = getattr(self.engine, "model", None)
+        tok = getattr(model, "tokenizer", None)
+        return int(tok.get_vocab_size(with_added_tokens=True)) if tok is not None else 1 << 31
+
+    async def submit(self, caller: Caller, start: Callable[[threading.Event], Iterator[Any]],
+                     request: Request) -> "Run":
+        job = Job(start, caller.namespace, asyncio.get_running_loop())
+        self.scheduler.submit(job)
+        return Run(job, request)
+
+    def close(self) -> None:
+        self.scheduler.close()
+
+
+class Run:
+    """One submitted generation seen from the event loop: its text chunks, then its result."""
+
+    def __init__(self, job: Job, request: Request) -> None:
+        self.job = job
+        self.submitted = time.perf_counter()
+        self.first_event_at: float | None = None
+        self.result: GenerationResult | None = None
+        self._watch = asyncio.ensure_future(self._watch_disconnect(request))
+        self._pending: list[Any] = []
+
+    async def _watch_disconnect(self, request: Request) -> None:
+        # After the body is read, the next ASGI message is the disconnect.
+        with contextlib.suppress(Exception):
+            while True:
+                message = await request.receive()
+                if message.get("type") == "http.disconnect":
+                    self.job.cancel.set()
+                    return
+
+    @property
+    def queue_ms(self) -> float:
+        """How long the request waited for the engine thread (behind other requests)."""
+        started = self.job.started_at
+        return 0.0 if started is None else max(0.0, (started - self.submitted) * 1000)
+
+    async def _next(self) -> Any:
+        item = self._pending.pop(0) if self._pending else await self.job.events.get()
+        if self.first_event_at is None:
+            self.first_event_at = time.perf_counter()
+        if isinstance(item, BaseException):
+            raise to_api_error(item)
+        return item
+
+    async def first(self) -> None:
+        """Waits for the first text or the result (errors before any output raise ApiError here)."""
+        while True:
+            item = await self._next()
+            if item is END:
+                raise ApiError(500, "the generation ended without a result")
+            if isinstance(item, (TextChunk, GenerationResult)):
+                self._pending.insert(0, item)
+                return
+
+    async def events(self) -> AsyncIterator[TextChunk | GenerationResult]:
+        """Text chunks and the result; cancels the generation if the consumer stops early."""
+        try:
+            while True:
+                item = await self._next()
+                if item is END:
+                    return
+                if isinstance(item, GenerationResult):
+                    self.result = item
+                    yield item
+                elif isinstance(item, TextChunk):
+                    yield item
+        finally:
+            self.stop_watching()
+            if self.result is None:
+                self.job.cancel.set()
+
+    async def collect(self) -> GenerationResult:
+        async for _ in self.events():
+            pass
+        if self.result is None:
+            raise ApiError(500, "the generation ended without a result")
+        return self.result
+
+    def stop_watching(self) -> None:
+        self._watch.cancel()
+
+    def cancel(self) -> None:
+        self.job.cancel.set()
+        self.stop_watching()

