@@ -205,6 +205,28 @@ def test_cli_chat_mode_keeps_the_history_token_exact(managers):
     assert m.transcript(s)[2] == {"role": "assistant", "content": r1.text}
 
 
+def test_a_special_token_inside_a_reply_stays_in_the_held_ids(managers):
+    """A reply with a special token in it (SmolLM2 has 17: <jupyter_code>, <filename>, ...): the
+    text the caller gets back skips it, the held ids keep it, and the next turn still matches."""
+    from engine.api import GenerationFigures
+    from engine.history import reply_marks
+    m = managers()
+    planner = m.planner
+    tok = m.model.tokenizer
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hello!"}]
+    job = planner.prepare(msgs, greedy())
+    plan = planner.plan(job, TokenHistory(), None, GenerationFigures())
+    words = tok.encode(" the capital", add_special_tokens=False).ids
+    reply = words[:1] + [1] + words[1:]                  # <|im_start|> in the middle, not EOS
+    text, _ = reply_marks(tok, plan.ids[-8:], reply)
+    assert text == tok.decode(reply, skip_special_tokens=True)     # what GenerationResult.text says
+    history = planner.record(TokenHistory(), plan, reply)
+    nxt = msgs + [{"role": "assistant", "content": text}, {"role": "user", "content": "and then?"}]
+    plan2 = planner.plan(planner.prepare(nxt, greedy()), history, None, GenerationFigures())
+    assert plan2.ids[:len(plan.ids) + len(reply)] == plan.ids + reply
+    assert len(plan2.prompt.suffix_ids) <= own_tokens(m, GLUE_TEXT) + own_tokens(m, "and then?")
+
+
 # ---- saved history: untrusted input -------------------------------------------------------------
 def test_a_damaged_saved_history_falls_back_to_tokenizing_the_conversation(managers, tmp_path):
     m = managers()
