@@ -43,11 +43,24 @@ test-fast: $(STAMP)
 bench: $(STAMP) default-model
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench
 
+# Property-based fuzzing of the readers of untrusted files (tests/fuzz, Hypothesis "campaign"
+# profile) for about 3 minutes; prints the examples run per target and writes them, with the CPU
+# model, to the Fuzzing section of docs/BENCHMARKS.md. Fails if any target failed.
+.PHONY: fuzz
+fuzz: $(STAMP)
+	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.fuzz_report --seconds 180
+
 # llama-cpp-python (built from source, ~15 min) and onnxruntime-genai for the comparison bench,
 # in a side venv (genai would replace Amber's onnxruntime-gpu). Optional: without it the
 # comparison says what it skipped.
 bench-deps: $(STAMP) default-model
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench deps
+
+# The float16 GPU variant on a real CUDA device vs the CPU (issue 16): one table, appended to
+# docs/BENCHMARKS.md; without CUDA it prints a skip line and exits 0.
+.PHONY: gpu-check
+gpu-check: $(STAMP) default-model
+	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.gpu_check
 
 # The remote engine against llama.cpp's real server (llama_cpp.server from the side venv above).
 .PHONY: test-remote

@@ -24,11 +24,15 @@ def _stamp(files: list[Path]) -> list[list[object]]:
     return [[str(p.name), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
 
 
-def model_fingerprint(model_dir: Path, graph: Path) -> str:
-    """BLAKE2b over the model's files; recomputed only when a file's size or mtime changed."""
+def model_fingerprint(model_dir: Path, graph: Path, variant: str = "") -> str:
+    """BLAKE2b over the model's files; recomputed only when a file's size or mtime changed.
+
+    A variant graph in a subfolder (the float16 GPU variant in gpu/) has its own fingerprint, cached
+    in that subfolder: its graph and weights differ, and the variant's name is hashed too, so KV
+    saved from one variant is never taken for the other's."""
     files = _hashed_files(model_dir, graph)
     stamp = _stamp(files)
-    cache = model_dir / CACHE_FILE
+    cache = (graph.parent if variant else model_dir) / CACHE_FILE
     try:
         cached = json.loads(cache.read_text())
         if cached.get("stamp") == stamp:
@@ -36,6 +40,8 @@ def model_fingerprint(model_dir: Path, graph: Path) -> str:
     except (OSError, ValueError, KeyError):
         pass
     h = hashlib.blake2b(digest_size=16)
+    if variant:
+        h.update(f"variant:{variant}".encode() + b"\0")
     for p in files:
         h.update(p.name.encode() + b"\0")
         with open(p, "rb") as f:

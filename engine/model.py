@@ -1,18 +1,21 @@
 """Loads a model folder in the Hugging Face optimum / onnx-community layout."""
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx
 from tokenizers import Tokenizer
 
+from .convert.errors import ModelImportError
+from .oneline import one_line
 from .fingerprint import model_fingerprint
-from .providers import ProviderChoice, create_session, short_name
+from .model_config import (ConfigError, check_config, check_external_data, check_generation_config,
+                           check_tokenizer_config, read_json_object)
+from .providers import CPU, ProviderChoice, create_session, short_name
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -20,6 +23,9 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 class ModelLoadError(Exception):
     """A model folder cannot be loaded; the message names the file and what is wrong."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(one_line(str(message)))   # one line, whatever the file names hold
 
 
 @dataclass
@@ -55,6 +61,8 @@ class LoadedModel:
     fingerprint: str
     input_names: set[str] = field(default_factory=set)
     logits_name: str = "logits"
+    variant: str = "fp32"             # "fp16": the GPU variant (float16 activations and KV)
+    graph: Path | None = None         # the ONNX file the session runs
 
     @property
     def provider_short(self) -> str:
@@ -74,21 +82,32 @@ def find_graph(model_dir: Path) -> Path:
 
 
 def _read_json(path: Path, required: bool) -> dict[str, Any]:
-    if not path.is_file():
-        if required:
-            raise ModelLoadError(f"{path}: missing")
-        return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ModelLoadError(f"{path}: expected a JSON object")
-    return data
+        return read_json_object(path, required)
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
+
+
+def _check_folder_files(model_dir: Path, config: dict[str, Any], generation_config: dict[str, Any],
+                        tokenizer_config: dict[str, Any]) -> None:
+    """Types and ranges of what the loader and the sampler read from the folder's JSON files."""
+    from .sampling import resolve_sampling
+    try:
+        check_config(config, model_dir / "config.json")
+        check_generation_config(generation_config, model_dir / "generation_config.json",
+                                lambda gen: resolve_sampling(None, gen))
+        check_tokenizer_config(tokenizer_config, model_dir / "tokenizer_config.json")
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
 
 
 def _uses_gqa(graph: Path) -> bool:
+    """Also checks the graph's external-data references before ONNX Runtime reads them."""
     proto = onnx.load(str(graph), load_external_data=False)
+    try:
+        check_external_data(proto, graph)
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
     return any(n.op_type == "GroupQueryAttention" for n in proto.graph.node)
 
 
@@ -138,8 +157,36 @@ def _token_ids(value: Any) -> list[int]:
     return [int(v) for v in value] if isinstance(value, list) else [int(value)]
 
 
-def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads: int | None = None) -> LoadedModel:
-    """Opens a model folder; every problem becomes a `ModelLoadError` that names the file."""
+Variant = Literal["auto", "fp32", "fp16"]
+
+
+def _variant_maker(model_dir: Path, graph: Path, progress: Any) -> Any:
+    """The GPU graph for a folder: Amber's float16 variant (made on first use, with progress) for
+    graphs Amber converted; any other graph runs as it is."""
+    def make() -> str:
+        if not _uses_gqa(graph):
+            return str(graph)
+        from .convert.variants import ensure_variant
+        return str(ensure_variant(model_dir, graph, progress, spare_root=_spare_root()))
+    return make
+
+
+def _spare_root() -> Path | None:
+    """Where variants of read-only model folders go (Amber's data folder), if it can tell."""
+    try:
+        from . import paths
+        return paths.amber_home() / "variants"
+    except Exception:
+        return None
+
+
+def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads: int | None = None,
+               variant: Variant = "auto", progress: Any = None) -> LoadedModel:
+    """Opens a model folder; every problem becomes a `ModelLoadError` that names the file.
+
+    `variant`: "auto" runs the float32 graph on CPU and the float16 variant on a GPU; "fp16" runs
+    the variant on whichever provider (on CPU: to check its numerics); "fp32" never uses it.
+    `progress(done, total, what)` reports making the variant (first use of a GPU)."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ModelLoadError(f"{model_dir}: no such model folder")
@@ -147,6 +194,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     config = _read_json(model_dir / "config.json", required=True)
     generation_config = _read_json(model_dir / "generation_config.json", required=False)
     tokenizer_config = _read_json(model_dir / "tokenizer_config.json", required=False)
+    _check_folder_files(model_dir, config, generation_config, tokenizer_config)
     tok_path = model_dir / "tokenizer.json"
     if not tok_path.is_file():
         raise ModelLoadError(f"{tok_path}: missing")
@@ -155,10 +203,21 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     except Exception as exc:
         raise ModelLoadError(f"{tok_path}: not a valid tokenizer ({exc})") from None
     try:
+        _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
+        cpu_graph = graph
+        if variant == "fp16":
+            from .convert.variants import ensure_variant
+            cpu_graph = ensure_variant(model_dir, graph, progress, spare_root=_spare_root())
+        gpu_graph: Any = str(graph) if variant == "fp32" else _variant_maker(model_dir, graph, progress)
+        if variant == "fp16":
+            gpu_graph = str(cpu_graph)
+        result = create_session(str(cpu_graph), provider, threads, gpu_model_path=gpu_graph)
+        graph = Path(result.model_path or cpu_graph)
         gqa = _uses_gqa(graph)
-        result = create_session(str(graph), provider, threads)
     except ModelLoadError:
         raise
+    except ModelImportError as exc:
+        raise ModelLoadError(str(exc)) from None     # it names the file already
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"{graph}: ONNX Runtime cannot load it ({first_line[:400]})") from None
@@ -181,8 +240,12 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
             eos.append(int(tokenizer.token_to_id(eos_tok)))
     window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
     name = model_dir.name
+    from .convert.variants import VARIANT_NAME, is_variant_folder
+    is_variant = graph.parent != model_dir and is_variant_folder(graph.parent)
     return LoadedModel(path=model_dir, name=name, session=session, provider=result.provider,
                        provider_fallback_reason=result.fallback_reason, kv=kv, tokenizer=tokenizer,
                        config=config, generation_config=generation_config, tokenizer_config=tokenizer_config,
                        context_window=window, eos_token_ids=eos,
-                       fingerprint=model_fingerprint(model_dir, graph), input_names=inputs, logits_name=logits)
+                       fingerprint=model_fingerprint(model_dir, graph, VARIANT_NAME if is_variant else ""),
+                       input_names=inputs, logits_name=logits, variant=VARIANT_NAME if is_variant else "fp32",
+                       graph=graph)

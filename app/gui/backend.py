@@ -36,13 +36,19 @@ def _accepting(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]
     return {k: v for k, v in kwargs.items() if k in params}
 
 
-def open_engine(model_dir: Path, state_dir: Path, settings: Settings) -> ChatEngine:
-    """Load the model in `model_dir` and return a session manager over it (worker thread)."""
+def open_engine(model_dir: Path, state_dir: Path, settings: Settings,
+                progress: ProgressFn | None = None) -> ChatEngine:
+    """Load the model in `model_dir` and return a session manager over it (worker thread).
+    `progress(fraction, text)` reports making the model's GPU variant (first use of a GPU)."""
     from engine.model import load_model  # noqa: PLC0415 - heavy, and may not exist yet
     from engine.sessions import SessionManager  # noqa: PLC0415
 
     provider = settings.provider if settings.provider in ("auto", "cpu", "gpu") else "auto"
-    model = load_model(model_dir, provider=provider)
+    variant_progress = None
+    if progress is not None:
+        variant_progress = (lambda done, total, what:
+                            progress(done / max(1, total), "Preparing the model for the GPU (float16)…"))
+    model = load_model(model_dir, provider=provider, progress=variant_progress)
     options = {
         "memory_budget_bytes": int(settings.memory_budget_mb) * 1024 * 1024,
         "cache_disk_bytes": int(settings.disk_budget_mb) * 1024 * 1024,

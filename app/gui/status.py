@@ -14,6 +14,8 @@ PROVIDER_NAMES = {
     "cpu": "CPU", "cuda": "CUDA", "coreml": "CoreML", "dml": "DirectML", "directml": "DirectML",
 }
 
+FALLBACK_CHARS = 60     # of the fallback reason shown beside the provider in the status bar
+
 
 def provider_label(provider: str) -> str:
     return PROVIDER_NAMES.get(provider, PROVIDER_NAMES.get(provider.lower(), provider or "—"))
@@ -99,7 +101,12 @@ class StatusBar(QStatusBar):
         self.set_context(0, 0)
 
     def set_provider(self, provider: str, fallback: str | None = None) -> None:
-        self.provider.setText(provider_label(provider) if provider else "")
+        # The provider really running, and why it is not the GPU that was asked for: "CPU (CUDA
+        # failed: libcublasLt.so.13: cannot open…)"; the whole reason is in the tooltip.
+        text = provider_label(provider) if provider else ""
+        if provider and fallback:
+            text += f" ({fallback if len(fallback) <= FALLBACK_CHARS else fallback[:FALLBACK_CHARS - 1] + '…'})"
+        self.provider.setText(text)
         self.provider.setToolTip(f"Execution provider: {provider}" +
                                  (f"\nFell back: {fallback}" if fallback else ""))
 
