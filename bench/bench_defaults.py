@@ -13,7 +13,8 @@ Per candidate:
   repetition  mean share of repeated word 3-grams in an answer (0 = none repeats);
   tokens      mean generated tokens.
 Score = fact + 0.5 × stops − repetition. Round 2 runs the two best sampled candidates again with
-six more seeds; the better of them over all their answers is the choice (ties: fewer tokens). Greedy candidates are measured for reference only: a deterministic default would make
+six more seeds; the better of them over all their answers is the choice (ties: fewer tokens). Greedy
+candidates are measured for reference only: a deterministic default would make
 Regenerate repeat the same answer (greedy stays the GUI's deterministic mode).
 """
 from __future__ import annotations
@@ -120,11 +121,12 @@ def run(quick: bool = False) -> dict[str, Any]:
     def measure(name: str, values: dict[str, Any], seeds: tuple[int | None, ...]) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         for seed in seeds:
-            def params() -> SamplingParams:
+            def params(seed: int | None = seed) -> SamplingParams:
                 return SamplingParams(**values, seed=seed, max_new_tokens=max_new)
             for question, forms in one:
                 r = reply([ChatMessage("system", SYSTEM), ChatMessage("user", question)], params())
-                rows.append({"prompt": question, "seed": seed, "text": r.text, "fact": has_fact(r.text, forms) and is_english(r.text),
+                rows.append({"prompt": question, "seed": seed, "text": r.text,
+                             "fact": has_fact(r.text, forms) and is_english(r.text),
                              "stopped": r.figures.finish_reason in ("eos", "stop"),
                              "repetition": repetition(r.text), "tokens": r.figures.generated_tokens})
             for first, follow, forms in two:
@@ -133,7 +135,8 @@ def run(quick: bool = False) -> dict[str, Any]:
                 msgs += [ChatMessage("assistant", r1.text), ChatMessage("user", follow)]
                 r = reply(msgs, params())
                 rows.append({"prompt": f"{first} / {follow}", "seed": seed, "text": r.text,
-                             "fact": has_fact(r.text, forms) and is_english(r.text), "stopped": r.figures.finish_reason in ("eos", "stop"),
+                             "fact": has_fact(r.text, forms) and is_english(r.text),
+                             "stopped": r.figures.finish_reason in ("eos", "stop"),
                              "repetition": repetition(r.text), "tokens": r.figures.generated_tokens})
         return rows
 
@@ -149,7 +152,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         return summary
 
     def report(name: str, summary: dict[str, Any]) -> None:
-        print(f"defaults: {name}: {summary['answers']} answers, fact {summary['fact']:.2f}, stops {summary['stops']:.2f}, "
+        print(f"defaults: {name}: {summary['answers']} answers, fact {summary['fact']:.2f}, "
+              f"stops {summary['stops']:.2f}, "
               f"repetition {summary['repetition']:.3f}, {summary['tokens']:.0f} tokens, "
               f"score {summary['score']:.2f} ({summary['seconds']:.0f} s)", flush=True)
 
@@ -201,7 +205,8 @@ def section(res: dict[str, Any]) -> Section:
         f"{res['model']}, the GUI's default system prompt (“{SYSTEM}”), {len(ONE_TURN)} one-turn questions with a "
         f"known fact and {len(TWO_TURN)} two-turn chats whose follow-up needs the first answer "
         f"(`bench/bench_defaults.py`), at most {res['max_new_tokens']} new tokens. Sampled candidates run with "
-        f"seeds {', '.join(map(str, res['seeds']))}; greedy ones once. *Fact*: the answer is in English (≥ 15 % English function words) and contains "
+        f"seeds {', '.join(map(str, res['seeds']))}; greedy ones once. *Fact*: the answer is in English "
+        "(≥ 15 % English function words) and contains "
         "the expected fact; *stops*: it ends by itself before the limit; *repetition*: the mean share of repeated word "
         "3-grams; score = fact + 0.5 × stops − repetition. The choice is the best-scoring *sampled* candidate: "
         "with a deterministic default, Regenerate would repeat the same answer (greedy stays the deterministic mode).",

@@ -93,9 +93,8 @@ def fit_messages(messages: Sequence[dict[str, Any]], policy: OverflowPolicy, win
         start = sticky_start
     else:
         slack = window // SLACK_SHARE
-        start = first_fitting(budget - slack) if budget - slack > 0 else None
-        if start is None:
-            start = first_fitting(budget)
-        if start is None:
-            start = starts[-1]
+        fitting = first_fitting(budget - slack) if budget - slack > 0 else None
+        if fitting is None:
+            fitting = first_fitting(budget)
+        start = fitting if fitting is not None else starts[-1]
     return Fit(kept(start), start, start - head, head)

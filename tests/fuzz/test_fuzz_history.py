@@ -5,6 +5,8 @@ one HistoryFormatError; never another exception. A history that passes also plan
 without error. Example counts come from the Hypothesis profile (tests/fuzz/conftest.py)."""
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +25,7 @@ json_values = st.recursive(
 def check(h: TokenHistory) -> None:
     assert all(0 <= t < VOCAB for t in h.ids)
     assert h.marks[0] == (0, 0)
-    for (n0, c0), (n1, c1) in zip(h.marks, h.marks[1:]):
+    for (n0, c0), (n1, c1) in itertools.pairwise(h.marks):
         assert n1 > n0 and c1 >= c0
     assert h.marks[-1][0] <= len(h.ids) and h.marks[-1][1] <= len(h.text)
     # It is usable: planning a prompt over it never fails.
