@@ -141,7 +141,7 @@ def download_file(repo: str, f: HubFile, revision: str, dest: Path, *, token: st
     headers["Accept-Encoding"] = "identity"
     done = resume_at
     try:
-        with part.open("ab") as out:
+        with _open_part(part) as out:
             attempts = 0
             while done < size:
                 before = done
@@ -177,6 +177,10 @@ def download_file(repo: str, f: HubFile, revision: str, dest: Path, *, token: st
     return dest
 
 
+def _open_part(part: Path) -> Any:
+    return part.open("ab")
+
+
 def _hash_existing(part: Path, sha: Any, cancel: CancelToken | None) -> None:
     with part.open("rb") as f:
         while chunk := f.read(8 * CHUNK):
@@ -208,16 +212,20 @@ def _stream(url: str, headers: dict[str, str], out: Any, state: dict[str, Any], 
                     start = (r.headers.get("Content-Range") or "").replace("bytes ", "").split("-")[0]
                     if start != str(done):
                         raise HubError(f"{what}: the server resumed at byte {start or '?'}, not {done}")
-                for chunk in r.iter_bytes(CHUNK):
-                    if cancel is not None and cancel.is_set():
-                        out.flush()
-                        raise Cancelled("cancelled; the partial download is kept (run it again to resume)")
-                    if done + len(chunk) > size:
-                        raise HubError(f"{what}: the server sent more than the {size} bytes it announced")
-                    out.write(chunk)
-                    state["sha"].update(chunk)
-                    done += len(chunk)
-                    meter.update(done)
+                # No chunk size: httpx then hands over what has arrived, so a drop loses nothing
+                # that reached us; cancel is checked every CHUNK bytes.
+                for piece in r.iter_bytes():
+                    for i in range(0, len(piece), CHUNK):
+                        chunk = piece[i:i + CHUNK]
+                        if cancel is not None and cancel.is_set():
+                            out.flush()
+                            raise Cancelled("cancelled; the partial download is kept (run it again to resume)")
+                        if done + len(chunk) > size:
+                            raise HubError(f"{what}: the server sent more than the {size} bytes it announced")
+                        out.write(chunk)
+                        state["sha"].update(chunk)
+                        done += len(chunk)
+                        meter.update(done)
         except httpx2.TransportError as exc:
             out.flush()
             raise OfflineError(f"{what}: the connection dropped at byte {done}: {exc}") from None
