@@ -79,8 +79,15 @@ def resolve_token(explicit: str | None = None) -> str | None:
 
 def api(token: str | None = None) -> Any:
     from huggingface_hub import HfApi
+    _quiet()
     # token=False: never fall back to a token file of huggingface_hub's that the user did not give Amber
     return HfApi(endpoint=endpoint(), token=resolve_token(token) or False)
+
+
+def _quiet() -> None:
+    """huggingface_hub logs retries and fallbacks as warnings; Amber reports its own one line."""
+    import logging
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
 
 
 # ---- errors ----------------------------------------------------------------------------------
@@ -89,6 +96,7 @@ def hub_errors(what: str) -> Iterator[None]:
     """Turns huggingface_hub / httpx / OS errors raised inside into one-line HubErrors."""
     import httpx2
     from huggingface_hub import errors as hf
+    _quiet()
     try:
         yield
     except HubError:

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any
 
-from .client import api, check_online, hub_errors
+from .client import api, check_online, endpoint, hub_errors, resolve_token
 from .errors import HubError
 
 MAX_RESULTS = 50
@@ -97,10 +96,22 @@ def search(query: str, limit: int = 20, kind: str = "gguf", token: str | None = 
     check_online()
     limit = max(1, min(int(limit), MAX_RESULTS))
     query = query.strip()[:200]
+    params: dict[str, Any] = {"filter": kind, "sort": "downloads", "limit": limit,
+                              "expand": ["downloads", "likes", "gated", "gguf"]}
+    if query:
+        params["search"] = query
     with hub_errors(f"search '{query}'"):
-        models = api(token).list_models(search=query or None, filter=kind, sort="downloads", limit=limit,
-                                        expand=["downloads", "likes", "gated", "gguf"])
-        found = list(islice(models, limit))
+        # One request, no retries: huggingface_hub's list_models pages with a backoff of ~25 s
+        # before it reports an unreachable endpoint; the rest is its session, headers and parser.
+        from huggingface_hub import ModelInfo
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+        r = get_session().get(f"{endpoint()}/api/models", params=params, timeout=20,
+                              headers=build_hf_headers(token=resolve_token(token) or False))
+        hf_raise_for_status(r)
+        items = r.json()
+        if not isinstance(items, list):
+            raise HubError("the Hub's search answer is not a list")
+        found = [ModelInfo(**{**item, "siblings": None}) for item in items[:limit] if isinstance(item, dict)]
     hits = []
     for m in found:
         gguf_info = getattr(m, "gguf", None) or {}
