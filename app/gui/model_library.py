@@ -267,8 +267,8 @@ class ModelLibraryDialog(QDialog):
             if also:
                 also()
             self.last_error = str(exc)
-            self.status.setText(str(exc))
-            self.info.setText(str(exc))
+            self.status.setText(str(exc))       # one place: the status line under the lists
+            self.info.setText("")
         return show
 
     def _maybe_token(self, exc: BaseException, retry: Callable[[], None]) -> bool:
