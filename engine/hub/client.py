@@ -133,6 +133,8 @@ def hub_errors(what: str) -> Iterator[None]:
         raise HubError(f"{what}: {exc.strerror or exc}") from None
     except ValueError as exc:   # bad JSON, bad repo id (HFValidationError is a ValueError)
         raise HubError(f"{what}: {_first_line(exc)}") from None
+    except (KeyError, TypeError, AttributeError):
+        raise HubError(f"{what}: the Hub's answer is malformed") from None
 
 
 def _first_line(exc: BaseException) -> str:

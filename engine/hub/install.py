@@ -104,7 +104,13 @@ def install(p: Plan, *, token: str | None = None, progress: ProgressFn | None = 
     if cancel is not None and cancel.is_set():
         raise Cancelled("cancelled; the download is kept (run it again to continue)")
     if p.variant.kind == "gguf":
-        _convert(files / p.variant.files[0].path, dest, progress, cancel, weights)
+        try:
+            _convert(files / p.variant.files[0].path, dest, progress, cancel, weights)
+        except HubError as exc:
+            if isinstance(exc, Cancelled):
+                raise
+            raise type(exc)(f"{exc} (the download is kept: `amber-engine models remove {p.work.name}` "
+                            "deletes it)") from None
     else:
         _assemble_onnx(p, files, dest, progress)
     _write_source(dest, p)

@@ -74,6 +74,14 @@ class RepoFiles:
         raise HubError(f"{self.repo}: no file or quantization '{want}' (available: {choices})")
 
 
+def safe_path(path: str) -> bool:
+    """A repo file name that may become a local path: relative, no `..`, no odd characters."""
+    parts = path.split("/")
+    return (0 < len(path) <= 300 and not path.startswith("/") and "\\" not in path and "\x00" not in path
+            and all(p not in ("", ".", "..") for p in parts) and len(parts) <= 4
+            and not re.match(r"^[A-Za-z]:", path))
+
+
 def check_repo_id(repo: str) -> str:
     repo = repo.strip()
     if not _REPO_ID.match(repo) or ".." in repo:
@@ -133,6 +141,8 @@ def repo_files(repo: str, revision: str | None = None, token: str | None = None)
 def group_files(repo: str, info: Any) -> RepoFiles:
     files: list[HubFile] = []
     for s in info.siblings or []:
+        if not isinstance(s.rfilename, str) or not safe_path(s.rfilename):
+            continue                  # a name that could escape the download folder: never used
         lfs = s.lfs
         size = int((lfs.size if lfs else s.size) or 0)
         sha = str(lfs.sha256) if lfs and lfs.sha256 else ""

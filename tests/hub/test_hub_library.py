@@ -281,3 +281,29 @@ def test_recommended_list_is_data_with_verified_entries():
     recs = H.recommended()
     assert len(recs) >= 6 and all("/" in r.repo and r.quant for r in recs)
     assert {"qwen2", "llama"} <= {r.architecture for r in recs}
+
+
+def test_unsafe_file_names_from_the_hub_are_never_used(hub, tiny_ggufs):
+    hub.repos["evil/Evil-GGUF"] = Repo(files={"../../escape-Q8_0.gguf": tiny_ggufs["Q8_0"],
+                                              "/abs-Q4_0.gguf": b"a" * 2000, "ok-Q8_0.gguf": tiny_ggufs["Q8_0"]})
+    files = H.repo_files("evil/Evil-GGUF")
+    assert [f.path for v in files.variants for f in v.files] == ["ok-Q8_0.gguf"]
+
+
+def test_a_malformed_search_answer_is_one_line(hub, monkeypatch):
+    import json as _json
+    real = _json.dumps
+    monkeypatch.setattr("hub_server.json.dumps", lambda data: real([{"no_id": 1}]) if isinstance(data, list) else real(data))
+    with pytest.raises(H.HubError, match="malformed"):
+        H.search("tiny")
+
+
+def test_a_conversion_failure_keeps_the_download_and_says_how_to_delete_it(hub, tiny_ggufs):
+    hub.repos["o/Broken-GGUF"] = Repo(files={"Broken-Q8_0.gguf": tiny_ggufs["Q8_0"][:4000]})
+    p = H.plan("o/Broken-GGUF")
+    with pytest.raises(H.HubError, match=r"conversion failed.*models remove o--Broken-GGUF--Q8_0"):
+        H.install(p)
+    assert visible(models()) == []
+    assert [q.key for q in H.list_pending()] == ["o--Broken-GGUF--Q8_0"]
+    H.remove("o--Broken-GGUF--Q8_0")
+    assert H.list_pending() == []
