@@ -200,13 +200,15 @@ class ModelLibraryDialog(QDialog):
         if not rows or self.listing is None:
             self.download_btn.setEnabled(False)
             return
-        from engine.hub import plan
+        from engine.hub import human, plan
         v = self.listing.variants[rows.pop()]
         repo = self.listing.repo
 
         def done(p: Any) -> None:
             self.plan = p
+            resumes = p.variant.size - p.fit.download_bytes
             self.info.setText(f"{p.variant.name} → “{p.name}”: {p.fit.summary()}"
+                              + (f" — resumes a partial download ({human(resumes)} already here)" if resumes > 0 else "")
                               + ("" if p.fit.disk_ok else " — not enough disk space"))
             self.download_btn.setEnabled(not self.busy and p.fit.disk_ok)
 

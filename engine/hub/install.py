@@ -60,7 +60,11 @@ def plan(repo: str, which: str | None = None, *, name: str | None = None, revisi
     else:
         ggufs = [v for v in listing.variants if v.kind == "gguf" and not v.split]
         preferred = [v for v in ggufs if v.quant == "Q4_K_M"]
-        variant = (preferred or ggufs or listing.variants)[0]
+        # ONNX repos: 4-bit MatMulNBits first (fast on CPU), then int8, then the float32 graph
+        onnx_order = ("ONNX_q4", "ONNX_int8", "ONNX_quantized", "ONNX")
+        onnx = sorted((v for v in listing.variants if v.kind == "onnx" and v.quant in onnx_order),
+                      key=lambda v: onnx_order.index(v.quant))
+        variant = (preferred or ggufs or onnx or listing.variants)[0]
     if variant.split:
         raise HubError(f"{repo}: {variant.quant} is split into {len(variant.files)} files, which Amber "
                        "cannot convert yet: pick a single-file quantization")

@@ -115,3 +115,15 @@ def test_a_gated_repo_asks_for_a_token(qtbot, local_hub, tiny_q8, home):
     token_file = home / "hf-token"
     assert token_file.read_text() == TOKEN and token_file.stat().st_mode & 0o077 == 0
     dlg.tasks.wait(5)
+
+
+def test_offline_search_shows_one_message(qtbot, local_hub, monkeypatch):
+    from app.gui.model_library import ModelLibraryDialog
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    dlg = ModelLibraryDialog()
+    qtbot.addWidget(dlg)
+    dlg.query.setText("tiny")
+    dlg.search_btn.click()
+    qtbot.waitUntil(lambda: "offline mode is on" in dlg.status.text(), timeout=10000)
+    assert dlg.search_btn.isEnabled() and not local_hub.requests
+    dlg.tasks.wait(5)

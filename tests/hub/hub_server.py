@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 TOKEN = "hf_good_token_for_tests"
+REPO = "tiny-org/Tiny-Chat-GGUF"     # the public GGUF repo the `hub` fixture serves
 
 
 @dataclass

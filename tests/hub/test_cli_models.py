@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
-from hub_server import TOKEN, Repo
+
+from hub_server import REPO, TOKEN, Repo
 
 ROOT = Path(__file__).resolve().parents[2]
 

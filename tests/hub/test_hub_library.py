@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-from hub_server import TOKEN, Repo
+
+from hub_server import REPO, TOKEN, Repo
 
 from engine import hub as H
 from engine import paths
@@ -307,3 +307,23 @@ def test_a_conversion_failure_keeps_the_download_and_says_how_to_delete_it(hub, 
     assert [q.key for q in H.list_pending()] == ["o--Broken-GGUF--Q8_0"]
     H.remove("o--Broken-GGUF--Q8_0")
     assert H.list_pending() == []
+
+
+def test_an_unsupported_architecture_is_refused_before_downloading(hub, tiny_ggufs):
+    hub.repos["o/Future-GGUF"] = Repo(files={"Future-Q8_0.gguf": tiny_ggufs["Q8_0"]}, architecture="mamba9")
+    with pytest.raises(H.HubError, match="architecture 'mamba9' is not supported yet"):
+        H.plan("o/Future-GGUF")
+    assert not hub.get_requests("GET", "/resolve/") and not hub.get_requests("HEAD", "/resolve/")
+
+
+def test_onnx_repos_default_to_the_4bit_graph(hub):
+    files = {"config.json": b"{}", "tokenizer.json": b"{}", "onnx/model.onnx": b"f" * 3000,
+             "onnx/model.onnx_data": b"d" * 9000, "onnx/model_q4.onnx": b"q" * 2000,
+             "onnx/model_fp16.onnx": b"h" * 2500}
+    hub.repos["onnx-org/Many"] = Repo(files=files, tags=("onnx",))
+    p = H.plan("onnx-org/Many")
+    assert p.variant.quant == "ONNX_q4" and p.name == "Many-q4"
+    assert [f.path for f in p.variant.files] == ["onnx/model_q4.onnx", "config.json", "tokenizer.json"]
+    full = H.plan("onnx-org/Many", "ONNX")
+    assert [f.path for f in full.variant.files] == ["onnx/model.onnx", "config.json", "onnx/model.onnx_data",
+                                                    "tokenizer.json"]
