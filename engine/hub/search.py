@@ -135,7 +135,22 @@ def repo_files(repo: str, revision: str | None = None, token: str | None = None)
     repo = check_repo_id(repo)
     with hub_errors(repo):
         info = api(token).model_info(repo, revision=revision, files_metadata=True)
-    return group_files(repo, info)
+        return group_files(repo, info)
+
+
+def listing_from_json(repo: str, data: Any) -> RepoFiles:
+    """What `repo_files` does with the Hub's JSON answer (huggingface_hub's parser, then ours)."""
+    from huggingface_hub import ModelInfo
+    with hub_errors(repo):
+        if not isinstance(data, dict):
+            raise HubError(f"{repo}: the Hub's answer is malformed")
+        return group_files(repo, ModelInfo(**{**data, "siblings": data.get("siblings")}))
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HubError("the Hub's answer has an invalid file size")
+    return value
 
 
 def group_files(repo: str, info: Any) -> RepoFiles:
@@ -144,8 +159,8 @@ def group_files(repo: str, info: Any) -> RepoFiles:
         if not isinstance(s.rfilename, str) or not safe_path(s.rfilename):
             continue                  # a name that could escape the download folder: never used
         lfs = s.lfs
-        size = int((lfs.size if lfs else s.size) or 0)
-        sha = str(lfs.sha256) if lfs and lfs.sha256 else ""
+        size = _size((lfs.size if lfs else s.size) or 0)
+        sha = lfs.sha256 if lfs and isinstance(lfs.sha256, str) and re.match(r"^[0-9a-f]{64}$", lfs.sha256) else ""
         files.append(HubFile(s.rfilename, size, sha))
     variants: dict[str, Variant] = {}
     for f in files:
@@ -171,5 +186,6 @@ def group_files(repo: str, info: Any) -> RepoFiles:
     gguf_info = getattr(info, "gguf", None) or {}
     arch = str(gguf_info.get("architecture") or "") if isinstance(gguf_info, dict) else ""
     ordered = sorted(variants.values(), key=lambda v: (v.kind != "gguf", v.size))
-    return RepoFiles(repo=repo, revision=str(info.sha or "main"), gated=bool(info.gated),
+    revision = info.sha if isinstance(info.sha, str) and re.match(r"^[0-9a-f]{40}$", info.sha) else "main"
+    return RepoFiles(repo=repo, revision=revision, gated=bool(info.gated),
                      architecture=arch, variants=ordered)
