@@ -138,7 +138,8 @@ class ModelLibraryDialog(QDialog):
         self.status.setText("Recommended chat models")
 
     def search(self) -> None:
-        from engine.hub import search
+        from engine.hub import search, supported_architectures
+        supported = supported_architectures()
         text, kind = self.query.text().strip(), "onnx" if self.onnx.isChecked() else "gguf"
         self.status.setText(f"Searching for “{text}”…")
         self.search_btn.setEnabled(False)
@@ -148,6 +149,8 @@ class ModelLibraryDialog(QDialog):
             self.repos.clear()
             for h in hits:
                 extra = (f" · {h.architecture}" if h.architecture else "") + (" · gated" if h.gated else "")
+                if h.kind == "gguf" and h.architecture and h.architecture not in supported:
+                    extra += " · not supported yet"
                 item = QListWidgetItem(f"{h.repo}  ({h.downloads:,} downloads{extra})")
                 item.setData(ROLE_REPO, h.repo)
                 item.setData(ROLE_FILE, "")

@@ -93,6 +93,25 @@ def install(p: Plan, *, token: str | None = None, progress: ProgressFn | None = 
     """Runs the plan; returns the new model folder under models/."""
     if not p.fit.disk_ok:
         raise DiskFull(f"not enough disk space: {p.fit.summary()}")
+    from filelock import FileLock, Timeout
+    p.work.mkdir(parents=True, exist_ok=True)
+    # Two Amber processes appending to one .part would corrupt it: the second one is refused
+    lock = FileLock(str(p.work / ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise HubError(f"{p.listing.repo} {p.variant.quant} is already being downloaded by another "
+                       "Amber process") from None
+    try:
+        dest = _install_locked(p, token=token, progress=progress, cancel=cancel, weights=weights)
+    finally:
+        lock.release()
+    shutil.rmtree(p.work, ignore_errors=True)     # after the release: Windows cannot delete a held lock
+    return dest
+
+
+def _install_locked(p: Plan, *, token: str | None, progress: ProgressFn | None,
+                    cancel: CancelToken | None, weights: str) -> Path:
     dest = _unique(paths.models_dir() / p.name)
     files = p.work / "files"
     total = p.variant.size
@@ -118,7 +137,6 @@ def install(p: Plan, *, token: str | None = None, progress: ProgressFn | None = 
     else:
         _assemble_onnx(p, files, dest, progress)
     _write_source(dest, p)
-    shutil.rmtree(p.work, ignore_errors=True)
     return dest
 
 

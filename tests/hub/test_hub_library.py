@@ -327,3 +327,14 @@ def test_onnx_repos_default_to_the_4bit_graph(hub):
     full = H.plan("onnx-org/Many", "ONNX")
     assert [f.path for f in full.variant.files] == ["onnx/model.onnx", "config.json", "onnx/model.onnx_data",
                                                     "tokenizer.json"]
+
+
+def test_a_second_process_cannot_append_to_the_same_partial_download(hub):
+    from filelock import FileLock
+    p = H.plan(REPO, "Q8_0")
+    p.work.mkdir(parents=True)
+    with FileLock(str(p.work / ".lock")):      # another process holds it
+        with pytest.raises(H.HubError, match="already being downloaded"):
+            H.install(p)
+    assert not hub.get_requests("GET", "/resolve/")
+    assert (H.install(p) / "model.onnx").is_file()
