@@ -103,6 +103,12 @@ def download_file(repo: str, f: HubFile, revision: str, dest: Path, *, token: st
     """Downloads `f` of `repo`@`revision` to `dest`, resuming `dest.part` when it is a part of the
     same file; checks the size and the SHA-256 the Hub lists. On cancel/interruption the part is
     kept; on a checksum mismatch nothing is kept."""
+    with hub_errors(f"{repo}/{f.path}"):     # OS errors outside the byte loop too (sidecar, hashing)
+        return _download(repo, f, revision, dest, token=token, progress=progress, cancel=cancel)
+
+
+def _download(repo: str, f: HubFile, revision: str, dest: Path, *, token: str | None,
+              progress: ProgressFn | None, cancel: CancelToken | None) -> Path:
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
