@@ -59,6 +59,9 @@ class ModelLibraryDialog(QDialog):
         self.plan: Any = None
         self.busy = False
         self.last_error = ""
+        # Each search / repo / file pick bumps its counter; an answer for an older pick is dropped
+        # (the worker pool may finish them out of order)
+        self.seq = {"search": 0, "repo": 0, "plan": 0}
 
         self.query = QLineEdit()
         self.query.setPlaceholderText("Search Hugging Face (e.g. qwen2.5 gguf)")
@@ -143,9 +146,12 @@ class ModelLibraryDialog(QDialog):
         text, kind = self.query.text().strip(), "onnx" if self.onnx.isChecked() else "gguf"
         self.status.setText(f"Searching for “{text}”…")
         self.search_btn.setEnabled(False)
+        ticket = self._next("search")
 
         def done(hits: list[Any]) -> None:
             self.search_btn.setEnabled(True)
+            if ticket != self.seq["search"]:
+                return
             self.repos.clear()
             for h in hits:
                 extra = (f" · {h.architecture}" if h.architecture else "") + (" · gated" if h.gated else "")
@@ -168,11 +174,16 @@ class ModelLibraryDialog(QDialog):
         self.download_btn.setEnabled(False)
         self.listing = None
         self.info.setText(f"Reading {repo}…")
+        ticket = self._next("repo")
+        self._next("plan")        # a plan for the previous repo's file is stale too
 
         def done(listing_and_fits: Any) -> None:
-            self._fill_files(listing_and_fits, want)
+            if ticket == self.seq["repo"]:
+                self._fill_files(listing_and_fits, want)
 
         def failed(exc: BaseException) -> None:
+            if ticket != self.seq["repo"]:
+                return
             if self._maybe_token(exc, lambda: self._repo_selected(item, retry=False)) and retry:
                 return
             self._failed()(exc)
@@ -206,8 +217,13 @@ class ModelLibraryDialog(QDialog):
         from engine.hub import human, plan
         v = self.listing.variants[rows.pop()]
         repo = self.listing.repo
+        self.plan = None
+        self.download_btn.setEnabled(False)
+        ticket = self._next("plan")
 
         def done(p: Any) -> None:
+            if ticket != self.seq["plan"]:
+                return
             self.plan = p
             resumes = p.variant.size - p.fit.download_bytes
             self.info.setText(f"{p.variant.name} → “{p.name}”: {p.fit.summary()}"
@@ -216,11 +232,17 @@ class ModelLibraryDialog(QDialog):
             self.download_btn.setEnabled(not self.busy and p.fit.disk_ok)
 
         def failed(exc: BaseException) -> None:
+            if ticket != self.seq["plan"]:
+                return
             self.plan = None
             self.download_btn.setEnabled(False)
             self.info.setText(str(exc))
 
         self.tasks.run_task(lambda: plan(repo, v.name if v.kind == "gguf" else v.files[0].path), done, failed)
+
+    def _next(self, what: str) -> int:
+        self.seq[what] += 1
+        return self.seq[what]
 
     # ---- download ----------------------------------------------------------------------------
     def download(self) -> None:

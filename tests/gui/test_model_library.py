@@ -127,3 +127,27 @@ def test_offline_search_shows_one_message(qtbot, local_hub, monkeypatch):
     qtbot.waitUntil(lambda: "offline mode is on" in dlg.status.text(), timeout=10000)
     assert dlg.search_btn.isEnabled() and not local_hub.requests
     dlg.tasks.wait(5)
+
+
+def test_a_late_answer_for_an_earlier_pick_is_ignored(qtbot, local_hub, monkeypatch):
+    import time
+
+    import engine.hub
+    from app.gui.model_library import ModelLibraryDialog
+    real = engine.hub.plan
+
+    def slow_for_f32(repo, which=None, **kw):
+        if which and "F32" in which:
+            time.sleep(1.5)             # the first pick's answer arrives last
+        return real(repo, which, **kw)
+    monkeypatch.setattr(engine.hub, "plan", slow_for_f32)
+    dlg = ModelLibraryDialog()
+    qtbot.addWidget(dlg)
+    pick_repo(qtbot, dlg, "tiny", REPO)
+    rows = {dlg.files.item(r, 0).text(): r for r in range(dlg.files.rowCount())}
+    dlg.files.selectRow(rows["F32"])
+    dlg.files.selectRow(rows["Q8_0"])
+    qtbot.waitUntil(lambda: dlg.plan is not None, timeout=15000)
+    qtbot.wait(2500)                    # the F32 answer has come and gone
+    assert dlg.plan.variant.quant == "Q8_0" and "Tiny-Chat-Q8_0.gguf" in dlg.info.text()
+    dlg.tasks.wait(5)
