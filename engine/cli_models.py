@@ -33,6 +33,8 @@ class _Printer:
         from .hub import human
         now = time.monotonic()
         final = p.done >= p.total
+        if p.stage == "download" and p.speed <= 0 and not final:
+            return                        # the first sample: no speed or time left to show yet
         if p.stage == self.stage and not final and now - self.last < (0.25 if self.tty else 2.0):
             return
         self.last, self.stage = now, p.stage
