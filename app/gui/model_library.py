@@ -81,6 +81,8 @@ class ModelLibraryDialog(QDialog):
         self.repos.currentItemChanged.connect(lambda cur, _prev: self._repo_selected(cur))
         self.files = QTableWidget(0, 5)
         self.files.setHorizontalHeaderLabels(["Quantization", "Size", "Memory", "This machine", "File"])
+        for col in range(4):
+            self.files.horizontalHeader().setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.files.horizontalHeader().setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
         self.files.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.files.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
