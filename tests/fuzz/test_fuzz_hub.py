@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bounded import run_bounded
+from tests.support.bounded import run_bounded
 from engine.hub import HubError, HubFile, quant_of
 from engine.hub.download import is_complete
 from engine.hub.search import listing_from_json, safe_path

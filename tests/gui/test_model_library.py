@@ -3,20 +3,13 @@ recommended list, search, a repo's files with the verdict, download + conversion
 the model in the picker; a dropped download resumed from the dialog; a gated repo asks for a token."""
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "hub"))
-sys.path.insert(0, str(HERE.parent / "engine"))
-
-from hub_server import TOKEN, Hub, Repo, start  # noqa: E402
-from tiny_gguf import TinyConfig, write_tiny_gguf  # noqa: E402
-
-REPO = "tiny-org/Tiny-Chat-GGUF"
+from tests.support.hub_server import REPO, TOKEN, Hub, Repo, start
+from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 
 @pytest.fixture(scope="module")

@@ -1,17 +1,10 @@
 """Fixtures for the model-library tests: a local Hub serving tiny GGUF files, AMBER_HOME in tmp."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "engine"))
-
-from hub_server import REPO, Hub, Repo, start  # noqa: E402
-from tiny_gguf import TinyConfig, write_tiny_gguf  # noqa: E402
+from tests.support.hub_server import REPO, Hub, Repo, start
+from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 TINY = TinyConfig(n_layers=2, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128,
                   context_length=512, seed=7)

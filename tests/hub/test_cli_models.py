@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 
-from hub_server import REPO, TOKEN, Repo
+from tests.support.hub_server import REPO, TOKEN, Repo
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 
-from hub_server import REPO, TOKEN, Repo
+from tests.support.hub_server import REPO, TOKEN, Repo
 
 from engine import hub as H
 from engine import paths
@@ -293,7 +293,7 @@ def test_unsafe_file_names_from_the_hub_are_never_used(hub, tiny_ggufs):
 def test_a_malformed_search_answer_is_one_line(hub, monkeypatch):
     import json as _json
     real = _json.dumps
-    monkeypatch.setattr("hub_server.json.dumps", lambda data: real([{"no_id": 1}]) if isinstance(data, list) else real(data))
+    monkeypatch.setattr("tests.support.hub_server.json.dumps", lambda data: real([{"no_id": 1}]) if isinstance(data, list) else real(data))
     with pytest.raises(H.HubError, match="malformed"):
         H.search("tiny")
 

@@ -1,4 +1,4 @@
-"""A small Hugging Face Hub on 127.0.0.1 for the model-library tests.
+"""A small Hugging Face Hub on 127.0.0.1 for the model-library tests (tests/hub, tests/gui).
 
 It answers what huggingface_hub 2.4 asks: model search (`GET /api/models`), model info with file
 metadata (`GET /api/models/{repo}[/revision/{rev}]?blobs=true`: siblings, LFS sha256, sizes) and
