@@ -91,7 +91,7 @@ def cmd_files(args: argparse.Namespace) -> int:
         listing = hub.repo_files(args.repo, revision=args.revision, token=args.token)
     except hub.HubError as exc:
         return _fail(exc)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for v in listing.variants:
         fit = hub.estimate(v.size, v.quant, paths.models_dir())
         rows.append({"quant": v.quant, "file": v.name, "kind": v.kind, "parts": len(v.files), "size": v.size,
@@ -174,7 +174,7 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_models_commands(sub: argparse._SubParsersAction) -> None:
+def add_models_commands(sub: argparse._SubParsersAction[Any]) -> None:
     m = sub.add_parser("models", help="the model library: search the Hugging Face Hub, download, list, remove")
     ms = m.add_subparsers(dest="models_command", required=True, parser_class=type(m))
 

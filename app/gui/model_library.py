@@ -165,7 +165,8 @@ class ModelLibraryDialog(QDialog):
                 self.repos.addItem(item)
             self.status.setText(f"{len(hits)} repos" if hits else "No matching repos")
 
-        self.tasks.run_task(lambda: search(text, kind=kind), done, self._failed(lambda: self.search_btn.setEnabled(True)))
+        self.tasks.run_task(lambda: search(text, kind=kind), done,
+                            self._failed(lambda: self.search_btn.setEnabled(True)))
 
     def _repo_selected(self, item: QListWidgetItem | None, retry: bool = True) -> None:
         if item is None:
@@ -198,7 +199,7 @@ class ModelLibraryDialog(QDialog):
         self.listing = listing
         self.files.setRowCount(len(listing.variants))
         pick = 0
-        for row, (v, fit) in enumerate(zip(listing.variants, fits)):
+        for row, (v, fit) in enumerate(zip(listing.variants, fits, strict=True)):   # one fit per variant
             cells = [v.quant, human(v.size), f"~{human(fit.memory_bytes)}", fit.verdict,
                      v.name + (f" (+{len(v.files) - 1} parts)" if v.split else "")]
             for col, text in enumerate(cells):
@@ -229,7 +230,8 @@ class ModelLibraryDialog(QDialog):
             self.plan = p
             resumes = p.variant.size - p.fit.download_bytes
             self.info.setText(f"{p.variant.name} → “{p.name}”: {p.fit.summary()}"
-                              + (f" — resumes a partial download ({human(resumes)} already here)" if resumes > 0 else "")
+                              + (f" — resumes a partial download ({human(resumes)} already here)"
+                                 if resumes > 0 else "")
                               + ("" if p.fit.disk_ok else " — not enough disk space"))
             self.download_btn.setEnabled(not self.busy and p.fit.disk_ok)
 

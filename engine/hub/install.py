@@ -11,7 +11,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import paths
 from .catalog import supported_architectures
@@ -19,6 +19,9 @@ from .download import CancelToken, Progress, ProgressFn, download_file
 from .errors import Cancelled, DiskFull, HubError
 from .fit import Fit, estimate
 from .search import RepoFiles, Variant, check_repo_id, repo_files
+
+if TYPE_CHECKING:
+    from ..convert.weights import WeightPolicy
 
 DOWNLOADS = ".downloads"
 SOURCE_FILE = "amber-source.json"      # where an installed model came from
@@ -89,7 +92,7 @@ def _part_size(dest: Path) -> int:
 
 
 def install(p: Plan, *, token: str | None = None, progress: ProgressFn | None = None,
-            cancel: CancelToken | None = None, weights: str = "auto") -> Path:
+            cancel: CancelToken | None = None, weights: WeightPolicy = "auto") -> Path:
     """Runs the plan; returns the new model folder under models/."""
     if not p.fit.disk_ok:
         raise DiskFull(f"not enough disk space: {p.fit.summary()}")
@@ -111,7 +114,7 @@ def install(p: Plan, *, token: str | None = None, progress: ProgressFn | None = 
 
 
 def _install_locked(p: Plan, *, token: str | None, progress: ProgressFn | None,
-                    cancel: CancelToken | None, weights: str) -> Path:
+                    cancel: CancelToken | None, weights: WeightPolicy) -> Path:
     dest = _unique(paths.models_dir() / p.name)
     files = p.work / "files"
     total = p.variant.size
@@ -140,7 +143,8 @@ def _install_locked(p: Plan, *, token: str | None, progress: ProgressFn | None,
     return dest
 
 
-def _convert(src: Path, dest: Path, progress: ProgressFn | None, cancel: CancelToken | None, weights: str) -> None:
+def _convert(src: Path, dest: Path, progress: ProgressFn | None, cancel: CancelToken | None,
+             weights: WeightPolicy) -> None:
     from ..convert import FAST, ConversionCancelled, ModelImportError, convert_gguf
 
     def tick(done: int, total: int, what: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.hub_server import REPO, TOKEN, Repo
 
-from engine import hub as H
+from engine import hub as H  # noqa: N812 - short: the tests read H.install, H.plan, …
 from engine import paths
 
 
@@ -293,7 +293,8 @@ def test_unsafe_file_names_from_the_hub_are_never_used(hub, tiny_ggufs):
 def test_a_malformed_search_answer_is_one_line(hub, monkeypatch):
     import json as _json
     real = _json.dumps
-    monkeypatch.setattr("tests.support.hub_server.json.dumps", lambda data: real([{"no_id": 1}]) if isinstance(data, list) else real(data))
+    monkeypatch.setattr("tests.support.hub_server.json.dumps",
+                        lambda data: real([{"no_id": 1}]) if isinstance(data, list) else real(data))
     with pytest.raises(H.HubError, match="malformed"):
         H.search("tiny")
 
