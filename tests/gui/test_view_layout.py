@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog
 from app.gui import theme
 from app.gui.import_progress import staged
 from app.gui.settings import Settings
-from app.gui.sidebar import snippet_parts
+from app.gui.widgets.sidebar import snippet_parts
 from app.gui.widgets.search_jump import query_terms
 from app.gui.window_view import LONG_PLACEHOLDER, SHORT_PLACEHOLDER
 from fake_engine import FakeEngine
@@ -156,7 +156,7 @@ def test_long_code_lines_scroll_and_copy_stays_visible(make_window, engine, qtbo
 
 
 def test_theme_setting_system_light_dark(make_window, engine, qtbot, monkeypatch):
-    from app.gui.settings_dialog import SettingsDialog
+    from app.gui.dialogs.settings_dialog import SettingsDialog
 
     w = make_window(engine)
     try:

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout, QHBoxLayout,
                                QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget)
 
-from .remote_config import LOGS_NOTE
+from ..remote_config import LOGS_NOTE
 
 if TYPE_CHECKING:   # engine.remote (and its HTTP stack) loads when the dialog is first used
     from engine.remote import RemoteEndpoint
@@ -150,7 +150,7 @@ def add_remote_items(picker: QComboBox, remotes: list[Any], icon: Any) -> None:
 
 def open_connect_dialog(window: Any) -> RemoteDialog:
     """Shows the dialog; once accepted, the endpoint is saved (worker) and becomes the model."""
-    from .remote_config import find_remote, remove_remote, save_remote  # noqa: PLC0415
+    from ..remote_config import find_remote, remove_remote, save_remote  # noqa: PLC0415
 
     current = window.settings.model
     initial: list[Any] = []
