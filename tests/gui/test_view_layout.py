@@ -313,7 +313,7 @@ def test_cancel_wins_over_a_late_success(make_window, engine, qtbot, tmp_path, m
         (made / "model.onnx").write_text("x")
         return made
 
-    monkeypatch.setattr("app.gui.main_window.UNDO_MS", 10000)
+    monkeypatch.setattr("app.gui.controllers.deletions.UNDO_MS", 10000)
     w = make_window(engine, gguf_importer=importer, model_lister=lambda: [])
     w.import_clear.setInterval(300)
     dlg = w.import_model(tmp_path / "x.gguf", gguf=True)
