@@ -43,8 +43,7 @@ class ChatBinding:
         return chat_id == self.w.chats.current_id
 
     def show_messages(self, has_messages: bool) -> None:
-        self.w.chat_view.setVisible(has_messages)
-        self.w.empty.setVisible(not has_messages)
+        self.w.area.show_messages(has_messages)
 
     # --- the chat on screen ------------------------------------------------------------------
     def on_draft(self) -> None:

@@ -5,49 +5,40 @@ app/gui/controllers (off the UI thread); what the chat area shows follows their 
 from __future__ import annotations
 
 import base64
-import gc
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import QByteArray, QUrl, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
-                               QProgressBar, QProgressDialog, QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressDialog, QSplitter
 
 from engine import paths
 
-from . import accessibility as a11y
-from . import theme
-from .backend import Backend, ImportCancelled
+from . import lifecycle, theme
+from .backend import Backend
 from .chat_binding import ChatBinding
-from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: tests, send queue
 from .controllers import deletions as deletions_mod
 from .controllers import engine as engine_mod
+from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: where it was
 from .controllers.deletions import Deletions
 from .controllers.engine import EngineController, quit_work
 from .controllers.replies import RepliesController
-from .markdown_render import render
+from .dialogs import import_dialog
+from .lifecycle import freeze_heap, shiboken_valid, shutdown_runner, warm_up_rendering
 from .remote_config import temporary_notice
 from .settings import Settings
-from .tasks import ProgressRelay, TaskRunner
+from .tasks import TaskRunner
 from .titles import title_from
-from .widgets.chat_header import ChatHeader
-from .widgets.chat_view import ChatView, MessageItem, copy_to_clipboard
-from .widgets.composer import Composer
-from .widgets.empty_state import EmptyState
+from .widgets.chat_area import TEMP_NOTICE, ChatArea
+from .widgets.chat_view import MessageItem, copy_to_clipboard
 from .widgets.hover_pause import HoverPause
-from .widgets.notices import Banner, Toast
-from .widgets.search_jump import SearchJump
 from .widgets.sidebar import Sidebar
 from .widgets.status import StatusBar
 from .window_view import ViewController, apply_theme_choice
 
 log = logging.getLogger(__name__)
-
-TEMP_NOTICE = "Temporary chat — nothing is saved, and it is discarded when closed."
 
 
 class MainWindow(QMainWindow):
@@ -73,6 +64,7 @@ class MainWindow(QMainWindow):
         self.shutdown_started = False
         self.shutdown_complete = False
         self._api_server: Any = None
+        self.import_dialog: QProgressDialog | None = None   # the import in progress, if any
         self.confirm: Callable[[str, str], bool] = self._ask_confirm
 
         self.setWindowTitle("Amber")
@@ -120,48 +112,14 @@ class MainWindow(QMainWindow):
     # --- construction ------------------------------------------------------------------------
     def _build(self) -> None:
         self.sidebar = Sidebar(self.chat_model)
-        right = QWidget()
-        right.setObjectName("ChatArea")
-        right.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
-        rl = QVBoxLayout(right)
-        rl.setContentsMargins(0, 0, 0, 0)
-        rl.setSpacing(0)
-        self.header = h = ChatHeader()
+        self.area = right = ChatArea()
+        h = self.header = right.header
         self.title_label, self.subtitle_label, self.model_picker = h.title_label, h.subtitle_label, h.model_picker
         self.import_btn, self.chat_settings_btn, self.settings_btn = h.import_btn, h.chat_settings_btn, h.settings_btn
-        rl.addWidget(h)
-
-        banner_holder = QWidget()
-        bl = QVBoxLayout(banner_holder)
-        bl.setContentsMargins(16, 8, 16, 0)
-        self.banner = Banner()
-        self.banner.hide()
-        bl.addWidget(self.banner)
-        self.temp_notice = QLabel(TEMP_NOTICE)
-        self.temp_notice.setWordWrap(True)
-        self.temp_notice.setObjectName("ChatSubtitle")
-        self.temp_notice.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.temp_notice.hide()
-        bl.addWidget(self.temp_notice)
-        rl.addWidget(banner_holder)
-
-        self.chat_view = ChatView()
-        self.search_jump = SearchJump(self.chat_view)
-        self.empty = EmptyState()
+        self.banner, self.temp_notice, self.toast = right.banner, right.temp_notice, right.toast
+        self.chat_view, self.search_jump, self.composer = right.chat_view, right.search_jump, right.composer
+        self.empty = right.empty
         self.empty_title, self.empty_sub = self.empty.title, self.empty.sub
-        rl.addWidget(self.empty, 1)
-        rl.addWidget(self.chat_view, 1)
-        self.chat_view.hide()
-
-        comp_holder = QWidget()
-        cl = QHBoxLayout(comp_holder)
-        cl.setContentsMargins(16, 6, 16, 14)
-        cl.addStretch(1)
-        self.composer = Composer()
-        self.composer.setMaximumWidth(852)
-        cl.addWidget(self.composer, 100)
-        cl.addStretch(1)
-        rl.addWidget(comp_holder)
 
         self.splitter = QSplitter()
         self.splitter.setObjectName("MainSplitter")
@@ -178,7 +136,6 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.splitter)
         self.status = StatusBar()
         self.setStatusBar(self.status)
-        self.toast = Toast(right)
         self._toast_timer = QTimer(self)
         self._toast_timer.setSingleShot(True)
         self._toast_timer.timeout.connect(self.toast.hide)
@@ -187,7 +144,7 @@ class MainWindow(QMainWindow):
         self.import_clear = QTimer(self)   # an import's last word leaves the status bar
         self.import_clear.setSingleShot(True)
         self.import_clear.setInterval(4000)
-        self.import_clear.timeout.connect(self._clear_import_message)
+        self.import_clear.timeout.connect(lambda: import_dialog.clear_message(self.status))
         self.composer.set_ready(False, "Loading the model…")
         self.update_header()
 
@@ -272,12 +229,10 @@ class MainWindow(QMainWindow):
     def _warm_up(self) -> None:
         """Compile the Pygments lexers off the UI thread (once): the first code block of a
         streaming reply would otherwise compile its lexer on the UI thread (~70 ms)."""
-        global _WARMED_UP
-        if not self.shutdown_started and not _WARMED_UP:
-            _WARMED_UP = True   # lexers are compiled once per process
+        if not self.shutdown_started and lifecycle.claim_warm_up():   # once per process
             # a window task: it holds the GIL in turns with the UI thread, so it should be done
             # before a reply starts streaming (it is when the window counts as started)
-            self.tasks.run_task(_warm_up_rendering)
+            self.tasks.run_task(warm_up_rendering)
 
     def load_chats(self) -> None:
         self.sidebar.set_loading(True)
@@ -513,84 +468,14 @@ class MainWindow(QMainWindow):
         return open_connect_dialog(self)
 
     def import_gguf_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", self._dialog_dir(),
-                                              "GGUF models (*.gguf);;All files (*)")
-        if path:
-            self._remember_dir(Path(path).parent)
-            self.import_model(Path(path), gguf=True)
+        import_dialog.choose_gguf(self)
 
     def import_folder_dialog(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Import an ONNX model folder", self._dialog_dir())
-        if path:
-            self._remember_dir(Path(path).parent)
-            self.import_model(Path(path), gguf=False)
-
-    def _dialog_dir(self) -> str:
-        """Where a file dialog opens: the folder the last one was in (if it still exists)."""
-        last = self.settings.last_dir
-        return last if last and Path(last).is_dir() else str(Path.home())
-
-    def _remember_dir(self, folder: Path) -> None:
-        self.settings.last_dir = str(folder)
-        self.save_settings()
+        import_dialog.choose_folder(self)
 
     def import_model(self, src: Path, *, gguf: bool) -> QProgressDialog:
-        cancel = threading.Event()
-        dlg = QProgressDialog(f"Importing {src.name}…", "Cancel", 0, 1000, self)
-        dlg.setWindowTitle("Import model")
-        for bar in dlg.findChildren(QProgressBar):
-            a11y.name(bar, "Import progress")
-        dlg.setWindowModality(Qt.WindowModality.WindowModal)
-        dlg.setMinimumDuration(0)
-        dlg.setAutoClose(False)
-        dlg.setAutoReset(False)
-        dlg.setValue(0)
-        dlg.canceled.connect(cancel.set)
-        dlg.canceled.connect(lambda: self.status.set_message("Import cancelled"))
-        dlg.canceled.connect(self.import_clear.start)
-        progress = ProgressRelay(dlg)
-
-        def on_progress(f: float, msg: str) -> None:
-            if f < 0:
-                dlg.setRange(0, 0)
-            else:
-                dlg.setRange(0, 1000)
-                dlg.setValue(int(f * 1000))
-            if msg:
-                dlg.setLabelText(msg)
-
-        progress.progressed.connect(on_progress)
-
-        def done(dest: Path | None) -> None:
-            dlg.canceled.disconnect()   # closing a QProgressDialog emits canceled()
-            dlg.close()
-            self.import_clear.start()
-            if dest is None:
-                self.status.set_message("Import cancelled")
-                return
-            self.status.set_message(f"Imported {dest.name}")
-            if self.engine is None and self.engine_error is not None:
-                # the model in use could not be loaded (e.g. the default is missing): use this one
-                self.settings.model = dest.name
-                self.save_settings()
-                self.load_engine()
-            self.refresh_models()
-
-        def failed(exc: BaseException) -> None:
-            dlg.canceled.disconnect()
-            dlg.close()
-            self.import_clear.start()
-            if isinstance(exc, ImportCancelled) or cancel.is_set():
-                self.status.set_message("Import cancelled")
-            else:
-                self.status.set_message(f"Import failed: {exc}")
-                QMessageBox.warning(self, "Import failed", str(exc))
-
-        self.engines.import_model(src, gguf=gguf, progress=progress, cancel=cancel,
-                                  success=done, failure=failed)
-        dlg.show()
-        self.import_dialog = dlg
-        return dlg
+        """Import with a progress dialog (app/gui/dialogs/import_dialog.py)."""
+        return import_dialog.import_model(self, src, gguf=gguf)
 
     def open_settings(self) -> None:
         from .dialogs.settings_dialog import SettingsDialog  # noqa: PLC0415
@@ -639,10 +524,6 @@ class MainWindow(QMainWindow):
     def _on_cache_cleared(self, pinned: set[str]) -> None:
         self.chats.cache_cleared(pinned)
         self.status.set_message("Cache cleared (pinned chats keep theirs)")
-
-    def _clear_import_message(self) -> None:
-        if self.status.message.text().startswith(("Imported ", "Import cancelled")):
-            self.status.set_message("")
 
     def save_settings(self) -> None:
         try:
@@ -743,46 +624,3 @@ class MainWindow(QMainWindow):
 def _engine_options(s: Settings) -> tuple[Any, ...]:
     """The settings that take a new engine to apply."""
     return (s.provider, s.memory_budget_mb, s.disk_budget_mb, s.cache_max_age_days, s.kv_store)
-
-
-def freeze_heap() -> None:
-    """Move every object alive now (modules, the chat list, the engine) out of the garbage
-    collector's reach. A full collection otherwise walks them all: 50–85 ms with the GIL held,
-    usually on a worker thread, and the UI thread stalls for as long. Called at a few points
-    where what exists is long-lived; objects freed by reference counting are still freed."""
-    gc.freeze()
-
-
-def _warm_up_rendering() -> None:
-    """Import Markdown / Pygments lexers off the UI thread before the first reply needs them."""
-    from pygments.lexers import get_lexer_by_name  # noqa: PLC0415
-
-    sample = "# x\n\n- a\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
-    for lang in ("python", "javascript", "typescript", "bash", "json", "c", "cpp", "rust", "go",
-                 "java", "html", "css", "sql", "yaml", "text"):
-        try:
-            get_lexer_by_name(lang)
-        except Exception:  # noqa: BLE001
-            pass
-        sample += f"```{lang}\nx = 1\n```\n\n"
-        time.sleep(0.01)  # a background nicety: leave the GIL to the UI thread now and then
-    for th in (theme.LIGHT, theme.DARK):
-        render(sample, th)
-
-
-_SHUTDOWN_RUNNER: TaskRunner | None = None
-_WARMED_UP = False
-
-
-def shutdown_runner() -> TaskRunner:
-    """Runs the quit-time waits (engine saves, store close); outlives any window."""
-    global _SHUTDOWN_RUNNER
-    if _SHUTDOWN_RUNNER is None:
-        _SHUTDOWN_RUNNER = TaskRunner(max_threads=2)
-    return _SHUTDOWN_RUNNER
-
-
-def shiboken_valid(obj: Any) -> bool:
-    import shiboken6  # noqa: PLC0415
-
-    return shiboken6.isValid(obj)
