@@ -1,7 +1,7 @@
 """Amber's main window: it builds the widgets, wires them to the controllers, and keeps the
 shortcuts, the dialogs, the geometry and quitting. The chat state and all work live in
 app/gui/controllers (off the UI thread); what the chat area shows follows their signals
-(app/gui/chat_binding.py)."""
+(app/gui/bindings.py)."""
 from __future__ import annotations
 
 import base64
@@ -18,7 +18,7 @@ from engine import paths
 
 from . import lifecycle, theme
 from .backend import Backend
-from .chat_binding import ChatBinding
+from .bindings import ChatBinding, EngineBinding
 from .controllers import deletions as deletions_mod
 from .controllers import engine as engine_mod
 from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: where it was
@@ -27,11 +27,10 @@ from .controllers.engine import EngineController, quit_work
 from .controllers.replies import RepliesController
 from .dialogs import import_dialog
 from .lifecycle import freeze_heap, shiboken_valid, shutdown_runner, warm_up_rendering
-from .remote_config import temporary_notice
 from .settings import Settings
 from .tasks import TaskRunner
 from .titles import title_from
-from .widgets.chat_area import TEMP_NOTICE, ChatArea
+from .widgets.chat_area import ChatArea
 from .widgets.chat_view import MessageItem, copy_to_clipboard
 from .widgets.hover_pause import HoverPause
 from .widgets.sidebar import Sidebar
@@ -73,6 +72,7 @@ class MainWindow(QMainWindow):
         self.setMinimumSize(640, 480)
         self._build()
         self.binding = ChatBinding(self)
+        self.engine_binding = EngineBinding(self)
         self._connect()
         self._make_shortcuts()
         self.view_ctl = ViewController(self)   # sidebar toggle, small windows, keyboard
@@ -149,7 +149,7 @@ class MainWindow(QMainWindow):
         self.update_header()
 
     def _connect(self) -> None:
-        sb, c, r, e = self.sidebar, self.chats, self.replies, self.engines
+        sb, c, r = self.sidebar, self.chats, self.replies
         sb.chatSelected.connect(self.open_chat)
         sb.newChatRequested.connect(self.new_chat)
         sb.newTemporaryRequested.connect(lambda: self.new_chat(temporary=True))
@@ -185,13 +185,7 @@ class MainWindow(QMainWindow):
         c.listChanged.connect(self._on_list_changed)
         c.errorOccurred.connect(self._report_error)
         r.chatCreated.connect(self._on_chat_created)
-        r.composerChanged.connect(self._update_composer)
-        e.loadStarted.connect(self._on_engine_loading)
-        e.progress.connect(lambda f, m: self.banner.show_progress(m or "Preparing the model…", f))
-        e.ready.connect(self._on_engine_ready)
-        e.failed.connect(self._on_engine_failed)
-        e.modelsListed.connect(self._fill_models)
-        e.cacheCleared.connect(self._on_cache_cleared)
+        r.composerChanged.connect(self.update_composer)
         self.deletions.deleted.connect(self._on_deleted)
         self.deletions.restored.connect(self._on_restored)
 
@@ -256,46 +250,13 @@ class MainWindow(QMainWindow):
     def load_engine(self) -> None:
         self.engines.load(self.settings.copy(), self._api_server)
 
-    def _on_engine_loading(self) -> None:
-        self.banner.show_progress("Preparing the model…", -1)
-        self.composer.set_ready(False, "Loading the model…")
-        self.status.set_message("Loading the model…")
-        self.chats.forget_engine()
-        self._update_composer()
-
-    def _on_engine_ready(self, engine: Any) -> None:
-        self.banner.hide()
-        self.status.set_provider(getattr(engine, "provider", ""), self.engines.provider_fallback)
-        self.status.show_chat(self.last_figures, self.engines.context_window,
-                              self.chats.kv_text(self.current_id))
-        self.status.set_message("")
-        self.chat_view.model_name = self.engines.model_name or "Assistant"
-        self.temp_notice.setText(temporary_notice(engine, TEMP_NOTICE))
-        for mw in self.chat_view.widgets:
-            mw.set_model_name(self.chat_view.model_name)
-        self._update_composer()
-        self.engines.retry_deletes(self.store, self.deletions.is_pending)
-        if self._api_server is not None:
-            self._api_server.engine_replaced()
-        if self.current_id is not None:
-            self.chats.open_in_engine(self.current_id)
-        self.refresh_models()
-        self.replies.run_next()   # messages queued while the model was (re)loading
-        freeze_heap()
-        self.engineReady.emit()
-
-    def _on_engine_failed(self, error: str) -> None:
-        self.banner.show_error(f"The model could not be loaded: {error}")
-        self.status.set_message("No model loaded")
-        self._update_composer()
-
     # --- chats (the work is ChatsController's; closing and deleting also stop a reply) -------
     def new_chat(self, temporary: bool = False) -> None:
         self.chats.new(temporary)
 
     def _on_draft(self) -> None:
         self.update_header()
-        self._update_composer()
+        self.update_composer()
         self.composer.focus()
 
     def open_chat(self, chat_id: str) -> None:
@@ -308,7 +269,7 @@ class MainWindow(QMainWindow):
 
     def _on_chat_shown(self, _chat_id: str) -> None:
         self.update_header()
-        self._update_composer()
+        self.update_composer()
 
     def _on_chat_created(self, chat_id: str) -> None:
         self.sidebar.select(chat_id)
@@ -317,9 +278,6 @@ class MainWindow(QMainWindow):
     def _on_list_changed(self) -> None:
         self.sidebar.view.doItemsLayout()   # search hits are two-line rows, others one
         self.sidebar.select(self.current_id)
-
-    def rename_chat(self, chat_id: str, title: str) -> None:
-        self.chats.rename(chat_id, title)
 
     def toggle_pin(self, chat_id: str) -> None:
         self.chats.toggle_pin(chat_id)
@@ -330,9 +288,6 @@ class MainWindow(QMainWindow):
     def branch_from(self, message_id: Any) -> None:
         if self.current_id is not None:
             self.chats.duplicate(self.current_id, message_id)
-
-    def search(self, text: str) -> None:
-        self.chats.search(text)
 
     def flip_sibling(self, message_id: Any, delta: int) -> None:
         if self.stream is None and self.chat_view.widget_for(message_id) is not None:
@@ -353,9 +308,6 @@ class MainWindow(QMainWindow):
         if chat_id == self.current_id:
             self.settings.last_chat_id = None
             self.new_chat()
-
-    def discard_temporary(self, chat_id: str) -> None:
-        self.chats.discard_temporary(chat_id)
 
     def delete_chat(self, chat_id: str) -> None:
         """One gesture: no confirmation, an undo toast instead (10 s, paused while hovered)."""
@@ -402,7 +354,7 @@ class MainWindow(QMainWindow):
 
     _update_header = update_header
 
-    def _update_composer(self) -> None:
+    def update_composer(self) -> None:
         if self.engine is None:
             reason = self.engine_error and f"No model: {self.engine_error}" or "Loading the model…"
             self.composer.set_ready(False, reason)
@@ -438,20 +390,6 @@ class MainWindow(QMainWindow):
     # --- models and settings -----------------------------------------------------------------
     def refresh_models(self) -> None:
         self.engines.refresh_models(self._report_error)
-
-    def _fill_models(self, names: list[str], remotes: list[Any]) -> None:
-        picker, icon = self.model_picker, theme.icon("model", theme.current().text, 16)
-        picker.blockSignals(True)
-        picker.clear()
-        picker.addItem(icon, f"{paths.DEFAULT_MODEL_NAME} (default)", "")
-        for n in names:
-            if n != paths.DEFAULT_MODEL_NAME:
-                picker.addItem(icon, n, n)
-        if remotes:
-            from .dialogs.remote_dialog import add_remote_items  # noqa: PLC0415
-            add_remote_items(picker, remotes, icon)
-        picker.setCurrentIndex(max(0, picker.findData(self.settings.model)))
-        picker.blockSignals(False)
 
     def _on_model_picked(self, index: int) -> None:
         name = self.model_picker.itemData(index) or ""
@@ -493,6 +431,11 @@ class MainWindow(QMainWindow):
                 self.stop()
                 self.load_engine()
 
+    @property
+    def api_server_started(self) -> Any:
+        """The API server's control if it was ever made, else None (nothing to tell)."""
+        return self._api_server
+
     def api_server(self) -> Any:
         """The local API server's control (app/gui/server_control.py), made on first use."""
         if self._api_server is None:
@@ -520,10 +463,6 @@ class MainWindow(QMainWindow):
     def clear_cache(self) -> None:
         pinned = {r.id for r in self.chat_model.all_chats() if r.pinned}
         self.engines.clear_cache(pinned, list(self.chats.opened), self._report_error)
-
-    def _on_cache_cleared(self, pinned: set[str]) -> None:
-        self.chats.cache_cleared(pinned)
-        self.status.set_message("Cache cleared (pinned chats keep theirs)")
 
     def save_settings(self) -> None:
         try:

@@ -81,3 +81,16 @@ class ChatHeader(QFrame):
         self.subtitle_label.setText(subtitle)
         self.subtitle_label.setVisible(bool(subtitle))
         self.chat_settings_btn.setEnabled(settings_enabled)
+
+    def show_models(self, models: list[tuple[str, str, str]], current: str) -> None:
+        """The picker's entries — (label, `Settings.model` value, tooltip) — with `current`
+        selected; choosing one is `modelPicked`, filling it is not."""
+        picker, icon = self.model_picker, theme.icon("model", theme.current().text, 16)
+        picker.blockSignals(True)
+        picker.clear()
+        for label, value, tip in models:
+            picker.addItem(icon, label, value)
+            if tip:
+                picker.setItemData(picker.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        picker.setCurrentIndex(max(0, picker.findData(current)))
+        picker.blockSignals(False)

@@ -1,15 +1,21 @@
-"""What the chat area shows, driven by the controllers' signals: the messages of the chat on
-screen, the reply streaming into it, the queued sends' bubbles, the status bar's figures.
+"""What the window shows, driven by the controllers' signals.
 
-`ChatBinding` subscribes to `ChatsController` and `RepliesController` and calls the widgets'
-public methods; it holds no chat state of its own beyond `last_figures` (what the status bar
-shows of the chat on screen)."""
+`ChatBinding` subscribes to `ChatsController` and `RepliesController`: the messages of the chat
+on screen, the reply streaming into it, the queued sends' bubbles, the status bar's figures. It
+holds no chat state of its own beyond `last_figures` (what the status bar shows of the chat on
+screen). `EngineBinding` subscribes to `EngineController`: the banner, the provider, the model
+picker, the composer while a model loads."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine import paths
+
 from . import accessibility as a11y
 from . import chat_figures, theme
+from .lifecycle import freeze_heap
+from .remote_config import temporary_notice
+from .widgets.chat_area import TEMP_NOTICE
 from .controllers.replies import QueuedSend
 from .markdown_render import render
 from .widgets.chat_view import MessageItem
@@ -203,3 +209,63 @@ class ChatBinding:
         view = self.w.chat_view
         if self._current(q.chat_id) and view.widget_for(q.bubble_id) is not None:
             view.truncate_after(q.bubble_id, keep=False)
+
+
+class EngineBinding:
+    def __init__(self, window: "MainWindow"):
+        self.w = window
+        e = window.engines
+        e.loadStarted.connect(self._on_engine_loading)
+        e.progress.connect(lambda f, m: window.banner.show_progress(m or "Preparing the model…", f))
+        e.ready.connect(self._on_engine_ready)
+        e.failed.connect(self._on_engine_failed)
+        e.modelsListed.connect(self._fill_models)
+        e.cacheCleared.connect(self._on_cache_cleared)
+
+    def _on_engine_loading(self) -> None:
+        w = self.w
+        w.banner.show_progress("Preparing the model…", -1)
+        w.composer.set_ready(False, "Loading the model…")
+        w.status.set_message("Loading the model…")
+        w.chats.forget_engine()
+        w.update_composer()
+
+    def _on_engine_ready(self, engine: Any) -> None:
+        w = self.w
+        w.banner.hide()
+        w.status.set_provider(getattr(engine, "provider", ""), w.engines.provider_fallback)
+        w.status.show_chat(w.last_figures, w.engines.context_window, w.chats.kv_text(w.current_id))
+        w.status.set_message("")
+        w.chat_view.model_name = w.engines.model_name or "Assistant"
+        w.temp_notice.setText(temporary_notice(engine, TEMP_NOTICE))
+        for mw in w.chat_view.widgets:
+            mw.set_model_name(w.chat_view.model_name)
+        w.update_composer()
+        w.engines.retry_deletes(w.store, w.deletions.is_pending)
+        if w.api_server_started is not None:   # it serves the new engine now
+            w.api_server_started.engine_replaced()
+        if w.current_id is not None:
+            w.chats.open_in_engine(w.current_id)
+        w.refresh_models()
+        w.replies.run_next()   # messages queued while the model was (re)loading
+        freeze_heap()
+        w.engineReady.emit()
+
+    def _on_engine_failed(self, error: str) -> None:
+        w = self.w
+        w.banner.show_error(f"The model could not be loaded: {error}")
+        w.status.set_message("No model loaded")
+        w.update_composer()
+
+    def _fill_models(self, names: list[str], remotes: list[Any]) -> None:
+        w = self.w
+        local = [(f"{paths.DEFAULT_MODEL_NAME} (default)", "", "")] + \
+            [(n, n, "") for n in names if n != paths.DEFAULT_MODEL_NAME]
+        servers = [(f"{r.endpoint.label} (remote)", r.choice,
+                    f"{r.endpoint.base_url} · model {r.endpoint.model}") for r in remotes]
+        w.header.show_models(local + servers, w.settings.model)
+
+    def _on_cache_cleared(self, pinned: set[str]) -> None:
+        w = self.w
+        w.chats.cache_cleared(pinned)
+        w.status.set_message("Cache cleared (pinned chats keep theirs)")
