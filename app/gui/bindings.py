@@ -34,6 +34,7 @@ class ChatBinding:
         c.messagesLoaded.connect(self.on_messages)
         c.siblingsLoaded.connect(self.on_siblings)
         c.kvChanged.connect(self.on_kv)
+        c.infoReceived.connect(window.save_notice.note)   # a save error stays on its chat
         r.turnStarted.connect(self.on_turn_started)
         r.userStored.connect(self.on_user_stored)
         r.chunk.connect(self.on_chunk)

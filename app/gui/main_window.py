@@ -117,6 +117,7 @@ class MainWindow(QMainWindow):
         self.title_label, self.subtitle_label, self.model_picker = h.title_label, h.subtitle_label, h.model_picker
         self.import_btn, self.chat_settings_btn, self.settings_btn = h.import_btn, h.chat_settings_btn, h.settings_btn
         self.banner, self.temp_notice, self.toast = right.banner, right.temp_notice, right.toast
+        self.save_notice = right.save_notice
         self.chat_view, self.search_jump, self.composer = right.chat_view, right.search_jump, right.composer
         self.empty = right.empty
         self.empty_title, self.empty_sub = self.empty.title, self.empty.sub
@@ -349,6 +350,7 @@ class MainWindow(QMainWindow):
         sub = ("Temporary chat" if row.temporary else ("Pinned" if row.pinned else "")) if row else ""
         self.header.show_chat(title, sub, settings_enabled=row is not None and not row.temporary)
         self.temp_notice.setVisible(temporary)
+        self.save_notice.show_for(cur)
         self.empty.set_temporary(temporary)
         self.setWindowTitle(f"{title} — Amber")
 

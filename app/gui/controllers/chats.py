@@ -44,6 +44,7 @@ class ChatsController(QObject):
     siblingsLoaded = Signal(object)                 # the chat's new path, as view items
     openRequested = Signal(str)                     # e.g. a duplicate, made: show it
     kvChanged = Signal(str)                         # chat id: its KV text changed
+    infoReceived = Signal(str, object)              # chat id, the engine's SessionInfo (save errors)
     headerChanged = Signal()                        # the chat on screen was renamed / pinned
     listChanged = Signal()                          # the list re-sorted or its search changed
     errorOccurred = Signal(object)
@@ -213,6 +214,7 @@ class ChatsController(QObject):
         """The engine said where a chat's KV is: the list and the status bar follow."""
         if info is None:
             return
+        self.infoReceived.emit(chat_id, info)
         where, nbytes = kv_state_of(info)
         saving = bool(getattr(info, "saving", False))
         self.engine_kv[chat_id] = chat_figures.info_text(info)
@@ -236,6 +238,7 @@ class ChatsController(QObject):
 
         def done(info: Any) -> None:
             self._watching.discard(chat_id)
+            self.infoReceived.emit(chat_id, info)
             if self.model.chat(chat_id) is not None:
                 where, nbytes = kv_state_of(info)
                 self.model.update(chat_id, kv_state=where, kv_bytes=nbytes, saving=False)

@@ -1,4 +1,5 @@
-"""The right-hand side of the window: the header, the notices (banner, temporary-chat notice),
+"""The right-hand side of the window: the header, the notices (banner, temporary-chat notice,
+save errors),
 the chat view or the empty state, the composer; the undo toast floats over it."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from .chat_view import ChatView
 from .composer import Composer
 from .empty_state import EmptyState
 from .notices import Banner, Toast
+from .save_notice import SaveNotice
 from .search_jump import SearchJump
 
 TEMP_NOTICE = "Temporary chat — nothing is saved, and it is discarded when closed."
@@ -38,6 +40,8 @@ class ChatArea(QWidget):
         self.temp_notice.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.temp_notice.hide()
         bl.addWidget(self.temp_notice)
+        self.save_notice = SaveNotice()       # "couldn't save to disk: …; kept in memory"
+        bl.addWidget(self.save_notice)
         rl.addWidget(banner_holder)
 
         self.chat_view = ChatView()
