@@ -303,7 +303,7 @@ class ChatView(QScrollArea):
                 # finish incrementally: the finished blocks are already on screen
                 final.rendered = renderer.update(final.content, final=True)
                 w.item = final
-                w._update_chrome()  # noqa: SLF001
+                w.update_chrome()
             else:
                 w.item = final
                 w.refresh(final.rendered or render(final.content, theme.current()))

@@ -78,7 +78,7 @@ class MessageBrowser(QTextBrowser):
         self.document().setDocumentMargin(2)
         self.viewport().setAutoFillBackground(False)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.DefaultContextMenu)
-        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.document().documentLayout().documentSizeChanged.connect(self.fit)
         self.setFixedHeight(24)
         self.fit_width = False      # size to the content's width (user bubbles)
         self._ideal_width = 200
@@ -98,16 +98,17 @@ class MessageBrowser(QTextBrowser):
             probe.setTextWidth(-1)
             self._ideal_width = int(math.ceil(probe.idealWidth())) + 8
             self.updateGeometry()
-        self._fit()
+        self.fit()
 
     def resizeEvent(self, event: Any) -> None:  # noqa: N802
         super().resizeEvent(event)
         w = self.viewport().width()
         if w > 0 and abs(self.document().textWidth() - w) > 0.5:
             self.document().setTextWidth(w)
-        self._fit()
+        self.fit()
 
-    def _fit(self, *_: Any) -> None:
+    def fit(self, *_: Any) -> None:
+        """Height to the document (no inner scroll bar); the stream renderer calls it too."""
         h = math.ceil(self.document().size().height()) + 2
         if self.wide():
             h += self.horizontalScrollBar().sizeHint().height()
@@ -177,7 +178,7 @@ class StreamRenderer:
         elif final:
             self._replace_tail(cursor, "")
             self._tail_codes, self._tail_html = (), ""
-        self.browser._fit()  # noqa: SLF001
+        self.browser.fit()
         return Rendered("".join(self.html_parts) + self._tail_html,
                         tuple(self.code_blocks) + self._tail_codes)
 
@@ -304,9 +305,10 @@ class MessageWidget(QFrame):
         if self.item.rendered is None:
             self.item.rendered = render(self.item.content, t)
         self.body.set_html(self.item.rendered.html, document_css(t))
-        self._update_chrome()
+        self.update_chrome()
 
-    def _update_chrome(self) -> None:
+    def update_chrome(self) -> None:
+        """The role label, figures, tools and notices for `item` (the text is not re-rendered)."""
         it = self.item
         multi = it.sibling_count > 1 and not self.streaming
         self.prev_btn.setVisible(multi)
@@ -358,7 +360,7 @@ class MessageWidget(QFrame):
         self.streaming = streaming
         if self.item.role == "assistant":
             self.role_label.setText(self.display_name() + ("  ●" if streaming else ""))
-        self._update_chrome()
+        self.update_chrome()
 
     def _flip(self, delta: int) -> None:
         self.siblingRequested.emit(self.item.id, delta)
