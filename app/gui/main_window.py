@@ -14,6 +14,7 @@ from PySide6.QtCore import QByteArray, QUrl, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressDialog, QSplitter
 
+from app.store.titles import chat_title
 from engine import paths
 
 from . import lifecycle, theme
@@ -29,7 +30,6 @@ from .dialogs import import_dialog
 from .lifecycle import freeze_heap, shiboken_valid, shutdown_runner, warm_up_rendering
 from .settings import Settings
 from .tasks import TaskRunner
-from .titles import title_from
 from .widgets.chat_area import ChatArea
 from .widgets.chat_view import MessageItem, copy_to_clipboard
 from .widgets.hover_pause import HoverPause
@@ -329,7 +329,7 @@ class MainWindow(QMainWindow):
                 self.new_chat()
 
     def _on_deleted(self, chat_id: str, title: str) -> None:
-        self.toast.popup(f"Deleted “{title_from(title, 40)}”")
+        self.toast.popup(f"Deleted “{chat_title(title, 40)}”")
         self._toast_timer.start(deletions_mod.UNDO_MS)
         self.toast_pause.watch(self.deletions.pending[chat_id])
         if self.toast_pause.paused:   # the pointer already rests on the toast

@@ -18,9 +18,3 @@ def derived_title(source: str, existing: Iterable[str], *, branch: bool) -> str:
         title = f"{base} ({kind} {n})"
         n += 1
     return title
-
-
-def title_from(text: str, limit: int = 48) -> str:
-    """A new chat's title in the list until the store has one: its first message, one line."""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"

@@ -11,9 +11,10 @@ from app.chat.turn import Chunk, Prefill, TurnOutcome, TurnRequest, UserSaved, d
 from app.gui.settings import Settings
 from engine.api import SessionKind
 
-from fake_engine import FakeEngine
+from tests.support.fake_engine import FakeEngine
 
 CID = str(uuid.uuid4())
+TID = str(uuid.uuid4())
 
 
 def _request(chat_id: str, mode: str = "send", **kw: Any) -> TurnRequest:
@@ -92,12 +93,12 @@ def test_an_engine_failure_is_reported_with_what_had_streamed(store: Any, tmp_pa
 
 
 def test_a_temporary_turn_in_the_memory_store(tmp_path: Path) -> None:
-    from app.gui.memstore import MemoryStore
+    from app.store.memory import MemoryStore
 
     temp = MemoryStore()
-    temp.create_conversation(id="t-1", system_prompt="", model_id="Fake")
+    temp.create_conversation(id=TID, system_prompt="", model_id="Fake")
     engine = FakeEngine(tmp_path / "state", delay=0, reply="hi")
-    _, out = drain(run_turn(_request("t-1", text="q", kind=SessionKind.TEMPORARY, temporary=True,
+    _, out = drain(run_turn(_request(TID, text="q", kind=SessionKind.TEMPORARY, temporary=True,
                                      open_session=True), temp, engine, threading.Event()))
     assert [r.content for r in out.rows] == ["q", "hi"]
     assert engine.called("open")[0][1] == SessionKind.TEMPORARY

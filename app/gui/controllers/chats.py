@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal
 
+from app.store.memory import MemoryStore
 from engine.api import SessionKind
 
 from ...chat.kv import chat_salt, kv_state_of
 from .. import chat_figures
-from ..memstore import MemoryStore
 from ..sidebar_model import ChatListModel, ChatRow, build_items
 from ..tasks import TaskRunner
 from ..titles import derived_title

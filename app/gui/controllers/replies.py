@@ -11,10 +11,11 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal
 
+from app.store.titles import chat_title
+
 from ...chat.turn import Chunk, Prefill, TurnOutcome, TurnRequest, UserSaved, run_turn
 from ..settings import Settings
 from ..tasks import GeneratorWorker, TaskRunner
-from ..titles import title_from
 from ..turn_figures import LiveTurn
 from .chats import ChatsController, Draft, Itemizer
 from .deletions import Deletions
@@ -172,7 +173,7 @@ class RepliesController(QObject):
     def _create(self, text: str, *, store_now: bool) -> tuple[str, bool]:
         """The draft's first message: list the chat (and with `store_now`, store it now)."""
         chats, settings = self.chats, self.settings()
-        chat_id, temporary = chats.create_from_draft(title_from(text), datetime.now(timezone.utc))
+        chat_id, temporary = chats.create_from_draft(chat_title(text), datetime.now(timezone.utc))
         model, prompt = self.engines.model_name, settings.system_prompt
         if not temporary:
             settings.last_chat_id = chat_id
