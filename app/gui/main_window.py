@@ -161,6 +161,7 @@ class MainWindow(QMainWindow):
         sb.searchChanged.connect(c.search)
         h = self.header
         h.modelPicked.connect(self._on_model_picked)
+        h.getModelsRequested.connect(self.open_model_library)
         h.importGgufRequested.connect(self.import_gguf_dialog)
         h.importFolderRequested.connect(self.import_folder_dialog)
         h.connectRemoteRequested.connect(self.connect_remote_dialog)
@@ -401,6 +402,11 @@ class MainWindow(QMainWindow):
         self.settings.model = name
         self.save_settings()
         self.load_engine()
+
+    def open_model_library(self) -> Any:
+        """Hugging Face search, download and conversion (app/gui/dialogs/model_library.py)."""
+        from .dialogs.model_library import open_model_library  # noqa: PLC0415
+        return open_model_library(self)
 
     def connect_remote_dialog(self) -> Any:
         """Base URL, optional key, model: chats then stream from that server."""

@@ -14,6 +14,7 @@ from .elided import ElidedLabel
 
 class ChatHeader(QFrame):
     modelPicked = Signal(int)           # index in the model picker
+    getModelsRequested = Signal()       # the model library (Hugging Face)
     importGgufRequested = Signal()
     importFolderRequested = Signal()
     connectRemoteRequested = Signal()
@@ -48,6 +49,7 @@ class ChatHeader(QFrame):
                   "A GGUF file, an ONNX model folder, or an OpenAI-compatible server")
         self.import_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.import_btn)
+        self.act_get_models = menu.addAction("Get models…", self.getModelsRequested.emit)
         self.act_import_gguf = menu.addAction("Import GGUF file…", self.importGgufRequested.emit)
         self.act_import_folder = menu.addAction("Import ONNX model folder…",
                                                 self.importFolderRequested.emit)
