@@ -211,7 +211,12 @@ class RemoteEngine:
                     "requests": self._requests}
 
     def clear_cache(self) -> int:
-        """Nothing to clear here: the server owns its prompt cache."""
+        """The server owns its prompt cache; what goes here is every session but the pinned ones
+        (a temporary chat gets a new salt, so the server's cache of it is not used again).
+        No local blocks: 0."""
+        with self._lock:
+            for sid in [k for k, s in self._sessions.items() if s.kind != SessionKind.PINNED]:
+                del self._sessions[sid]
         return 0
 
     def shutdown(self, timeout: float = 10.0) -> None:

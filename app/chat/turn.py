@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Generator, Literal
 
-from engine.api import (CancelToken, ChatMessage, GenerationResult, PrefillProgress, SessionKind,
+from engine.api import (CancelToken, ChatEngine, ChatMessage, GenerationResult, PrefillProgress, SessionKind,
                         TextChunk)
 
 from .kv import chat_salt, kv_state_of
@@ -74,14 +74,14 @@ class TurnOutcome:
     text: str = ""
 
 
-def run_turn(req: TurnRequest, store: Any, engine: Any,
+def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
              cancel: CancelToken | threading.Event) -> Generator[TurnEvent, None, TurnOutcome]:
     """Run one turn; see the module docstring. Store errors propagate; engine errors end up in
     `TurnOutcome.error` with whatever text had streamed stored as the reply."""
     chat_id, settings = req.chat_id, req.settings
     if req.create and not req.temporary:
         store.create_conversation(id=chat_id, system_prompt=settings.system_prompt,
-                                  model_id=getattr(engine, "model_name", ""))
+                                  model_id=engine.model_name)
     detail = store.get_conversation(chat_id)
     user = None
     if req.mode == "send":

@@ -21,6 +21,8 @@ from .markdown_render import render
 from .widgets.chat_view import MessageItem
 
 if TYPE_CHECKING:
+    from engine.api import ChatEngine
+
     from .main_window import MainWindow
 
 
@@ -231,10 +233,10 @@ class EngineBinding:
         w.chats.forget_engine()
         w.update_composer()
 
-    def _on_engine_ready(self, engine: Any) -> None:
+    def _on_engine_ready(self, engine: ChatEngine) -> None:
         w = self.w
         w.banner.hide()
-        w.status.set_provider(getattr(engine, "provider", ""), w.engines.provider_fallback)
+        w.status.set_provider(engine.provider, w.engines.provider_fallback)
         w.status.show_chat(w.last_figures, w.engines.context_window, w.chats.kv_text(w.current_id))
         w.status.set_message("")
         w.chat_view.model_name = w.engines.model_name or "Assistant"

@@ -5,7 +5,10 @@ another chat (or of the previous turn while one streams) stays on screen.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from engine.api import ChatEngine
 
 from app.chat.overflow import (DEFAULT_OVERFLOW, OVERFLOW_CHOICES, OVERFLOW_VALUES,  # noqa: F401
                                overflow_policy)
@@ -19,9 +22,9 @@ def last_figures(items: Iterable[Any]) -> dict[str, Any] | None:
     return None
 
 
-def window(engine: Any, figures: dict[str, Any] | None) -> int:
+def window(engine: ChatEngine | None, figures: dict[str, Any] | None) -> int:
     """The context window of the model loaded now (a reply's figures may be another model's)."""
-    w = int(getattr(engine, "context_window", 0) or 0)
+    w = engine.context_window if engine is not None else 0
     return w or int((figures or {}).get("context_window") or 0)
 
 

@@ -470,7 +470,7 @@ class MainWindow(QMainWindow):
 
     def clear_cache(self) -> None:
         pinned = {r.id for r in self.chat_model.all_chats() if r.pinned}
-        self.engines.clear_cache(pinned, list(self.chats.opened), self._report_error)
+        self.engines.clear_cache(pinned, self._report_error)
 
     def save_settings(self) -> None:
         try:

@@ -228,3 +228,22 @@ def test_servers_ways_of_saying_too_long_are_recognised(body):
     assert isinstance(status_error(ep, 400, body, "/chat/completions"), ContextOverflow)
     assert not isinstance(status_error(ep, 400, b'{"error": {"message": "temperature must be <= 2"}}', "x"),
                           ContextOverflow)
+
+
+def test_clear_cache_forgets_every_session_but_the_pinned_ones():
+    """The server owns its cache; clearing forgets the sessions' salts (pinned chats keep theirs),
+    so a temporary chat is sent under a new salt and the server's cache of it is not used again."""
+    eng = RemoteEngine(RemoteEndpoint("http://127.0.0.1:9/v1", "m", flavor="vllm"), connect=False)
+    pinned, regular, temp = (f"00000000-0000-4000-8000-00000000000{i}" for i in (1, 2, 3))
+    eng.open(pinned, SessionKind.PINNED, "salt-p")
+    eng.open(regular, SessionKind.REGULAR, "salt-r")
+    eng.open(temp, SessionKind.TEMPORARY)
+    msgs = [ChatMessage("user", "hi")]
+    temp_salt = eng.request_body(temp, msgs, SamplingParams())["cache_salt"]
+    assert eng.stats()["open_sessions"] == 3
+    assert eng.clear_cache() == 0
+    assert eng.stats()["open_sessions"] == 1
+    assert eng.info(pinned).cache_salt == "salt-p" and eng.info(pinned).kind == SessionKind.PINNED
+    assert eng.info(regular).cache_salt is None        # forgotten: reopened with its stored salt
+    eng.open(temp, SessionKind.TEMPORARY)
+    assert eng.request_body(temp, msgs, SamplingParams())["cache_salt"] not in (temp_salt, None)

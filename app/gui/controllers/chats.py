@@ -13,7 +13,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, Signal
 
 from app.store.memory import MemoryStore
-from engine.api import SessionKind
+from engine.api import ChatEngine, SessionInfo, SessionKind
 
 from ...chat.kv import chat_salt, kv_state_of
 from .. import chat_figures
@@ -397,16 +397,16 @@ class ChatsController(QObject):
         return None
 
 
-def _wait_saved(engine: Any, chat_id: str) -> Any:
+def _wait_saved(engine: ChatEngine, chat_id: str) -> SessionInfo:
     deadline = time.monotonic() + 600
     info = engine.info(chat_id)
-    while getattr(info, "saving", False) and time.monotonic() < deadline:
+    while info.saving and time.monotonic() < deadline:
         time.sleep(PIN_POLL_S)
         info = engine.info(chat_id)
     return info
 
 
-def _pin(engine: Any, store: Any, chat_id: str) -> Any:
+def _pin(engine: ChatEngine, store: Any, chat_id: str) -> SessionInfo:
     try:
         engine.info(chat_id)
     except KeyError:
@@ -416,7 +416,7 @@ def _pin(engine: Any, store: Any, chat_id: str) -> Any:
     return _wait_saved(engine, chat_id)
 
 
-def _unpin(engine: Any, chat_id: str) -> Any:
+def _unpin(engine: ChatEngine, chat_id: str) -> SessionInfo | None:
     try:
         engine.unpin(chat_id)
     except KeyError:

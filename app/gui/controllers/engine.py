@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal
 
+from engine.api import ChatEngine
+
 from ...chat.kv import is_remote_engine
 from ..backend import Backend, _accepting
 from ..import_progress import staged
@@ -37,18 +39,18 @@ class EngineController(QObject):
                  parent: QObject | None = None):
         super().__init__(parent)
         self.backend, self.home, self.tasks = backend, home, tasks
-        self.engine: Any = None
+        self.engine: ChatEngine | None = None
         self.error: str | None = None
         self.loading = False
         self.provider_fallback: str | None = None
 
     @property
     def context_window(self) -> int:
-        return int(getattr(self.engine, "context_window", 0) or 0)
+        return self.engine.context_window if self.engine is not None else 0
 
     @property
     def model_name(self) -> str:
-        return getattr(self.engine, "model_name", "") or ""
+        return self.engine.model_name if self.engine is not None else ""
 
     def load(self, settings: Settings, server: Any = None) -> None:
         """(Re)load the engine the settings name; the old one is shut down first (its pending
@@ -63,7 +65,7 @@ class EngineController(QObject):
         self.loadStarted.emit()
         backend, home = self.backend, self.home
 
-        def work() -> Any:
+        def work() -> ChatEngine:
             if server is not None:
                 server.stop_now()     # it serves the old engine
             if old is not None:
@@ -74,10 +76,10 @@ class EngineController(QObject):
             model_dir = backend.model_preparer(settings.model, relay)
             relay(-1.0, f"Loading {model_dir.name}…")
             # A factory that takes `progress` reports making the GPU variant on first use of a GPU.
-            return backend.engine_factory(model_dir, home / "state", settings,
-                                          **_accepting(backend.engine_factory, {"progress": relay}))
+            factory: Callable[..., ChatEngine] = backend.engine_factory
+            return factory(model_dir, home / "state", settings, **_accepting(factory, {"progress": relay}))
 
-        def done(engine: Any) -> None:
+        def done(engine: ChatEngine) -> None:
             self.loading = False
             self.engine = engine
             self.provider_fallback = getattr(getattr(engine, "model", None),
@@ -115,22 +117,14 @@ class EngineController(QObject):
 
         self.tasks.run_task(lambda: importer(src, feed, cancel), done, failure)
 
-    def clear_cache(self, pinned: set[str], opened: list[str], failure: Failure) -> None:
+    def clear_cache(self, pinned: set[str], failure: Failure) -> None:
         """Drop every chat's KV but the pinned ones' (`cacheCleared`)."""
         engine = self.engine
         if engine is None:
             return
-
-        def work() -> None:
-            clear = getattr(engine, "clear_cache", None)
-            if clear is not None:
-                clear()   # SessionManager.clear_cache: pinned sessions keep their blocks
-            else:  # a remote engine: close every regular session so that it drops its KV
-                for cid in opened:
-                    if cid not in pinned:
-                        engine.close(cid)
-
-        self.tasks.run_task(work, lambda _: self.cacheCleared.emit(pinned), failure)
+        # ChatEngine.clear_cache: pinned sessions keep their blocks (a remote engine forgets the
+        # other sessions' salts: the server's cache of them is not used again).
+        self.tasks.run_task(engine.clear_cache, lambda _: self.cacheCleared.emit(pinned), failure)
 
     def retry_deletes(self, store: Any, skip: Callable[[str], bool]) -> None:
         """Delete the KV of chats deleted while no local engine could (`skip`: still undoable)."""
