@@ -3,7 +3,7 @@ API (engine.server), started and stopped on worker threads so the UI never waits
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QGuiApplication
@@ -11,6 +11,9 @@ from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, Q
                                QSpinBox, QWidget)
 
 from .tasks import run_task
+
+if TYPE_CHECKING:
+    from engine.api import ChatEngine
 
 DEFAULT_PORT = 8080
 
@@ -22,7 +25,7 @@ class ServerControl(QObject):
     changed = Signal(str)
     failed = Signal(str)
 
-    def __init__(self, engine: Callable[[], Any], state_dir: Path, parent: QObject | None = None,
+    def __init__(self, engine: Callable[[], ChatEngine | None], state_dir: Path, parent: QObject | None = None,
                  runner: Callable[..., None] = run_task) -> None:
         super().__init__(parent)
         self._engine = engine

@@ -145,7 +145,7 @@ class EngineController(QObject):
         self.tasks.run_task(work)
 
 
-def quit_work(*, server: Any, streams: Any, tasks: TaskRunner, engine: Any, store: Any,
+def quit_work(*, server: Any, streams: Any, tasks: TaskRunner, engine: ChatEngine | None, store: Any,
               started: float) -> Callable[[], None]:
     """What quitting waits for, off the UI thread: the API server, the reply that was cancelled
     (it saves its text), the window's tasks, the engine's KV saves (bounded), the store."""
