@@ -105,7 +105,13 @@ def post_norm(g: _Graph, spec: ModelSpec, x: str, gamma: np.ndarray | None, name
 def activation(g: _Graph, spec: ModelSpec, gate: str, up: str) -> str:
     """act(gate) * up: SiLU (SwiGLU) or GELU with the tanh approximation (GeGLU)."""
     if ARCHS[spec.architecture].activation == "gelu_tanh":
-        return g.op1("Mul", [g.op1("FastGelu", [gate], domain=MS), up])
+        # gelu_tanh(x) = 0.5 x (1 + tanh(z)) = x * sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3):
+        # the same function from ops every provider has in float16 too (ORT's CPU FastGelu is
+        # float32 only, and the GPU variant is checked on the CPU provider).
+        cube = g.op1("Mul", [g.op1("Mul", [gate, gate]), gate])
+        inner = g.op1("Add", [gate, g.op1("Mul", [cube, g.const(0.044715, np.float32)])])
+        z2 = g.op1("Mul", [inner, g.const(2.0 * np.sqrt(2.0 / np.pi), np.float32)])
+        return g.op1("Mul", [g.op1("Mul", [gate, g.op1("Sigmoid", [z2])]), up])
     return g.op1("Mul", [g.op1("Mul", [gate, g.op1("Sigmoid", [gate])]), up])
 
 
@@ -119,5 +125,7 @@ def final_softcap(g: _Graph, spec: ModelSpec) -> None:
         for j, out in enumerate(node.output):
             if out == "logits":
                 node.output[j] = raw
-    capped = g.op1("Tanh", [g.op1("Div", [raw, g.const(cap, np.float32)])])
-    g.op1("Mul", [capped, g.const(cap, np.float32)], outputs=["logits"])
+    # cap * tanh(l / cap) = 2 cap * sigmoid(2 l / cap) - cap (Sigmoid: a float16 kernel everywhere)
+    sig = g.op1("Sigmoid", [g.op1("Mul", [raw, g.const(2.0 / cap, np.float32)])])
+    g.op1("Sub", [g.op1("Mul", [sig, g.const(2.0 * cap, np.float32)]), g.const(cap, np.float32)],
+          outputs=["logits"])
