@@ -98,8 +98,7 @@ def read_arch_params(src: GGUFSource, arch: str, n_layers: int, n_embd: int, n_h
                                "models have no sliding-window layers in Amber's importer")
     if window and window < context:       # a window as long as the context changes nothing
         p.sliding_window = window
-        period = info.swa_period
-        p.swa_layers = tuple(i % period < period - 1 if period > 1 else True for i in range(n_layers))
+        p.swa_layers = _swa_layers(src, arch, info.swa_period, n_layers)
     if info.local_rope_theta is not None:
         p.local_rope_theta = src.float_field(f"{arch}.rope.freq_base_swa", info.local_rope_theta,
                                              lo=0.0, hi=1e12)
@@ -129,3 +128,21 @@ def read_arch_params(src: GGUFSource, arch: str, n_layers: int, n_embd: int, n_h
     if info.activation == "gelu_tanh":
         p.config["hidden_activation"] = "gelu_pytorch_tanh"
     return p
+
+
+def _swa_layers(src: GGUFSource, arch: str, period: int, n_layers: int) -> tuple[bool, ...]:
+    """Which layers slide: {arch}.attention.sliding_window_pattern when the GGUF has it (a period,
+    or one bool per layer, as llama.cpp reads it), else the architecture's own pattern."""
+    from . import gguf_scan as gs
+    key = f"{arch}.attention.sliding_window_pattern"
+    info = src.layout.fields.get(key)
+    if info is not None and info.type == gs.ARRAY:
+        flags = src._array(key, (gs.BOOL,), "a period or an array of booleans") or []
+        if len(flags) != n_layers:
+            raise ModelImportError(f"{src.path.name}: {key} has {len(flags)} entries for {n_layers} layers")
+        return tuple(bool(f) for f in flags)
+    if info is not None:
+        period = src.require_int(key, lo=0, hi=n_layers + 1)
+        # llama.cpp's set_swa_pattern: 0 = every layer, n = all but every n-th
+        return tuple(period == 0 or i % period < period - 1 for i in range(n_layers))
+    return tuple(i % period < period - 1 if period > 1 else True for i in range(n_layers))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from onnx import TensorProto
 
 from .arch import ARCHS
 from .gguf_source import ModelSpec
@@ -42,13 +43,20 @@ def rope_inputs(g: _Graph, spec: ModelSpec, weights: ModelWeights, total_len: st
     linear = float(spec.rope_scaling["factor"]) if spec.rope_scaling.get("rope_type") == "linear" else 1.0
     if p.longrope is not None and weights.rope_long is not None and weights.rope_short is not None:
         # Hugging Face's longrope: short factors while the sequence fits the original context, long
-        # ones beyond (chosen per run from the total length, as transformers does), both tables
-        # scaled by the attention factor.
+        # ones beyond (chosen per run from the total length, as transformers does), both scaled by
+        # the attention factor. One table holds the short rows [0, orig) then the long rows
+        # [0, context); each run slices its total_len rows from the short or the long part, which
+        # copies only as many rows as the sequence has (a Where over two full tables would copy
+        # both on every decode step).
         lr = p.longrope
-        short = _tables(g, ".short", rope_angles(spec, spec.rope_theta, weights.rope_short, 1.0), lr.attn_factor)
-        long_ = _tables(g, ".long", rope_angles(spec, spec.rope_theta, weights.rope_long, 1.0), lr.attn_factor)
-        is_long = g.op1("Greater", [total_len, g.const(lr.original_context, np.int32)])
-        chosen = (g.op1("Where", [is_long, long_[0], short[0]]), g.op1("Where", [is_long, long_[1], short[1]]))
+        short = rope_angles(spec, spec.rope_theta, weights.rope_short, 1.0)[:lr.original_context]
+        long_ = rope_angles(spec, spec.rope_theta, weights.rope_long, 1.0)
+        cos, sin = _tables(g, ".short_long", np.concatenate([short, long_]), lr.attn_factor)
+        is_long = g.op1("Cast", [g.op1("Greater", [total_len, g.const(lr.original_context, np.int32)])],
+                        to=TensorProto.INT64)
+        start = g.op1("Reshape", [g.op1("Mul", [is_long, g.const(lr.original_context)]), g.const([1])])
+        end = g.op1("Add", [start, g.op1("Cast", [total_len], to=TensorProto.INT64)])
+        chosen = (g.op1("Slice", [cos, start, end, g.const([0])]), g.op1("Slice", [sin, start, end, g.const([0])]))
         return [chosen] * spec.n_layers
     main = _tables(g, "", rope_angles(spec, spec.rope_theta, weights.rope_factors, linear))
     if p.local_rope_theta is None or not any(p.swa_layers):

@@ -62,7 +62,7 @@ KERNELS: dict[str, dict[str, set[str]]] = {
         "Add": _ANY, "Sub": _ANY, "Mul": _ANY, "Div": _ANY, "Sigmoid": _ANY, "MatMul": _ANY, "Gemm": _ANY,
         "Cast": _ANY, "Gather": _ANY, "Reshape": _ANY, "Unsqueeze": _ANY, "Concat": _ANY, "Slice": _ANY,
         "Split": _ANY, "ReduceSum": _ANY, "ReduceMax": _ANY, "Identity": _ANY, "Shape": _ANY,
-        "Greater": _ANY, "Where": _ANY,     # phi3's long/short rotary switch (int32 length, table choice)
+        "Greater": _ANY,     # phi3's long/short rotary switch (graph_blocks.rope_inputs)
     },
     "DmlExecutionProvider": {
         "GroupQueryAttention": {"float", "float16"}, "MatMulNBits": {"float", "float16"},
@@ -72,7 +72,7 @@ KERNELS: dict[str, dict[str, set[str]]] = {
         "Add": _ANY, "Sub": _ANY, "Mul": _ANY, "Div": _ANY, "Sigmoid": _ANY, "MatMul": _ANY, "Gemm": _ANY,
         "Cast": _ANY, "Gather": _ANY, "Reshape": _ANY, "Unsqueeze": _ANY, "Concat": _ANY, "Slice": _ANY,
         "Split": _ANY, "ReduceSum": _ANY, "ReduceMax": _ANY, "Identity": _ANY, "Shape": _ANY,
-        "Greater": _ANY, "Where": _ANY,
+        "Greater": _ANY,
     },
 }
 

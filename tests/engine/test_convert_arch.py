@@ -238,3 +238,16 @@ def test_softcap_of_the_wrong_type(tmp_path):
     m = write_tiny_gguf(tmp_path / "m.gguf", _first("gemma2"), omit=("gemma2.attn_logit_softcapping",),
                         metadata={"gemma2.attn_logit_softcapping": "fifty"})
     assert "gemma2.attn_logit_softcapping should be a number" in _import_error(m.path, tmp_path / "out")
+
+
+def test_sliding_window_pattern_from_the_file(tmp_path):
+    """{arch}.attention.sliding_window_pattern (llama.cpp's newer files) overrides the default: a
+    period of 3 makes layers 2 and 5 of gemma3's 6 global instead of layer 5 only."""
+    import engine.convert.gguf_source as gsrc
+    cfg = _first("gemma3", wtype="F32")
+    m = write_tiny_gguf(tmp_path / "m.gguf", cfg, metadata={"gemma3.attention.sliding_window_pattern": 3})
+    spec = gsrc.GGUFSource(m.path).spec()
+    assert spec.params.swa_layers == (True, True, False, True, True, False)
+    plain = gsrc.GGUFSource(write_tiny_gguf(tmp_path / "p.gguf", cfg).path).spec()
+    assert plain.params.swa_layers == (True, True, True, True, True, False)
+    assert [plain.params.window(i) for i in range(6)] == [16] * 5 + [-1]
