@@ -89,7 +89,7 @@ class _WeightLoader:
         factors = self.optional_vector("rope_freqs.weight")
         if factors is not None:
             self._sized(factors, "rope_freqs.weight", spec.head_dim // 2)
-        long_short = [None, None]
+        long_short: list[np.ndarray | None] = [None, None]
         if spec.params.longrope is not None:
             for j, which in enumerate(("long", "short")):
                 name = f"rope_factors_{which}.weight"

@@ -46,6 +46,8 @@ def load_layer(loader: _Loader, spec: ModelSpec, i: int) -> LayerWeights:
     else:
         q, k, v = (loader.matrix(f"{b}.attn_{x}.weight") for x in "qkv")
     attn_norm = loader.vector(f"{b}.attn_norm.weight")
+    post_attn: np.ndarray | None
+    post_ffn: np.ndarray | None
     if info.post_norms:
         post_attn = loader.vector(f"{b}.post_attention_norm.weight")
         ffn_norm = loader.vector(f"{b}.ffn_norm.weight")
@@ -59,7 +61,8 @@ def load_layer(loader: _Loader, spec: ModelSpec, i: int) -> LayerWeights:
     else:
         gate, up = loader.matrix(f"{b}.ffn_gate.weight"), loader.matrix(f"{b}.ffn_up.weight")
     down = loader.matrix(f"{b}.ffn_down.weight")
-    q_norm = k_norm = None
+    q_norm: np.ndarray | None = None
+    k_norm: np.ndarray | None = None
     if info.qk_norm:
         q_norm, k_norm = loader.vector(f"{b}.attn_q_norm.weight"), loader.vector(f"{b}.attn_k_norm.weight")
     return LayerWeights(
