@@ -251,3 +251,15 @@ def test_sliding_window_pattern_from_the_file(tmp_path):
     plain = gsrc.GGUFSource(write_tiny_gguf(tmp_path / "p.gguf", cfg).path).spec()
     assert plain.params.swa_layers == (True, True, True, True, True, False)
     assert [plain.params.window(i) for i in range(6)] == [16] * 5 + [-1]
+
+
+@pytest.mark.parametrize("unk_id,want", [(0, "<unk>"), (None, None)])
+def test_unk_token_reaches_the_template(tmp_path, unk_id, want):
+    """tokenizer_config.json's unk_token is the GGUF's tokenizer.ggml.unknown_token_id (templates see it)."""
+    from engine.chat_template import load_chat_template
+    omit = () if unk_id is not None else ("tokenizer.ggml.unknown_token_id",)
+    m = write_tiny_gguf(tmp_path / "m.gguf", TinyConfig(), tokenizer="spm", omit=omit)
+    out = convert_gguf(m.path, tmp_path / "out")
+    assert json.loads((out / "tokenizer_config.json").read_text())["unk_token"] == want
+    if want:
+        assert load_chat_template(out, "m").variables["unk_token"] == want

@@ -283,7 +283,8 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
         w.add_token_scores(spm_scores)
         w.add_bos_token_id(1)
         w.add_eos_token_id(2)
-        w.add_unk_token_id(0)
+        if "tokenizer.ggml.unknown_token_id" not in omit:
+            w.add_unk_token_id(0)
     elif tokenizer:
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre(cfg.pre)
