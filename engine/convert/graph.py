@@ -3,6 +3,8 @@
 Per layer: RMSNorm (fused with the residual add), one MatMulNBits for Q|K|V where their forms
 match, `com.microsoft.GroupQueryAttention` with rotary inside, output projection, RMSNorm, one
 MatMulNBits for gate|up, SiLU, down projection. Only the last position's logits are computed.
+What other architectures add or change (Q/K norms, post-norms, GeGLU, soft-caps, sliding windows,
+per-layer rotary) comes from graph_blocks.py, driven by the table in arch.py.
 """
 from __future__ import annotations
 
@@ -52,19 +54,6 @@ class ModelWeights:
     rope_factors: np.ndarray | None = None   # llama3 frequency factors (rope_freqs.weight)
     rope_long: np.ndarray | None = None      # phi3 long-context factors (rope_factors_long/short.weight)
     rope_short: np.ndarray | None = None
-
-
-def rope_tables(spec: ModelSpec, factors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin caches [max_positions, head_dim/2] for GroupQueryAttention's rotary."""
-    hd = spec.head_dim
-    inv_freq = 1.0 / (spec.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
-    if factors is not None:
-        inv_freq = inv_freq / factors.astype(np.float64)
-    positions = np.arange(spec.context_length, dtype=np.float64)
-    if spec.rope_scaling.get("rope_type") == "linear":
-        positions = positions / float(spec.rope_scaling["factor"])
-    angles = np.outer(positions, inv_freq)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
 @dataclass
