@@ -263,3 +263,27 @@ def test_unk_token_reaches_the_template(tmp_path, unk_id, want):
     assert json.loads((out / "tokenizer_config.json").read_text())["unk_token"] == want
     if want:
         assert load_chat_template(out, "m").variables["unk_token"] == want
+
+
+# The real models' head shapes (head_dim 256 for Gemma, 96 for Phi-3, 128 with a narrower
+# embedding for Qwen3, one KV head for Gemma 3 1B), at a tiny width.
+REAL_HEADS = [
+    TinyConfig(arch="gemma3", n_layers=6, n_embd=128, n_head=4, n_head_kv=1, head_dim=256, n_ff=256,
+               wtype="F16", sliding_window=16, rope_theta=1e6, seed=40),
+    TinyConfig(arch="gemma2", n_embd=128, n_head=2, n_head_kv=1, head_dim=256, n_ff=256, sliding_window=16,
+               attn_softcap=2.0, final_softcap=3.0, seed=41),
+    TinyConfig(arch="phi3", n_embd=192, n_head=2, n_head_kv=2, head_dim=96, n_ff=256, tied=False, longrope=64,
+               wtype="Q8_0", seed=42),
+    TinyConfig(arch="qwen3", n_embd=64, n_head=4, n_head_kv=2, head_dim=128, n_ff=128, wtype="Q4_0", seed=43),
+]
+
+
+@pytest.mark.parametrize("cfg", REAL_HEADS, ids=[c.name for c in REAL_HEADS])
+def test_real_head_shapes(built, cfg):
+    b = built(cfg)
+    ids = prompt(b.model, 40, seed=5)
+    one_shot, _ = b.runner.run(ids)
+    assert max_delta(one_shot, reference_logits(b.model, ids)) <= LOGIT_TOL
+    first, past = b.runner.run(ids[:25])
+    second, _ = b.runner.run(ids[25:], past)
+    assert max_delta(second, one_shot) <= CACHE_TOL
