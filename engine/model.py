@@ -202,8 +202,8 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         tokenizer = Tokenizer.from_file(str(tok_path))
     except Exception as exc:
         raise ModelLoadError(f"{tok_path}: not a valid tokenizer ({exc})") from None
-    _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
     try:
+        _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
         cpu_graph = graph
         if variant == "fp16":
             from .convert.variants import ensure_variant
