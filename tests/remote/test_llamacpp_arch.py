@@ -26,30 +26,31 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))   # the unit tests' tiny GGUFs
 
-from engine.convert import convert_gguf  # noqa: E402
-from test_convert import CONFIGS, Runner, reference_logits  # noqa: E402
-from tiny_gguf import TinyConfig, TinyModel, write_tiny_gguf  # noqa: E402
+from test_convert import CONFIGS, Runner, reference_logits
+from tiny_gguf import TinyConfig, TinyModel, write_tiny_gguf
+
+from engine.convert import convert_gguf
 
 pytestmark = pytest.mark.skipif(os.environ.get("AMBER_TEST_REMOTE") != "1",
                                 reason="needs llama.cpp from the side venv: run `make test-remote`")
 
 TOL = 1e-2       # measured at most 3.05e-3 (llama, head_dim 32) over these models
 N_CTX = 512      # the tiny models' context
-WORKER = """
+WORKER = f"""
 import json, sys, numpy as np
 from llama_cpp import Llama
 path, ids_file, out = sys.argv[1:4]
-llm = Llama(model_path=path, n_ctx=%d, n_batch=512, n_ubatch=512, n_threads=2, flash_attn=False, verbose=False)
+llm = Llama(model_path=path, n_ctx={N_CTX}, n_batch=512, n_ubatch=512, n_threads=2, flash_attn=False, verbose=False)
 llm.eval(json.load(open(ids_file)))
 np.save(out, np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),)))
-""" % N_CTX
+"""
 F32 = [c for c in CONFIGS if c.wtype == "F32" and c.arch in ("llama", "qwen3", "gemma2", "gemma3", "phi3")][:1] + \
       [c for c in CONFIGS if c.wtype == "F32" and c.arch in ("qwen3", "gemma2", "gemma3", "phi3")]
 PHI3_SWA = TinyConfig(arch="phi3", tied=False, sliding_window=32, seed=44)
 
 
 def _side_python() -> Path:
-    from bench.common import SIDE_VENV   # noqa: PLC0415 - honours AMBER_TEST_HOME / AMBER_BENCH_VENV
+    from bench.common import SIDE_VENV  # honours AMBER_TEST_HOME / AMBER_BENCH_VENV
     return SIDE_VENV / "bin" / "python"
 
 
@@ -57,7 +58,7 @@ def _side_python() -> Path:
 def llama_cpp(tmp_path_factory):
     """logits(model, ids) from llama.cpp for a tiny GGUF."""
     py = _side_python()
-    if not py.is_file() or subprocess.run([str(py), "-c", "import llama_cpp"], capture_output=True).returncode:
+    if not py.is_file() or subprocess.run([str(py), "-c", "import llama_cpp"], capture_output=True, check=False).returncode:
         pytest.fail(f"{py}: no llama_cpp; run `make bench-deps`")
     tmp = tmp_path_factory.mktemp("llamacpp-arch")
 
@@ -65,7 +66,7 @@ def llama_cpp(tmp_path_factory):
         ids_file, out = tmp / "ids.json", tmp / "logits.npy"
         ids_file.write_text(json.dumps([int(i) for i in ids]))
         p = subprocess.run([str(py), "-c", WORKER, str(model.path), str(ids_file), str(out)],
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=300, check=False)
         assert p.returncode == 0, p.stderr[-2000:]
         return np.load(out).astype(np.float64)
     return run
