@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_convert import CACHE_TOL, CONFIGS, LOGIT_TOL, Runner, max_delta, prompt, reference_logits
-from tiny_gguf import ARCH_CHAT, TinyConfig, TinyModel, write_tiny_gguf
 
 from engine.convert import ModelImportError, convert_gguf
+from tests.support.tiny_gguf import ARCH_CHAT, TinyConfig, TinyModel, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parents[2]
 ARCH_CONFIGS = [c for c in CONFIGS if c.arch in ("qwen3", "gemma2", "gemma3", "phi3")]
@@ -284,6 +284,6 @@ def test_real_head_shapes(built, cfg):
     ids = prompt(b.model, 40, seed=5)
     one_shot, _ = b.runner.run(ids)
     assert max_delta(one_shot, reference_logits(b.model, ids)) <= LOGIT_TOL
-    first, past = b.runner.run(ids[:25])
+    _, past = b.runner.run(ids[:25])
     second, _ = b.runner.run(ids[25:], past)
     assert max_delta(second, one_shot) <= CACHE_TOL

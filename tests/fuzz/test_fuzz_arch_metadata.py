@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engine.convert import ModelImportError
 from engine.convert.gguf_source import GGUFSource
-from tiny_gguf import TinyConfig, write_tiny_gguf
+from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 KEYS = ("attention.sliding_window", "attention.sliding_window_pattern", "attn_logit_softcapping",
         "final_logit_softcapping", "attention.scale", "rope.scaling.original_context_length",

@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))   # the unit tests' tiny GGUFs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))   # test_convert's configs and reference
 
 from test_convert import CONFIGS, Runner, reference_logits
-from tiny_gguf import TinyConfig, TinyModel, write_tiny_gguf
 
 from engine.convert import convert_gguf
+from tests.support.tiny_gguf import TinyConfig, TinyModel, write_tiny_gguf
 
 pytestmark = pytest.mark.skipif(os.environ.get("AMBER_TEST_REMOTE") != "1",
                                 reason="needs llama.cpp from the side venv: run `make test-remote`")
