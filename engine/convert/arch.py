@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from . import gguf_scan as gs
 from .errors import ModelImportError
 
 if TYPE_CHECKING:
@@ -133,11 +134,10 @@ def read_arch_params(src: GGUFSource, arch: str, n_layers: int, n_embd: int, n_h
 def _swa_layers(src: GGUFSource, arch: str, period: int, n_layers: int) -> tuple[bool, ...]:
     """Which layers slide: {arch}.attention.sliding_window_pattern when the GGUF has it (a period,
     or one bool per layer, as llama.cpp reads it), else the architecture's own pattern."""
-    from . import gguf_scan as gs
     key = f"{arch}.attention.sliding_window_pattern"
     info = src.layout.fields.get(key)
     if info is not None and info.type == gs.ARRAY:
-        flags = src._array(key, (gs.BOOL,), "a period or an array of booleans") or []
+        flags = src.array_field(key, (gs.BOOL,), "a period or an array of booleans") or []
         if len(flags) != n_layers:
             raise ModelImportError(f"{src.path.name}: {key} has {len(flags)} entries for {n_layers} layers")
         return tuple(bool(f) for f in flags)

@@ -176,7 +176,7 @@ class GGUFSource:
         self._typed(key, info.type == gs.BOOL or info.type in _INT_TYPES, "a boolean")
         return bool(self.field(key))
 
-    def _array(self, key: str, elem_ok: tuple[int, ...], want: str) -> list[Any] | None:
+    def array_field(self, key: str, elem_ok: tuple[int, ...], want: str) -> list[Any] | None:
         info = self.layout.fields.get(key)
         if info is None:
             return None
@@ -185,7 +185,7 @@ class GGUFSource:
         return list(value) if info.count else []
 
     def str_list(self, key: str, max_bytes: int = gs.MAX_STRING_BYTES) -> list[str] | None:
-        values = self._array(key, (gs.STRING,), "an array of strings")
+        values = self.array_field(key, (gs.STRING,), "an array of strings")
         if values is not None:
             for i, v in enumerate(values):
                 if len(v) > max_bytes:
@@ -194,10 +194,10 @@ class GGUFSource:
         return values
 
     def int_list(self, key: str) -> list[int] | None:
-        return self._array(key, _INT_TYPES, "an array of integers")
+        return self.array_field(key, _INT_TYPES, "an array of integers")
 
     def float_list(self, key: str) -> list[float] | None:
-        values = self._array(key, _FLOAT_TYPES + _INT_TYPES, "an array of numbers")
+        values = self.array_field(key, _FLOAT_TYPES + _INT_TYPES, "an array of numbers")
         return None if values is None else [float(v) for v in values]
 
     def token_id(self, key: str, n_tokens: int) -> int | None:

@@ -58,7 +58,8 @@ def _side_python() -> Path:
 def llama_cpp(tmp_path_factory):
     """logits(model, ids) from llama.cpp for a tiny GGUF."""
     py = _side_python()
-    if not py.is_file() or subprocess.run([str(py), "-c", "import llama_cpp"], capture_output=True, check=False).returncode:
+    if not py.is_file() or subprocess.run([str(py), "-c", "import llama_cpp"], capture_output=True,
+                                          check=False).returncode:
         pytest.fail(f"{py}: no llama_cpp; run `make bench-deps`")
     tmp = tmp_path_factory.mktemp("llamacpp-arch")
 
