@@ -45,8 +45,8 @@ TARGET_LIMIT = 1.5
 
 # ---- workers --------------------------------------------------------------------------------------
 def _manager(model_dir: str, state_dir: str, threads: int, kv_store: str = "model") -> Any:
-    from engine.model import load_model
-    from engine.sessions import SessionManager
+    from engine.runtime.model import load_model
+    from engine.sessions.manager import SessionManager
     model = load_model(model_dir, "cpu", threads)
     t0 = time.perf_counter()
     mgr = SessionManager(model, state_dir, kv_store=kv_store)
@@ -56,7 +56,7 @@ def _manager(model_dir: str, state_dir: str, threads: int, kv_store: str = "mode
 def _warm_up(mgr: Any) -> None:
     """One throwaway generation so ORT's first-run costs are out of the timed part."""
     from engine.api import SamplingParams, SessionKind
-    from engine.generate import collect
+    from engine.generation.generate import collect
     sid = str(uuid.uuid4())
     mgr.open(sid, kind=SessionKind.TEMPORARY)
     collect(mgr.generate_tokens(sid, [1] + list(range(2000, 2015)), SamplingParams(greedy=True, max_new_tokens=2)))
@@ -86,7 +86,7 @@ def worker_build(model_dir: str, state_dir: str, threads: int, histories: dict[s
                  kv_store: str = "model") -> dict[str, Any]:
     """Pinned sessions, one per history file; returns their ids, sizes and the next token."""
     from engine.api import SamplingParams
-    from engine.generate import collect
+    from engine.generation.generate import collect
     mgr, _ = _manager(model_dir, state_dir, threads, kv_store)
     out: dict[str, Any] = {}
     for name, path in histories.items():
@@ -122,7 +122,7 @@ def worker_f16_error(model_dir: str, threads: int, lossless: dict[str, str], hal
     then `steps` teacher-forced steps (the lossless run's greedy tokens) on both caches."""
     import numpy as np
     from engine.api import SamplingParams
-    from engine.generate import collect
+    from engine.generation.generate import collect
     prompt = json.loads(Path(prompt_file).read_text())
     caches, mgrs = [], []
     for spec, kv_store in ((lossless, "model"), (half, "float16")):

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLab
                                QMessageBox, QProgressBar, QProgressDialog, QPushButton, QSplitter,
                                QToolButton, QVBoxLayout, QWidget, QMenu)
 
-from engine import paths
+from engine.base import paths
 from engine.api import ChatMessage, GenerationResult, PrefillProgress, SessionKind, TextChunk
 
 from . import accessibility as a11y
@@ -470,7 +470,7 @@ class MainWindow(QMainWindow):
                 server.stop_now()     # it serves the old engine
             if old is not None:
                 old.shutdown(timeout=QUIT_WAIT_S)
-            if is_remote_choice(settings.model):    # an OpenAI-compatible server (engine.remote)
+            if is_remote_choice(settings.model):    # an OpenAI-compatible server (engine.remote.engine)
                 progress(-1.0, "Connecting to the server…")
                 return self.backend.remote_factory(settings.model, self.home)
             model_dir = self.backend.model_preparer(settings.model, progress)

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.api import ChatEngine
 
-if TYPE_CHECKING:   # engine.remote pulls in the HTTP stack: imported when first needed
-    from engine.remote import RemoteEndpoint
+if TYPE_CHECKING:   # engine.remote.engine pulls in the HTTP stack: imported when first needed
+    from engine.remote.engine import RemoteEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def load_remotes(home: Path) -> list[SavedRemote]:
     except (OSError, ValueError) as exc:
         log.warning("%s unreadable (%s); no remote servers", path, type(exc).__name__)
         return []
-    from engine.remote import RemoteEndpoint, RemoteError  # noqa: PLC0415
+    from engine.remote.engine import RemoteEndpoint, RemoteError  # noqa: PLC0415
     out: list[SavedRemote] = []
     for item in raw.get("remotes", []) if isinstance(raw, dict) else []:
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
@@ -121,7 +121,7 @@ def find_remote(home: Path, choice: str) -> SavedRemote | None:
 
 def open_remote_engine(choice: str, home: Path) -> ChatEngine:
     """Connects to the saved endpoint `choice` (worker thread); RemoteError says why it cannot."""
-    from engine.remote import RemoteEngine, RemoteError  # noqa: PLC0415
+    from engine.remote.engine import RemoteEngine, RemoteError  # noqa: PLC0415
     saved = find_remote(home, choice)
     if saved is None:
         raise RemoteError("this remote server is no longer saved; pick a model again")
@@ -140,7 +140,7 @@ def chat_salt(engine: Any, store: Any, chat_id: str, detail: Any = None,
     salt = getattr(detail, "cache_salt", None)
     if salt or temporary or not getattr(engine, "per_chat_salt", False):
         return salt
-    salt = secrets.token_urlsafe(32)     # 256 bits, as engine.remote.new_cache_salt
+    salt = secrets.token_urlsafe(32)     # 256 bits, as engine.remote.engine.new_cache_salt
     store.set_cache_salt(chat_id, salt)
     return salt
 

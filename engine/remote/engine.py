@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Iterator, Sequence
 
-from .api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
+from engine.api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
                   KVLocation, OverflowPolicy, SamplingParams, SessionInfo, SessionKind, StreamEvent,
                   TextChunk)
-from .remote_http import (MAX_JSON_BODY, ContextOverflow, RemoteEndpoint, RemoteError, httpx,
+from engine.remote.http import (MAX_JSON_BODY, ContextOverflow, RemoteEndpoint, RemoteError, httpx,
                           make_client, one_line, parse_json, read_bounded, read_error_body, redact, socket_of,
                           sse_data, status_error, transport_error)
 

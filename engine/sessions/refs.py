@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any, Iterator
 
-from .manifest import ManifestDir
+from engine.sessions.manifest import ManifestDir
 
 
 class DiskRefs:

@@ -10,12 +10,12 @@ import numpy as np
 import onnx
 from tokenizers import Tokenizer
 
-from .convert.errors import ModelImportError
-from .oneline import one_line
-from .fingerprint import model_fingerprint
-from .model_config import (ConfigError, check_config, check_external_data, check_generation_config,
+from engine.convert.errors import ModelImportError
+from engine.base.oneline import one_line
+from engine.runtime.fingerprint import model_fingerprint
+from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
-from .providers import CPU, ProviderChoice, create_session, short_name
+from engine.runtime.providers import CPU, ProviderChoice, create_session, short_name
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -91,7 +91,7 @@ def _read_json(path: Path, required: bool) -> dict[str, Any]:
 def _check_folder_files(model_dir: Path, config: dict[str, Any], generation_config: dict[str, Any],
                         tokenizer_config: dict[str, Any]) -> None:
     """Types and ranges of what the loader and the sampler read from the folder's JSON files."""
-    from .sampling import resolve_sampling
+    from engine.text.sampling import resolve_sampling
     try:
         check_config(config, model_dir / "config.json")
         check_generation_config(generation_config, model_dir / "generation_config.json",
@@ -166,7 +166,7 @@ def _variant_maker(model_dir: Path, graph: Path, progress: Any) -> Any:
     def make() -> str:
         if not _uses_gqa(graph):
             return str(graph)
-        from .convert.variants import ensure_variant
+        from engine.convert.variants import ensure_variant
         return str(ensure_variant(model_dir, graph, progress, spare_root=_spare_root()))
     return make
 
@@ -174,7 +174,7 @@ def _variant_maker(model_dir: Path, graph: Path, progress: Any) -> Any:
 def _spare_root() -> Path | None:
     """Where variants of read-only model folders go (Amber's data folder), if it can tell."""
     try:
-        from . import paths
+        from engine.base import paths
         return paths.amber_home() / "variants"
     except Exception:
         return None
@@ -206,7 +206,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
         cpu_graph = graph
         if variant == "fp16":
-            from .convert.variants import ensure_variant
+            from engine.convert.variants import ensure_variant
             cpu_graph = ensure_variant(model_dir, graph, progress, spare_root=_spare_root())
         gpu_graph: Any = str(graph) if variant == "fp32" else _variant_maker(model_dir, graph, progress)
         if variant == "fp16":
@@ -240,7 +240,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
             eos.append(int(tokenizer.token_to_id(eos_tok)))
     window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
     name = model_dir.name
-    from .convert.variants import VARIANT_NAME, is_variant_folder
+    from engine.convert.variants import VARIANT_NAME, is_variant_folder
     is_variant = graph.parent != model_dir and is_variant_folder(graph.parent)
     return LoadedModel(path=model_dir, name=name, session=session, provider=result.provider,
                        provider_fallback_reason=result.fallback_reason, kv=kv, tokenizer=tokenizer,

@@ -126,7 +126,7 @@ def _explain(provider: str, gpu_path: str, exc: BaseException) -> str:
     detail = _first_line(exc)
     try:
         import onnx
-        from .convert.variants import unplaceable_nodes
+        from engine.convert.variants import unplaceable_nodes
         nodes = unplaceable_nodes(onnx.load(gpu_path, load_external_data=False), provider)
     except Exception:
         nodes = []

@@ -19,8 +19,8 @@ from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 import numpy as np
 
-from .blockstore import BlockStore
-from .kvfile import KVFileError
+from engine.kvstore.blockstore import BlockStore
+from engine.kvstore.kvfile import KVFileError
 
 DEFAULT_MEMORY_TIER_BYTES = 1 << 30
 DEFAULT_DISK_TIER_BYTES = 4 << 30
@@ -60,7 +60,7 @@ class PrefixCache:
                  max_age_s: float = DEFAULT_MAX_AGE_S, clock: Callable[[], float] = time.time,
                  deletion_guard: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
         self.store = store
-        # Held around every removal of block files (the cross-process block lock, engine/locks.py).
+        # Held around every removal of block files (the cross-process block lock, engine/sessions/locks.py).
         self.deletion_guard = deletion_guard
         self.is_pinned = is_pinned
         # The lock under which sessions add pinned references: checking "not pinned" and removing

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import KVLayout
+from engine.runtime.model import KVLayout
 
 MIN_CAPACITY = 256
 
@@ -131,7 +131,7 @@ class KVCache:
     def append_block(self, block: np.ndarray, tokens: list[int]) -> None:
         """Appends positions loaded from disk or another cache (shape as `export` returns)."""
         if block.dtype == np.float16 and np.dtype(self.layout.dtype) == np.float32:
-            from .halfcast import half_to_float    # a float16 store's block: ~15x numpy's cast
+            from engine.runtime.halfcast import half_to_float    # a float16 store's block: ~15x numpy's cast
             block = half_to_float(block)
         n0, n = len(self.tokens), block.shape[3]
         if self.layout.shared_buffer:

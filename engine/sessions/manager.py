@@ -19,23 +19,23 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .api import (KV_STORE_MODEL, KV_STORES, CancelToken, ChatMessage, GenerationFigures, GenerationResult,
+from engine.api import (KV_STORE_MODEL, KV_STORES, CancelToken, ChatMessage, GenerationFigures, GenerationResult,
                   KVLocation, SamplingParams, SessionInfo, SessionKind, StreamEvent)
-from .chat_history import ChatPlanner
-from .history import HistoryFormatError, TokenHistory
-from .blockstore import DEFAULT_BLOCK_TOKENS, BlockStore
-from .generate import Generator, common_prefix
-from .kvcache import KVCache
-from .kvfile import KVFileError, KVShape, atomic_write, looks_like_kv_file, read_kv_file, write_kv_file
-from .locks import LockTimeout, StateLocks, default_wait_s
-from .manifest import Manifest, ManifestDir, canonical_id
-from .model import LoadedModel
-from .prefix_cache import (DEFAULT_DISK_TIER_BYTES, DEFAULT_MAX_AGE_S, DEFAULT_MEMORY_TIER_BYTES,
+from engine.generation.chat_history import ChatPlanner
+from engine.generation.history import HistoryFormatError, TokenHistory
+from engine.kvstore.blockstore import DEFAULT_BLOCK_TOKENS, BlockStore
+from engine.generation.generate import Generator, common_prefix
+from engine.runtime.kvcache import KVCache
+from engine.kvstore.kvfile import KVFileError, KVShape, atomic_write, looks_like_kv_file, read_kv_file, write_kv_file
+from engine.sessions.locks import LockTimeout, StateLocks, default_wait_s
+from engine.sessions.manifest import Manifest, ManifestDir, canonical_id
+from engine.runtime.model import LoadedModel
+from engine.kvstore.prefix_cache import (DEFAULT_DISK_TIER_BYTES, DEFAULT_MAX_AGE_S, DEFAULT_MEMORY_TIER_BYTES,
                            PrefixCache)
-from .safefs import UnsafePathError, check_inside, unlink_inside
-from .state_refs import DiskRefs
+from engine.base.safefs import UnsafePathError, check_inside, unlink_inside
+from engine.sessions.refs import DiskRefs
 
-MANIFEST_VERSION = 2            # engine.manifest.VERSION (1 is still read)
+MANIFEST_VERSION = 2            # engine.sessions.manifest.VERSION (1 is still read)
 BLOCKS_LOCK_WAIT_S = 30.0       # a save or a deletion waits this long for the folder's block lock
 LOAD_THREADS = 4                # reads of saved KV in flight at once (I/O-bound: more than the cores)
 DEFAULT_MEMORY_BUDGET = 1 << 30
@@ -71,7 +71,7 @@ class _Session:
     # so that switching back finds it intact.
     foreign_keys: list[str] = field(default_factory=list)
     foreign_tail: str | None = None
-    # The token ids this session holds and the template text they stand for (engine.history):
+    # The token ids this session holds and the template text they stand for (engine.generation.history):
     # the source of truth for the next turn's prompt, saved in the manifest.
     history: TokenHistory = field(default_factory=TokenHistory)
     overflow_start: int | None = None  # where the last overflow cut started (kept while it fits)
@@ -275,8 +275,8 @@ class SessionManager:
         """Streams a reply to `messages` (the whole conversation, rendered by the chat template).
 
         The prompt is the token ids the session already holds for the part of the conversation it
-        has seen, plus the tokenization of the rest (engine.history); `sampling.overflow` decides
-        what is left out when it does not fit the context window (engine.overflow)."""
+        has seen, plus the tokenization of the rest (engine.generation.history); `sampling.overflow` decides
+        what is left out when it does not fit the context window (engine.generation.overflow)."""
         s = self._get(session_id)
         job = self.planner.prepare(messages, sampling)     # template and policy errors: now
         return self._stream(s, job, sampling, cancel)
@@ -686,7 +686,7 @@ class SessionManager:
         if s.kind != SessionKind.PINNED:
             return   # unpinned or deleted while queued
         # Shared from the first block to the manifest: another process's gc or cache clear waits,
-        # then sees the manifest naming these blocks (engine/locks.py).
+        # then sees the manifest naming these blocks (engine/sessions/locks.py).
         with self.locks.blocks(shared=True, timeout=BLOCKS_LOCK_WAIT_S):
             for key, toks, payload in new_blocks:
                 if not self.store.has(key):
@@ -782,10 +782,10 @@ class SessionManager:
         self._manifests.write(Manifest(
             s.id, (kind or s.kind).value, self.shape.fingerprint, s.salt, self.block_tokens, list(tokens),
             list(keys), tail, list(s.transcript), time.time(),
-            history=history.to_json() if history.ids else None))    # token-exact history (engine.history)
+            history=history.to_json() if history.ids else None))    # token-exact history (engine.generation.history)
 
     def _read_manifest(self, sid: str, repair: bool = True) -> _Session | None:
-        """The session as its manifest describes it (engine.manifest validates every field). A
+        """The session as its manifest describes it (engine.sessions.manifest validates every field). A
         damaged manifest is moved aside (with `repair`) and the previous version used; the reason
         is kept in `manifest_error` and becomes the next turn's fallback_reason. None: no manifest."""
         loaded = self._manifests.load(sid, repair=repair)
@@ -860,7 +860,7 @@ class SessionManager:
     def _reconcile(self) -> dict[str, int]:
         """Crash leftovers: temp files, tails and blocks no live manifest refers to. Files another
         live process may still rename or reference are left alone: temp files whose writer's pid
-        lock is held, tails of a chat open in another process (engine/locks.py)."""
+        lock is held, tails of a chat open in another process (engine/sessions/locks.py)."""
         report = {"temp_files": 0, "orphan_tails": 0, "bad_manifests": 0}
         live_tails: set[str] = set()
         keep_sessions: set[str] = set()          # damaged, no previous version: keep its files

@@ -1,0 +1,1 @@
+"""Sessions: the manager (the engine API), their manifests, persistence and the memory budget."""
