@@ -248,6 +248,7 @@ class MainWindow(QMainWindow):
                   "A GGUF file, an ONNX model folder, or an OpenAI-compatible server")
         self.import_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.import_btn)
+        self.act_get_models = menu.addAction("Get models…", self.open_model_library)   # app/gui/model_library.py
         self.act_import_gguf = menu.addAction("Import GGUF file…", self.import_gguf_dialog)
         self.act_import_folder = menu.addAction("Import ONNX model folder…", self.import_folder_dialog)
         self.act_connect_remote = menu.addAction("Connect to an OpenAI-compatible server…",
@@ -1326,6 +1327,11 @@ class MainWindow(QMainWindow):
         self.settings.model = name
         self.save_settings()
         self.load_engine()
+
+    def open_model_library(self) -> Any:
+        """Hugging Face search, download and conversion (app/gui/model_library.py)."""
+        from .model_library import open_model_library  # noqa: PLC0415
+        return open_model_library(self)
 
     def connect_remote_dialog(self) -> Any:
         """Base URL, optional key, model: chats then stream from that server (app/gui/remote_dialog.py)."""
