@@ -243,7 +243,7 @@ def test_cached_block_arrays_equal_freshly_computed_kv(model, managers, tmp_path
 # ---- memory tier LRU ---------------------------------------------------------------------------
 def _bare_cache(tmp_path: Path, memory_bytes: int, **kw) -> PrefixCache:
     shape = KVShape("f" * 16, "float32", 1, 1, 4)
-    return PrefixCache(BlockStore(tmp_path, shape, 4), lambda k: False, memory_bytes=memory_bytes, **kw)
+    return PrefixCache(BlockStore(tmp_path, shape, 4), memory_bytes=memory_bytes, **kw)
 
 
 def _arr(v: float) -> np.ndarray:

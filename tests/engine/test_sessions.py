@@ -492,7 +492,6 @@ def test_enospc_while_saving_keeps_the_session_working(tiny_model, managers, sta
     def full(path, chunks):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
     monkeypatch.setattr("engine.kvstore.kvfile.atomic_write", full)
-    monkeypatch.setattr("engine.sessions.manager.atomic_write", full)
 
     r2 = collect(m.chat(s, "Tell me more", sampling=greedy()))
     assert r2.figures.finish_reason in ("length", "eos")
@@ -717,10 +716,9 @@ def test_a_short_turn_on_a_long_history_writes_one_block_and_one_tail(tiny_model
     before = set(files(state))
     assert kinds(state) == {"manifest": 1, "block": 9, "tail": 1, "other": 0}   # 309 = 9 x 32 + 21
 
-    import engine.kvstore.kvfile as kvfile
-    import engine.sessions.manager as sessions
+    import engine.kvstore.kvfile as kvfile      # blocks, tails and manifests are all written through it
     written: list[tuple[str, int]] = []
-    real_kv, real_manifest = kvfile.atomic_write, sessions.atomic_write
+    real_kv = kvfile.atomic_write
 
     def spy(real):
         def wrapper(path, chunks):
@@ -729,7 +727,6 @@ def test_a_short_turn_on_a_long_history_writes_one_block_and_one_tail(tiny_model
             return n
         return wrapper
     monkeypatch.setattr(kvfile, "atomic_write", spy(real_kv))
-    monkeypatch.setattr(sessions, "atomic_write", spy(real_manifest))
 
     p2 = long_prompt + r1.token_ids + random_prompt(10, seed=9)     # ~20 new tokens this turn
     collect(m.generate_tokens(s, p2, greedy(10)))

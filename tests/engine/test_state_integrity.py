@@ -392,7 +392,7 @@ m.shutdown()
 
 def test_gc_and_cache_clear_in_another_process_spare_a_live_writer(tiny_model, tiny_dir, managers, state,
                                                                   tmp_path, monkeypatch):
-    monkeypatch.setattr("engine.sessions.manager.BLOCKS_LOCK_WAIT_S", 0.5, raising=False)
+    monkeypatch.setattr("engine.sessions.refs.BLOCKS_LOCK_WAIT_S", 0.5)
     s = sid()
     writer = _child(WRITER, tmp_path, str(tiny_dir), str(state), s, json.dumps(P1))
     try:
@@ -445,7 +445,6 @@ def test_full_disk_on_a_pinned_turn_exits_non_zero_with_one_line(tiny_dir, state
     def full(path, chunks):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
     monkeypatch.setattr("engine.kvstore.kvfile.atomic_write", full)
-    monkeypatch.setattr("engine.sessions.manager.atomic_write", full)
     rc = main([*common, "--chat", "Tell me more"])
     out, err = capsys.readouterr()
     assert rc == 2 and out.strip()                      # the reply is still printed
