@@ -14,8 +14,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDialog, QHBoxLayou
                                QLabel, QLineEdit, QListWidget, QListWidgetItem, QProgressBar, QPushButton,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from . import accessibility as a11y
-from .tasks import ProgressRelay, TaskRunner
+from .. import accessibility as a11y
+from ..tasks import ProgressRelay, TaskRunner
 
 ROLE_REPO = Qt.ItemDataRole.UserRole
 ROLE_FILE = Qt.ItemDataRole.UserRole + 1
