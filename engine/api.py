@@ -136,8 +136,8 @@ class CancelToken(Protocol):
 class ChatEngine(Protocol):
     """What the GUI needs from the engine: a session manager over one loaded model.
 
-    `engine.sessions.SessionManager` and `engine.remote.RemoteEngine` implement it (mypy checks
-    that: engine/conformance.py); GUI tests use a fake with the same shape.
+    `engine.sessions.manager.SessionManager` and `engine.remote.RemoteEngine` implement it (mypy
+    checks that: engine/conformance.py); GUI tests use a fake with the same shape.
     Every method may be called from any worker thread; none must be called on the UI thread.
     """
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .api import ChatEngine
-    from .remote import RemoteEngine
-    from .sessions import SessionManager
+    from .remote.engine import RemoteEngine
+    from .sessions.manager import SessionManager
 
     _LOCAL: type[ChatEngine] = SessionManager
     _REMOTE: type[ChatEngine] = RemoteEngine

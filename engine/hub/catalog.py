@@ -33,5 +33,5 @@ def recommended() -> tuple[Recommended, ...]:
 
 def supported_architectures() -> tuple[str, ...]:
     """The GGUF architectures this build's converter accepts (other helpers add to the list)."""
-    from ..convert.arch import SUPPORTED_ARCHITECTURES
+    from engine.convert.arch import SUPPORTED_ARCHITECTURES
     return tuple(SUPPORTED_ARCHITECTURES)

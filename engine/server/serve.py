@@ -10,8 +10,8 @@ from typing import Callable
 
 import uvicorn
 
-from .. import paths
-from ..api import ChatEngine
+from engine.api import ChatEngine
+from engine.base import paths
 from .app import create_app
 from .service import ServerConfig
 

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 from starlette.requests import Request
 
-from ..api import ChatEngine, ChatMessage, FinishReason, GenerationResult, SamplingParams, SessionKind, TextChunk
+from engine.api import ChatEngine, ChatMessage, FinishReason, GenerationResult, SamplingParams, SessionKind, TextChunk
 from .auth import Caller, KeyRing
 from .errors import ApiError
 from .scheduler import END, Job, Scheduler
@@ -64,8 +64,8 @@ def chat_usage(result: GenerationResult) -> dict[str, Any]:
 def to_api_error(exc: BaseException) -> ApiError:
     """An engine exception as the client's error: bad input is a 4xx, never a 500."""
     # The server imports no engine implementation at load (it serves any ChatEngine).
-    from ..chat_template import ChatTemplateError  # noqa: PLC0415
-    from ..sessions import SessionError  # noqa: PLC0415
+    from engine.sessions.manager import SessionError  # noqa: PLC0415
+    from engine.text.chat_template import ChatTemplateError  # noqa: PLC0415
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, SessionError):

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from engine.api import ChatEngine
-from engine.remote import RemoteEngine
-from engine.sessions import SessionManager
+from engine.remote.engine import RemoteEngine
+from engine.sessions.manager import SessionManager
 from tests.support.fake_engine import FakeEngine
 
 # Everything the protocol declares (methods and read-only properties), not object's own members.

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 from tokenizers import Tokenizer
 
-from .detokenize import PROMPT_CONTEXT_TOKENS, IncrementalDecoder
+from engine.text.detokenize import PROMPT_CONTEXT_TOKENS, IncrementalDecoder
 
 # Bounds on what a manifest may claim (untrusted input): a history is never longer than this.
 MAX_HISTORY_TOKENS = 1 << 22

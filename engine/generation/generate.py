@@ -6,14 +6,14 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from .api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
+from engine.api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
                   KVLocation, PrefillProgress, SamplingParams, StreamEvent, TextChunk)
-from .chat_template import ChatTemplate, load_chat_template
-from .detokenize import IncrementalDecoder, StopStringMatcher
-from .kvcache import KVCache
-from .model import LoadedModel
-from .runner import PREFILL_CHUNK, Runner
-from .sampling import Sampler, resolve_sampling
+from engine.text.chat_template import ChatTemplate, load_chat_template
+from engine.text.detokenize import IncrementalDecoder, StopStringMatcher
+from engine.runtime.kvcache import KVCache
+from engine.runtime.model import LoadedModel
+from engine.runtime.runner import PREFILL_CHUNK, Runner
+from engine.text.sampling import Sampler, resolve_sampling
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

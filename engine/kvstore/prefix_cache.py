@@ -15,12 +15,12 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterable, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Protocol, Sequence
 
 import numpy as np
 
-from .blockstore import BlockStore
-from .kvfile import KVFileError
+from engine.kvstore.blockstore import BlockStore
+from engine.kvstore.kvfile import KVFileError
 
 DEFAULT_MEMORY_TIER_BYTES = 1 << 30
 DEFAULT_DISK_TIER_BYTES = 4 << 30
@@ -54,19 +54,45 @@ class _MemBlock:
         self.nbytes = self.array.nbytes
 
 
+class BlockReferences(Protocol):
+    """What the cache asks before removing a block file (implemented by engine.sessions.refs.BlockRefs)."""
+
+    def is_pinned(self, key: str) -> bool:
+        """Does a pinned session (in this process or, by its manifest, in another) reference it?"""
+        ...
+
+    def deletion_guard(self) -> ContextManager[Any]:
+        """Held around every removal of block files (the folder's block lock, exclusive)."""
+        ...
+
+    def no_new_references(self) -> ContextManager[Any]:
+        """Held while checking "not pinned" and removing: no save can reference the block meanwhile."""
+        ...
+
+
+class NoReferences:
+    """No pinned sessions: every block may go (a cache on its own, as in tests)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def is_pinned(self, key: str) -> bool:
+        return False
+
+    def deletion_guard(self) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def no_new_references(self) -> ContextManager[Any]:
+        return self._lock
+
+
 class PrefixCache:
-    def __init__(self, store: BlockStore, is_pinned: Callable[[str], bool],
-                 pin_lock: threading.RLock | None = None, memory_bytes: int = DEFAULT_MEMORY_TIER_BYTES,
-                 disk_bytes: int = DEFAULT_DISK_TIER_BYTES,
-                 max_age_s: float = DEFAULT_MAX_AGE_S, clock: Callable[[], float] = time.time,
-                 deletion_guard: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
+    def __init__(self, store: BlockStore, refs: BlockReferences | None = None,
+                 memory_bytes: int = DEFAULT_MEMORY_TIER_BYTES, disk_bytes: int = DEFAULT_DISK_TIER_BYTES,
+                 max_age_s: float = DEFAULT_MAX_AGE_S, clock: Callable[[], float] = time.time) -> None:
         self.store = store
-        # Held around every removal of block files (the cross-process block lock, engine/locks.py).
-        self.deletion_guard = deletion_guard
-        self.is_pinned = is_pinned
-        # The lock under which sessions add pinned references: checking "not pinned" and removing
-        # a block happen under it too, so a save can never reference a block being removed.
-        self.pin_lock = pin_lock or threading.RLock()
+        # Who references which block, and the rules for removing one (docs/DESIGN.md, "Locking").
+        self.refs: BlockReferences = refs if refs is not None else NoReferences()
         self.memory_budget = memory_bytes
         self.disk_budget = disk_bytes
         self.max_age_s = max_age_s
@@ -209,7 +235,7 @@ class PrefixCache:
     def enforce(self) -> dict[str, int]:
         """Expires old unpinned blocks, then evicts least recently used ones over the disk budget."""
         try:
-            with self.deletion_guard():
+            with self.refs.deletion_guard():
                 return self._enforce()
         except TimeoutError:
             return {"expired": 0, "evicted": 0}     # another process held the block lock throughout
@@ -218,7 +244,7 @@ class PrefixCache:
         now = self.clock()
         with self._lock:
             entries = sorted(self._disk.items(), key=lambda kv: kv[1][1])   # oldest use first
-        unpinned = [(k, size, used) for k, (size, used) in entries if not self.is_pinned(k)]
+        unpinned = [(k, size, used) for k, (size, used) in entries if not self.refs.is_pinned(k)]
         total = sum(size for _, size, _ in unpinned)
         expired = evicted = 0
         for key, size, used in unpinned:
@@ -237,8 +263,9 @@ class PrefixCache:
         return {"expired": expired, "evicted": evicted}
 
     def _remove_unpinned(self, key: str) -> bool:
-        with self.deletion_guard(), self.pin_lock:   # atomic with respect to a save that would reference it
-            if self.is_pinned(key):
+        # Atomic with respect to a save that would reference it.
+        with self.refs.deletion_guard(), self.refs.no_new_references():
+            if self.refs.is_pinned(key):
                 return False
             self.store.remove(key)
         self.note_removed(key)
@@ -250,7 +277,7 @@ class PrefixCache:
             self._mem.clear()
             self.memory.bytes = 0
             keys = list(self._disk)
-        with self.deletion_guard():
+        with self.refs.deletion_guard():
             removed = sum(1 for k in keys if self._remove_unpinned(k))
         return removed
 
@@ -288,7 +315,7 @@ class PrefixCache:
             mem = TierStats(**self.memory.as_dict())
             mem.blocks = len(self._mem)
             dsk = TierStats(**self.disk.as_dict())
-        pinned = [size for k, (size, _) in disk_items if self.is_pinned(k)]
+        pinned = [size for k, (size, _) in disk_items if self.refs.is_pinned(k)]
         dsk.blocks = len(disk_items)
         dsk.bytes = sum(size for _, (size, _) in disk_items)
         dsk.pinned_bytes = sum(pinned)

@@ -21,8 +21,8 @@ from typing import Any, TypeGuard
 
 import xxhash
 
-from . import kvfile
-from .safefs import is_regular, open_regular, unlink_inside
+from engine.kvstore import kvfile
+from engine.base.safefs import is_regular, open_regular, unlink_inside
 
 VERSION = 2                 # 2: checksum; 1 (no checksum) is still read: the KV layout is the same
 READABLE_VERSIONS = (1, 2)
@@ -51,7 +51,7 @@ class Manifest:
     transcript: list[dict[str, str]] = field(default_factory=list)
     updated: float = 0.0
     version: int = VERSION
-    # The token-exact history (engine.history: ids, text, marks); checked by TokenHistory.from_json.
+    # The token-exact history (engine.generation.history: ids, text, marks); checked by TokenHistory.from_json.
     history: dict[str, Any] | None = None
 
 

@@ -6,8 +6,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from .halfcast import half_to_float
-from .model import KVLayout
+from engine.runtime.halfcast import half_to_float
+from engine.runtime.model import KVLayout
 
 MIN_CAPACITY = 256
 

@@ -10,15 +10,15 @@ import numpy as np
 import onnx
 from tokenizers import Tokenizer
 
-from . import paths
-from .convert.errors import ModelImportError
-from .convert.variants import VARIANT_NAME, ensure_variant, is_variant_folder
-from .oneline import one_line
-from .fingerprint import model_fingerprint
-from .model_config import (ConfigError, check_config, check_external_data, check_generation_config,
+from engine.base import paths
+from engine.base.oneline import one_line
+from engine.convert.errors import ModelImportError
+from engine.convert.variants import VARIANT_NAME, ensure_variant, is_variant_folder
+from engine.runtime.fingerprint import model_fingerprint
+from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
-from .providers import ProviderChoice, create_session, short_name
-from .sampling import resolve_sampling
+from engine.runtime.providers import ProviderChoice, create_session, short_name
+from engine.text.sampling import resolve_sampling
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}

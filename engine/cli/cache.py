@@ -7,9 +7,9 @@ from typing import Any
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .cli import CliError
-    from .cli_sessions import _manager
-    from .sessions import SessionError
+    from engine.cli.common import CliError
+    from engine.cli.sessions import _manager
+    from engine.sessions.manager import SessionError
     manager = _manager(args)
     try:
         if args.action == "stats":
@@ -32,6 +32,6 @@ def add_cache_commands(sub: argparse._SubParsersAction[Any]) -> None:
     c.add_argument("action", choices=["stats", "gc", "clear"])
     c.add_argument("--state-dir")
     c.add_argument("--model")
-    from .cli import add_kv_store_option
+    from engine.cli.common import add_kv_store_option
     add_kv_store_option(c)
     c.set_defaults(func=cmd_cache)

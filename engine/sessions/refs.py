@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any, Iterator
 
-from .manifest import ManifestDir
+from engine.sessions.manifest import ManifestDir
 
 
 class DiskRefs:
@@ -70,3 +70,50 @@ class DiskRefs:
                 yield
             finally:
                 self._fresh.depth = depth
+
+
+BLOCKS_LOCK_WAIT_S = 30.0       # a save or a deletion waits this long for the folder's block lock
+
+
+class BlockRefs:
+    """Which pinned sessions reference which shared block, and the rules for removing one.
+
+    This process's own sessions are authoritative here (`add`/`discard`, under `lock`, the
+    manager's); other processes' sessions are known from their manifests (`DiskRefs`). The prefix
+    cache gets this object (engine.kvstore.prefix_cache.BlockReferences), not the manager's lock."""
+
+    def __init__(self, manifests: ManifestDir, locks: Any, store_root: Any, lock: threading.RLock) -> None:
+        self.lock = lock
+        self.locks = locks                  # engine.sessions.locks.StateLocks
+        self.store_root = store_root        # the block store's folder
+        self.disk = DiskRefs(manifests)
+        self._by_key: dict[str, set[str]] = {}     # block key -> this process's pinned sessions
+
+    def add(self, key: str, sid: str) -> None:
+        """Call under `lock`."""
+        self._by_key.setdefault(key, set()).add(sid)
+
+    def discard(self, key: str, sid: str) -> None:
+        """Call under `lock`."""
+        self._by_key.get(key, set()).discard(sid)
+
+    def clear(self) -> None:
+        """Call under `lock` (gc rebuilds them from the manifests)."""
+        self._by_key.clear()
+
+    def is_pinned(self, key: str) -> bool:
+        with self.lock:
+            # Sessions this process holds are authoritative in `_by_key`; the others only on disk.
+            return bool(self._by_key.get(key)) or self.disk.names(key, self.locks.held_sessions())
+
+    def deletion_guard(self) -> Any:
+        """Around every removal of block files: the folder's block lock, exclusive (a save in another
+        process holds it shared from its first block to its manifest), and a fresh look at what
+        every manifest on disk names, so no process removes a block another one references."""
+        if not self.store_root.is_dir():
+            return contextlib.nullcontext()   # no blocks to remove (and no lock file for a temporary-only run)
+        return self.disk.guard(self.locks.blocks(shared=False, timeout=BLOCKS_LOCK_WAIT_S))
+
+    def no_new_references(self) -> Any:
+        """The lock under which references are added: "not pinned" and the removal happen under it."""
+        return self.lock

@@ -10,7 +10,7 @@ from typing import Any
 
 
 def _fail(exc: Exception) -> int:
-    from .cli import CliError
+    from engine.cli.common import CliError
     raise CliError(str(exc)) from None
 
 
@@ -30,7 +30,7 @@ class _Printer:
         self.stage = ""
 
     def __call__(self, p: Any) -> None:
-        from .hub import human
+        from engine.hub import human
         now = time.monotonic()
         final = p.done >= p.total
         if p.stage == "download" and p.speed <= 0 and not final:
@@ -53,7 +53,7 @@ class _Printer:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from . import hub
+    from engine import hub
     supported = hub.supported_architectures()
     if not args.query and not args.onnx:
         rows = [{"repo": r.repo, "file": r.file or r.quant, "architecture": r.architecture, "params": r.params,
@@ -86,7 +86,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_files(args: argparse.Namespace) -> int:
-    from . import hub, paths
+    from engine import hub
+    from engine.base import paths
     try:
         listing = hub.repo_files(args.repo, revision=args.revision, token=args.token)
     except hub.HubError as exc:
@@ -110,7 +111,7 @@ def cmd_files(args: argparse.Namespace) -> int:
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    from . import hub
+    from engine import hub
     try:
         p = hub.plan(args.repo, args.file, name=args.name, revision=args.revision, token=args.token)
     except hub.HubError as exc:
@@ -131,7 +132,8 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from . import hub, paths
+    from engine import hub
+    from engine.base import paths
     installed, pending = hub.list_installed(), hub.list_pending()
     if args.json:
         print(json.dumps({"models": [{"name": m.name, "path": str(m.path), "size": m.size, "source": m.source}
@@ -150,7 +152,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    from . import hub
+    from engine import hub
     try:
         print(f"removed {hub.remove(args.name)}")
     except hub.HubError as exc:
@@ -159,7 +161,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from . import hub
+    from engine import hub
     if args.forget:
         hub.store_token(None)
         print("token forgotten")

@@ -14,8 +14,8 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .kvfile import KVFileError, KVShape, read_kv_file, read_kv_into, write_kv_file
-from .safefs import UnsafePathError, check_inside, is_regular, unlink_inside
+from engine.kvstore.kvfile import KVFileError, KVShape, read_kv_file, read_kv_into, write_kv_file
+from engine.base.safefs import UnsafePathError, check_inside, is_regular, unlink_inside
 
 DEFAULT_BLOCK_TOKENS = 128
 _KEY_DOMAIN = b"amber-kv-block-v1"

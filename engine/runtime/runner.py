@@ -6,8 +6,8 @@ from typing import Callable
 import numpy as np
 import onnxruntime as ort
 
-from .kvcache import KVCache
-from .model import LoadedModel
+from engine.runtime.kvcache import KVCache
+from engine.runtime.model import LoadedModel
 
 # Long prompts run in chunks: bounded attention memory, cancellable between chunks. 512 prefills
 # as fast as 1024 here (2048 tokens: 453-458 vs 446-451 tok/s) with ~90 MiB less peak memory.

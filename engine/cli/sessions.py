@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .sessions import SessionManager
+    from engine.sessions.manager import SessionManager
 
-from . import paths
+from engine.base import paths
 
 
 def _manager(args: argparse.Namespace) -> SessionManager:   # imported lazily: loading is slow
-    from .cli import CliError, _model_dir
-    from .model import ModelLoadError, load_model
-    from .sessions import SessionManager
+    from engine.cli.common import CliError, _model_dir
+    from engine.runtime.model import ModelLoadError, load_model
+    from engine.sessions.manager import SessionManager
     try:
         model = load_model(_model_dir(getattr(args, "model", None)), provider="cpu")
     except ModelLoadError as exc:
@@ -28,8 +28,8 @@ def _manager(args: argparse.Namespace) -> SessionManager:   # imported lazily: l
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    from .cli import CliError
-    from .sessions import SessionError
+    from engine.cli.common import CliError
+    from engine.sessions.manager import SessionError
     manager = _manager(args)
     try:
         if args.action == "list":
@@ -73,6 +73,6 @@ def add_session_commands(sub: argparse._SubParsersAction[Any]) -> None:
     s.add_argument("--state-dir")
     s.add_argument("--model")
     s.add_argument("--cache-salt", help="the session's cache salt (a salted session opens only with it)")
-    from .cli import add_kv_store_option
+    from engine.cli.common import add_kv_store_option
     add_kv_store_option(s)
     s.set_defaults(func=cmd_sessions)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .api import OverflowPolicy
+from engine.api import OverflowPolicy
 
 # Room kept for the reply: max_new_tokens, but never more than this share of the window.
 REPLY_ROOM_SHARE = 4          # window // 4

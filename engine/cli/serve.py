@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import paths
+from engine.base import paths
 
 DEFAULT_PORT = 8080
 
@@ -24,10 +24,10 @@ def _is_loopback(host: str) -> bool:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .cli import CliError, _model_dir
-    from .model import ModelLoadError, load_model
-    from .server import ServerConfig, serve_forever
-    from .sessions import SessionManager
+    from engine.cli.common import CliError, _model_dir
+    from engine.runtime.model import ModelLoadError, load_model
+    from engine.server import ServerConfig, serve_forever
+    from engine.sessions.manager import SessionManager
 
     keys = list(args.api_key or [])
     keys += [k.strip() for k in os.environ.get("AMBER_API_KEYS", "").split(",") if k.strip()]
@@ -66,7 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def add_serve_command(sub: argparse._SubParsersAction[Any]) -> None:
-    from .cli import _positive_int, add_kv_store_option
+    from engine.cli.common import _positive_int, add_kv_store_option
     s = sub.add_parser("serve", help="serve an OpenAI-compatible API (loopback by default)")
     s.add_argument("--model", help="model folder (default: the default model)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")

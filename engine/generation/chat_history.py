@@ -1,4 +1,5 @@
-"""A chat turn's prompt: token-exact history (engine.history) + the overflow policy (engine.overflow).
+"""A chat turn's prompt: token-exact history (engine.generation.history) + the overflow policy
+(engine.generation.overflow).
 
 `ChatPlanner.prepare` checks what can be checked before a session is touched (the chat template
 renders, the policy is known); `plan` runs under the session's lock and returns the prompt ids;
@@ -9,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .api import ChatMessage, GenerationFigures, OverflowPolicy, SamplingParams
-from .generate import Generator
-from .history import PromptPlan, TokenHistory, plan_prompt, reply_marks
-from .overflow import fit_messages, parse_policy, reply_room
+from engine.api import ChatMessage, GenerationFigures, OverflowPolicy, SamplingParams
+from engine.generation.generate import Generator
+from engine.generation.history import PromptPlan, TokenHistory, plan_prompt, reply_marks
+from engine.generation.overflow import fit_messages, parse_policy, reply_room
 
 
 @dataclass

@@ -26,10 +26,10 @@ from typing import Any, Iterator, Sequence
 
 import httpx2 as httpx
 
-from .api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
+from engine.api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
                   KVLocation, OverflowPolicy, SamplingParams, SessionInfo, SessionKind, StreamEvent,
                   TextChunk)
-from .remote_http import (MAX_JSON_BODY, ContextOverflow, RemoteEndpoint, RemoteError,
+from engine.remote.http import (MAX_JSON_BODY, ContextOverflow, RemoteEndpoint, RemoteError,
                           make_client, one_line, parse_json, read_bounded, read_error_body, redact, socket_of,
                           sse_data, status_error, transport_error)
 
