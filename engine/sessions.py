@@ -264,10 +264,12 @@ class SessionManager:
                 self.locks.unlock_session(sid, remove=True)
 
     def generate(self, session_id: str, messages: Sequence[ChatMessage | dict],
-                 sampling: SamplingParams | None = None, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
-        """Streams a reply to `messages` (the whole conversation, rendered by the chat template)."""
+                 sampling: SamplingParams | None = None, cancel: CancelToken | None = None,
+                 tools: list[dict] | None = None) -> Iterator[StreamEvent]:
+        """Streams a reply to `messages` (the whole conversation, rendered by the chat template;
+        `tools`: function schemas the template shows the model, as HF's apply_chat_template)."""
         s = self._get(session_id)
-        prompt = self.generator.encode_chat(messages)
+        prompt = self.generator.encode_chat(messages, tools=tools)
         return self._stream(s, prompt, sampling, cancel)
 
     def generate_tokens(self, session_id: str, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
