@@ -392,6 +392,7 @@ def test_output_folder_files(build, cfg):
     tc = json.loads((f / "tokenizer_config.json").read_text())
     assert (tc["bos_token"], tc["eos_token"]) == ("<|im_start|>", "<|im_end|>")
     assert tc["add_bos_token"] is False
+    assert tc["unk_token"] is None        # this GGUF names no unknown token
     template = (f / "chat_template.jinja").read_text()
     assert template.startswith("{% for message in messages %}") and "<|im_start|>assistant" in template
     assert tc["chat_template"] == template
@@ -627,6 +628,7 @@ def test_spm_tokenizer_config(spm_tokenizer):
     _, out = spm_tokenizer
     tc = json.loads((out / "tokenizer_config.json").read_text())
     assert (tc["bos_token"], tc["eos_token"], tc["add_bos_token"]) == ("<s>", "</s>", True)
+    assert tc["unk_token"] == "<unk>"     # the GGUF's tokenizer.ggml.unknown_token_id (issue 15)
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [2]
     assert not (out / "chat_template.jinja").exists()
 
