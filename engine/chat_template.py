@@ -25,6 +25,7 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.api import ChatMessage
+from engine.reasoning import for_template, template_knows_reasoning
 
 # The fallback for models that ship no chat template: plain ChatML, no default system prompt.
 #   <|im_start|>{role}\n{content}<|im_end|>\n ... and, for a generation prompt,
@@ -109,8 +110,8 @@ class ChatTemplate:
         self.source = template_source
         # Other named templates the model ships (e.g. "tool_use"): rendered instead of the default
         # when tools are given and one is named "tool_use", as transformers' get_chat_template does.
-        self.named = {name: self._compile(text, model_name, name) for name, text in (named or {}).items()
-                      if name != "default"}
+        self.named_sources = {name: text for name, text in (named or {}).items() if name != "default"}
+        self.named = {name: self._compile(text, model_name, name) for name, text in self.named_sources.items()}
         self.model_name = model_name
         self.origin = origin  # where the template came from (for diagnostics)
         # Template variables: any special tokens (unk_token, pad_token, ...), then bos/eos.
@@ -147,11 +148,12 @@ class ChatTemplate:
         context: dict[str, Any] = {"tools": None, "documents": None}
         context.update(self.variables)
         context.update(extra)
-        context["messages"] = [_message_dict(m) for m in messages]
-        context["add_generation_prompt"] = add_generation_prompt
-        template = self._template
+        template, source = self._template, self.source
         if context.get("tools") is not None and "tool_use" in self.named:
-            template = self.named["tool_use"]
+            template, source = self.named["tool_use"], self.named_sources["tool_use"]
+        knows = template_knows_reasoning(source)   # engine.reasoning: which turns keep their thinking
+        context["messages"] = [for_template(_message_dict(m), knows) for m in messages]
+        context["add_generation_prompt"] = add_generation_prompt
         try:
             return template.render(**context)
         except _TemplateRaised as exc:
