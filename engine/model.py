@@ -246,6 +246,11 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     inputs = {i.name for i in session.get_inputs()}
     if "input_ids" not in inputs:
         raise ModelLoadError(f"{graph}: no input_ids input")
+    fed = {"input_ids", "attention_mask", "position_ids", "use_cache_branch"} | {
+        n for pair in kv.past_names for n in pair}
+    unknown = sorted(inputs - fed)
+    if unknown:    # ONNX Runtime would fail on the first step with its own message
+        raise ModelLoadError(f"{graph}: needs inputs Amber does not feed ({', '.join(unknown[:4])[:200]})")
     logits = "logits" if "logits" in {o.name for o in session.get_outputs()} else session.get_outputs()[0].name
     eos = []
     for source in (generation_config.get("eos_token_id"), config.get("eos_token_id")):

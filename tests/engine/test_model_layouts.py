@@ -211,3 +211,16 @@ def test_config_json_wins_over_genai_config(genai_copy, tiny_dir):
     assert load_model(genai_copy, provider="cpu", threads=1).context_window == 512
     (genai_copy / "config.json").unlink()
     assert load_model(genai_copy, provider="cpu", threads=1).context_window == 256
+
+
+def test_a_graph_with_an_input_amber_does_not_feed_is_refused(merged_dir, tmp_path):
+    """e.g. token_type_ids: one line at load, not ONNX Runtime's error on the first step."""
+    folder = tmp_path / "extra"
+    shutil.copytree(merged_dir, folder)
+    path = folder / "onnx" / "decoder_model_merged.onnx"
+    proto = onnx.load(str(path))
+    proto.graph.input.append(onnx.helper.make_tensor_value_info("token_type_ids", onnx.TensorProto.INT64,
+                                                                ["batch", "seq"]))
+    onnx.save_model(proto, str(path))
+    msg = refused(folder)
+    assert "needs inputs Amber does not feed (token_type_ids)" in msg, msg
