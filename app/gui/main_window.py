@@ -28,7 +28,8 @@ from .chat_view import ChatView, MessageItem, copy_to_clipboard
 from .save_notice import SaveNotice
 from .composer import Composer
 from .markdown_render import render
-from .memstore import MemoryStore
+from app.store.memory import MemoryStore
+from app.store.titles import chat_title as _title_from  # the stores' title: it never changes later
 from .remote_config import (chat_salt, is_remote_choice, is_remote_engine, load_remotes,
                             temporary_notice)
 from .settings import Settings
@@ -1685,11 +1686,6 @@ def shiboken_valid(obj: Any) -> bool:
     import shiboken6  # noqa: PLC0415
 
     return shiboken6.isValid(obj)
-
-
-def _title_from(text: str, limit: int = 48) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
 def _clean_snippet(s: str) -> str:

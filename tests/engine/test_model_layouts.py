@@ -20,8 +20,8 @@ from engine.model import ModelLoadError, load_model
 from engine.runner import Runner
 from engine.sampling import resolve_sampling
 from engine.sessions import SessionManager
-from genai_folder import write_genai_folder
-from plain_onnx import write_merged_model
+from tests.support.genai_folder import write_genai_folder
+from tests.support.plain_onnx import write_merged_model
 
 CHAT = [{"role": "system", "content": "You are terse."},
         {"role": "user", "content": "What is the capital of France?"}]

@@ -7,7 +7,6 @@ without the option they go to tmp_path.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -16,9 +15,7 @@ os.environ.setdefault("AMBER_THEME", "light")
 
 import pytest  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fake_engine import FakeEngine  # noqa: E402
+from tests.support.fake_engine import FakeEngine  # noqa: E402
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

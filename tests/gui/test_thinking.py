@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 
 from app.gui.widgets.thinking import ThinkingPanel, estimated_seconds, seconds_text
 from engine.reasoning import Reply, split_reasoning
-from helpers import open_chat, send, wait_idle
+from tests.support.gui import open_chat, send, wait_idle
 
 REASONING = "The user says hello.\nI should greet them back briefly."
 REPLY = f"<think>\n{REASONING}\n</think>\n\nHello **there**, how can I help?"
