@@ -225,6 +225,13 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     try:
         _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
         cpu_graph = graph
+        if genai is not None and not (model_dir / "amber_import.json").is_file():
+            # onnxruntime-genai's builder made this graph (its own float16 builds exist for GPUs):
+            # Amber's variant rewriter expects its own graphs (last-position logits), so it runs as is.
+            if variant == "fp16":
+                raise ModelLoadError(f"{graph}: not an Amber-converted graph (an onnxruntime-genai build); "
+                                     "a GPU variant is made only for models Amber imported")
+            variant = "fp32"
         if variant == "fp16":
             from .convert.variants import ensure_variant
             cpu_graph = ensure_variant(model_dir, graph, progress, spare_root=_spare_root())

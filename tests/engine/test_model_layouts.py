@@ -224,3 +224,21 @@ def test_a_graph_with_an_input_amber_does_not_feed_is_refused(merged_dir, tmp_pa
     onnx.save_model(proto, str(path))
     msg = refused(folder)
     assert "needs inputs Amber does not feed (token_type_ids)" in msg, msg
+
+
+def test_genai_folder_gets_no_amber_gpu_variant(genai_dir):
+    """Amber's float16 variant rewriter expects its own graphs; a builder graph runs as it is
+    (on a GPU too: `auto` would otherwise make the variant) and an explicit fp16 is one line."""
+    with pytest.raises(ModelLoadError, match="not an Amber-converted graph"):
+        load_model(genai_dir, provider="cpu", threads=1, variant="fp16")
+    assert not (genai_dir / "gpu").exists()
+    assert load_model(genai_dir, provider="cpu", threads=1, variant="auto").variant == "fp32"
+
+
+def test_genai_folder_with_a_config_json_added_generates(genai_copy, tiny_dir, tiny_model):
+    """The issue's crash: with a config.json added, the first decode step failed on the logits
+    output bound with the prefill's shape."""
+    shutil.copyfile(tiny_dir / "config.json", genai_copy / "config.json")
+    model = load_model(genai_copy, provider="cpu", threads=1)
+    p = prompt_ids(32, seed=2)
+    assert tokens(model, p, 8) == tokens(tiny_model, p, 8)
