@@ -144,3 +144,28 @@ def test_tools_reach_the_template_through_the_generator(tiny_dir, tmp_path):
     plain, with_tools = gen.encode_chat(ASK), gen.encode_chat(ASK, tools=[WEATHER])
     assert "get_weather" not in gen.model.tokenizer.decode(plain, skip_special_tokens=False)
     assert "get_weather" in gen.model.tokenizer.decode(with_tools, skip_special_tokens=False)
+
+
+def test_tools_reach_the_template_through_a_session(tiny_dir, tmp_path):
+    """SessionManager.generate(..., tools=...) renders the tool_use template (the prompt grows by
+    the tool schema) and without tools the default one."""
+    import shutil
+
+    from engine.api import SamplingParams
+    from engine.generate import collect
+    from engine.model import load_model
+    from engine.sessions import SessionManager
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_dir, folder)
+    (folder / "additional_chat_templates").mkdir()
+    (folder / "additional_chat_templates" / "tool_use.jinja").write_text(TOOL_USE)
+    model = load_model(folder, provider="cpu", threads=1)
+    m = SessionManager(model, tmp_path / "state")
+    try:
+        sampling = SamplingParams(greedy=True, max_new_tokens=2)
+        a = collect(m.generate(m.open().session_id, ASK, sampling)).figures.prompt_tokens
+        b = collect(m.generate(m.open().session_id, ASK, sampling, tools=[WEATHER])).figures.prompt_tokens
+    finally:
+        m.shutdown()
+    schema = model.tokenizer.encode(json.dumps(WEATHER["function"]), add_special_tokens=False).ids
+    assert b > a + len(schema) // 2

@@ -99,6 +99,7 @@ def test_merged_decoder_runs_both_branches(merged_model, plain_model):
 
 def test_merged_decoder_chunked_prefill(merged_model, tiny_model, monkeypatch):
     monkeypatch.setattr(runner_mod, "PREFILL_CHUNK", 7)
+    monkeypatch.setattr("engine.generate.PREFILL_CHUNK", 7)     # the generator chunks too
     p = prompt_ids(30, seed=5)
     assert tokens(merged_model, p, 12) == tokens(tiny_model, p, 12)
 
