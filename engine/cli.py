@@ -1,4 +1,4 @@
-"""`amber-engine`: the headless command line (convert, fetch-default, generate, sessions, cache)."""
+"""`amber-engine`: the headless command line (convert, fetch-default, generate, sessions, cache, models)."""
 from __future__ import annotations
 
 import argparse
@@ -196,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_cache_commands(sub)
     from .cli_serve import add_serve_command
     add_serve_command(sub)
+    from .cli_models import add_models_commands
+    add_models_commands(sub)
     return p
 
 

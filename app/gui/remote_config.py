@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.chat.kv import chat_salt, is_remote_engine  # noqa: F401 - where they used to live
 from engine.api import ChatEngine
 
 if TYPE_CHECKING:   # engine.remote pulls in the HTTP stack: imported when first needed
@@ -126,27 +126,6 @@ def open_remote_engine(choice: str, home: Path) -> ChatEngine:
     if saved is None:
         raise RemoteError("this remote server is no longer saved; pick a model again")
     return RemoteEngine(saved.endpoint)
-
-
-def chat_salt(engine: Any, store: Any, chat_id: str, detail: Any = None,
-              temporary: bool = False) -> str | None:
-    """The salt to open a chat with: the stored one, or — for an engine that wants one per chat
-    (remote vLLM / Amber servers) — a new 256-bit salt, stored with the chat first. Temporary
-    chats never get a stored salt (the engine keeps a throwaway one in memory)."""
-    if store is None:
-        return None
-    if detail is None:
-        detail = store.get_conversation(chat_id)
-    salt = getattr(detail, "cache_salt", None)
-    if salt or temporary or not getattr(engine, "per_chat_salt", False):
-        return salt
-    salt = secrets.token_urlsafe(32)     # 256 bits, as engine.remote.new_cache_salt
-    store.set_cache_salt(chat_id, salt)
-    return salt
-
-
-def is_remote_engine(engine: Any) -> bool:
-    return bool(getattr(engine, "is_remote", False))
 
 
 def temporary_notice(engine: Any, base: str) -> str:

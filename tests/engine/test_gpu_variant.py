@@ -25,6 +25,12 @@ CONFIGS = [
     cfg_variant(BASE, wtype="Q4_0", arch="qwen2", bias=True, tied=False, seed=4),
     cfg_variant(BASE, wtype="Q4_K", seed=5, **Q4K),
     cfg_variant(BASE, wtype="Q8_0", arch="qwen2", bias=True, n_head_kv=4, seed=6),
+    # Architectures beyond llama/qwen2: per-head Q/K norms, GeGLU, post-norms, soft-caps, sliding
+    # windows with local/global rotary, fused Q|K|V and gate|up, long-context RoPE.
+    cfg_variant(BASE, arch="qwen3", wtype="Q4_K", seed=7, **Q4K),
+    cfg_variant(BASE, arch="gemma2", wtype="Q4_0", sliding_window=16, attn_softcap=2.0, final_softcap=3.0, seed=8),
+    cfg_variant(BASE, arch="gemma3", n_layers=6, sliding_window=16, rope_theta=1e6, rope_linear=8.0, seed=9),
+    cfg_variant(BASE, arch="phi3", wtype="Q4_1", tied=False, longrope=32, seed=10),
 ]
 IDS = [c.name for c in CONFIGS]
 # float16 rounding of activations, scales, zero points and KV on these random-weight models (the

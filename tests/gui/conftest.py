@@ -23,6 +23,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="save the GUI tests' screenshots in DIR")
 
 
+# Waits are upper bounds for "this happens", never speed targets: on a loaded 2-core machine a
+# 5 s wait for a streamed reply can run out. Every qtbot wait gets this many times its timeout.
+WAIT_SCALE = float(os.environ.get("AMBER_TEST_WAIT_SCALE", "4"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _generous_waits() -> Iterator[None]:
+    from pytestqt.qtbot import QtBot
+
+    originals = {name: getattr(QtBot, name) for name in ("waitUntil", "waitSignal", "waitSignals")}
+
+    def scaled(original: Callable[..., Any], default: int) -> Callable[..., Any]:
+        def wait(self: Any, *args: Any, timeout: int = default, **kwargs: Any) -> Any:
+            return original(self, *args, timeout=int(timeout * WAIT_SCALE), **kwargs)
+        return wait
+
+    QtBot.waitUntil = scaled(originals["waitUntil"], 5000)      # type: ignore[method-assign]
+    QtBot.waitSignal = scaled(originals["waitSignal"], 5000)    # type: ignore[method-assign]
+    QtBot.waitSignals = scaled(originals["waitSignals"], 5000)  # type: ignore[method-assign]
+    yield
+    for name, fn in originals.items():
+        setattr(QtBot, name, fn)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _theme(qapp: Any) -> None:
     from app.gui import theme

@@ -12,7 +12,7 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy,
                                QToolButton, QVBoxLayout, QWidget)
 
-from . import theme
+from .. import theme
 
 
 class ComposerEdit(QPlainTextEdit):

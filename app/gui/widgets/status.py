@@ -7,6 +7,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar,
                                QWidget)
 
+from ..turn_figures import short_figures  # noqa: F401 - the bubbles use it from here too
+
 PROVIDER_NAMES = {
     "CPUExecutionProvider": "CPU", "CUDAExecutionProvider": "CUDA",
     "TensorrtExecutionProvider": "TensorRT", "CoreMLExecutionProvider": "CoreML",
@@ -43,23 +45,6 @@ def how_started(f: dict[str, Any] | None) -> str:
     if f.get("fallback_reason"):
         text += f" (saved cache not used: {f['fallback_reason']})"
     return text
-
-
-def short_figures(f: dict[str, Any] | None) -> str:
-    if not f:
-        return ""
-    bits = []
-    if f.get("decode_tokens_per_s"):
-        bits.append(f"{float(f['decode_tokens_per_s']):.1f} tok/s")
-    if f.get("generated_tokens"):
-        bits.append(f"{int(f['generated_tokens']):,} tokens")
-    if f.get("finish_reason") == "cancelled":
-        bits.append("stopped")
-    elif f.get("finish_reason") == "length":
-        bits.append("length limit")
-    elif f.get("finish_reason") == "context_full":
-        bits.append("context full")
-    return " · ".join(bits)
 
 
 class StatusBar(QStatusBar):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout, QHBoxLayout,
                                QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget)
 
-from .remote_config import LOGS_NOTE
+from ..remote_config import LOGS_NOTE
 
 if TYPE_CHECKING:   # engine.remote (and its HTTP stack) loads when the dialog is first used
     from engine.remote import RemoteEndpoint
@@ -140,17 +139,9 @@ class RemoteDialog(QDialog):
 
 
 # ---- the window's side (kept here so that main_window.py only calls in) -----------------------
-def add_remote_items(picker: QComboBox, remotes: list[Any], icon: Any) -> None:
-    """Appends the saved remote endpoints to the model picker (data: `remote:<id>`)."""
-    for r in remotes:
-        picker.addItem(icon, f"{r.endpoint.label} (remote)", r.choice)
-        picker.setItemData(picker.count() - 1, f"{r.endpoint.base_url} · model {r.endpoint.model}",
-                           Qt.ItemDataRole.ToolTipRole)
-
-
 def open_connect_dialog(window: Any) -> RemoteDialog:
     """Shows the dialog; once accepted, the endpoint is saved (worker) and becomes the model."""
-    from .remote_config import find_remote, remove_remote, save_remote  # noqa: PLC0415
+    from ..remote_config import find_remote, remove_remote, save_remote  # noqa: PLC0415
 
     current = window.settings.model
     initial: list[Any] = []

@@ -1,35 +1,27 @@
-"""The chat view: one auto-sized `QTextBrowser` per message in a scroll area.
-
-* HTML is produced off the UI thread when a chat is loaded; message widgets are added in small
-  time-boxed batches so a long chat never blocks the event loop.
-* A streaming reply accumulates text and is re-rendered by a throttling timer (`RENDER_MS`).
-* The view stays pinned to the bottom only while the user is at the bottom.
-"""
+"""One message on screen: `MessageItem` (a plain value built off the UI thread), its
+auto-sized `MessageBrowser`, the throttled `StreamRenderer` of a streaming reply, and the
+`MessageWidget` bubble with its tools (copy, edit, regenerate, branch, siblings)."""
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from PySide6.QtCore import QEvent, QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import (QDesktopServices, QGuiApplication, QKeySequence, QTextCursor,
+from PySide6.QtCore import QEvent, QSize, Qt, QUrl, Signal
+from PySide6.QtGui import (QTextCursor,
                            QTextOption)
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
-                               QScrollArea, QSizePolicy, QTextBrowser, QToolButton, QToolTip,
+                               QSizePolicy, QTextBrowser, QToolButton, QToolTip,
                                QVBoxLayout, QWidget)
 
-from . import theme
-from .markdown_render import Rendered, document_css, render
+from .. import theme
+from ..markdown_render import Rendered, document_css, render
 from .status import short_figures
-from .widgets.turn import PrefillIndicator, overflow_notice
-from .widgets.thinking import ThinkingPanel
+from .turn import PrefillIndicator, overflow_notice
+from .thinking import ThinkingPanel
 from engine.reasoning import split_reasoning
 
 RENDER_MS = 80          # re-render a streaming reply at most this often
-BATCH_BUDGET_S = 0.005  # UI time per batch when filling the view with a loaded chat (the
-                        # layout, polish and paint of the new widgets follow in the same turn)
-AT_BOTTOM_PX = 24
 
 
 @dataclass
@@ -93,7 +85,7 @@ class MessageBrowser(QTextBrowser):
         self.document().setDocumentMargin(2)
         self.viewport().setAutoFillBackground(False)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.DefaultContextMenu)
-        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.document().documentLayout().documentSizeChanged.connect(self.fit)
         self.setFixedHeight(24)
         self.fit_width = False      # size to the content's width (user bubbles)
         self._ideal_width = 200
@@ -113,16 +105,17 @@ class MessageBrowser(QTextBrowser):
             probe.setTextWidth(-1)
             self._ideal_width = int(math.ceil(probe.idealWidth())) + 8
             self.updateGeometry()
-        self._fit()
+        self.fit()
 
     def resizeEvent(self, event: Any) -> None:  # noqa: N802
         super().resizeEvent(event)
         w = self.viewport().width()
         if w > 0 and abs(self.document().textWidth() - w) > 0.5:
             self.document().setTextWidth(w)
-        self._fit()
+        self.fit()
 
-    def _fit(self, *_: Any) -> None:
+    def fit(self, *_: Any) -> None:
+        """Height to the document (no inner scroll bar); the stream renderer calls it too."""
         h = math.ceil(self.document().size().height()) + 2
         if self.wide():
             h += self.horizontalScrollBar().sizeHint().height()
@@ -167,7 +160,7 @@ class StreamRenderer:
         self.started = False
 
     def update(self, text: str, *, final: bool = False) -> Rendered:
-        from .markdown_render import stable_prefix  # noqa: PLC0415
+        from ..markdown_render import stable_prefix  # noqa: PLC0415
 
         reply = split_reasoning(text)         # the reasoning goes to the bubble's ThinkingPanel
         sink = getattr(self.browser, "reasoning_sink", None)
@@ -197,7 +190,7 @@ class StreamRenderer:
         elif final:
             self._replace_tail(cursor, "")
             self._tail_codes, self._tail_html = (), ""
-        self.browser._fit()  # noqa: SLF001
+        self.browser.fit()
         return Rendered("".join(self.html_parts) + self._tail_html,
                         tuple(self.code_blocks) + self._tail_codes)
 
@@ -332,9 +325,10 @@ class MessageWidget(QFrame):
         if reply is not None:
             self.thinking.set_reply(reply, streaming=self.streaming, figures=self.item.figures)
         self.body.set_html(self.item.rendered.html, document_css(t))
-        self._update_chrome()
+        self.update_chrome()
 
-    def _update_chrome(self) -> None:
+    def update_chrome(self) -> None:
+        """The role label, figures, tools and notices for `item` (the text is not re-rendered)."""
         it = self.item
         multi = it.sibling_count > 1 and not self.streaming
         self.prev_btn.setVisible(multi)
@@ -386,7 +380,7 @@ class MessageWidget(QFrame):
         self.streaming = streaming
         if self.item.role == "assistant":
             self.role_label.setText(self.display_name() + ("  ●" if streaming else ""))
-        self._update_chrome()
+        self.update_chrome()
 
     def _flip(self, delta: int) -> None:
         self.siblingRequested.emit(self.item.id, delta)
@@ -455,280 +449,3 @@ class MessageWidget(QFrame):
             self._edit_box = None
             self.editor = None
         self.body.show()
-
-
-class ChatView(QScrollArea):
-    """A vertical list of `MessageWidget`s with the stay-at-bottom rule and a streaming bubble."""
-
-    copyRequested = Signal(str)
-    editSubmitted = Signal(object, str)
-    regenerateRequested = Signal(object)
-    siblingRequested = Signal(object, int)
-    branchRequested = Signal(object)
-    loaded = Signal()   # all widgets of a set_messages call are in place
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setObjectName("ChatScroll")
-        self.setAccessibleName("Conversation")
-        self.setWidgetResizable(True)
-        self.setFrameShape(QFrame.Shape.NoFrame)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        holder = QWidget()
-        holder.setObjectName("ChatArea")
-        h = QHBoxLayout(holder)
-        h.setContentsMargins(16, 16, 16, 16)
-        h.addStretch(1)
-        self.column = QWidget()
-        self.column.setMaximumWidth(820)
-        self.column.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        self.col_layout = QVBoxLayout(self.column)
-        self.col_layout.setContentsMargins(0, 0, 0, 0)
-        self.col_layout.setSpacing(14)
-        self.col_layout.addStretch(1)
-        h.addWidget(self.column, 100)
-        h.addStretch(1)
-        self.setWidget(holder)
-        bar = self.verticalScrollBar()
-        bar.setSingleStep(24)
-        bar.valueChanged.connect(self._on_scrolled)
-        bar.rangeChanged.connect(self._on_range)
-        self.stick_to_bottom = True
-        self.model_name = "Assistant"
-        self.widgets: list[MessageWidget] = []
-        self._pending: list[MessageItem] = []
-        self._fill_timer = QTimer(self)
-        self._fill_timer.setInterval(0)
-        self._fill_timer.timeout.connect(self._fill_batch)
-        self._stream: MessageWidget | None = None
-        self._stream_renderer: StreamRenderer | None = None
-        self._stream_text = ""
-        self._stream_dirty = False
-        self._render_timer = QTimer(self)
-        self._render_timer.setInterval(RENDER_MS)
-        self._render_timer.timeout.connect(self._render_stream)
-        self.render_count = 0
-        self._programmatic_scroll = False
-        theme.changed_signal().connect(self._on_theme)
-
-    # --- bottom rule -------------------------------------------------------------------------
-    def at_bottom(self) -> bool:
-        bar = self.verticalScrollBar()
-        return bar.value() >= bar.maximum() - AT_BOTTOM_PX
-
-    def _on_scrolled(self, _value: int) -> None:
-        if not self._programmatic_scroll:
-            self.stick_to_bottom = self.at_bottom()
-
-    def _on_range(self, _min: int, _max: int) -> None:
-        if self.stick_to_bottom:
-            self.scroll_to_bottom()
-
-    def scroll_to_bottom(self) -> None:
-        bar = self.verticalScrollBar()
-        self._programmatic_scroll = True
-        try:
-            bar.setValue(bar.maximum())
-        finally:
-            self._programmatic_scroll = False
-        self.stick_to_bottom = True
-
-    # --- content -----------------------------------------------------------------------------
-    def clear(self) -> None:
-        self._fill_timer.stop()
-        self._pending = []
-        self.end_stream()
-        for w in self.widgets:
-            w.hide()
-            w.deleteLater()
-        self.widgets = []
-        self.stick_to_bottom = True
-
-    def set_messages(self, items: list[MessageItem]) -> None:
-        """Show `items` (rendered off the UI thread), adding widgets in time-boxed batches."""
-        self.clear()
-        self._pending = list(items)
-        if not self._pending:
-            self.loaded.emit()
-            return
-        self._fill_batch()
-        if self._pending:
-            self._fill_timer.start()
-
-    def _fill_batch(self) -> None:
-        start = time.perf_counter()
-        while self._pending:  # at least one per turn, then as many as the budget allows
-            self._add_widget(self._pending.pop(0))
-            if time.perf_counter() - start >= BATCH_BUDGET_S:
-                break
-        if not self._pending:
-            self._fill_timer.stop()
-            self._update_last_flags()
-            self.scroll_to_bottom()
-            self.loaded.emit()
-
-    @property
-    def loading(self) -> bool:
-        return bool(self._pending)
-
-    def _add_widget(self, item: MessageItem) -> MessageWidget:
-        w = MessageWidget(item, model_name=self.model_name, parent=self.column)
-        w.copyRequested.connect(self.copyRequested)
-        w.editSubmitted.connect(self.editSubmitted)
-        w.regenerateRequested.connect(self.regenerateRequested)
-        w.siblingRequested.connect(self.siblingRequested)
-        w.branchRequested.connect(self.branchRequested)
-        w.linkActivated.connect(QDesktopServices.openUrl)
-        if item.role == "user":   # a bubble on the right, as wide as its text (at most 80 %)
-            w.setMaximumWidth(max(240, int(self.column.width() * 0.8)))
-            self.col_layout.insertWidget(self.col_layout.count() - 1, w, 0,
-                                         Qt.AlignmentFlag.AlignRight)
-        else:
-            self.col_layout.insertWidget(self.col_layout.count() - 1, w)
-        self.widgets.append(w)
-        return w
-
-    def append_message(self, item: MessageItem) -> MessageWidget:
-        self.stick_to_bottom = True
-        w = self._add_widget(item)
-        self._update_last_flags()
-        return w
-
-    def replace_message(self, old_id: str, item: MessageItem) -> None:
-        for w in self.widgets:
-            if w.item.id == old_id:
-                w.item = item
-                w.refresh()
-                break
-        self._update_last_flags()
-
-    def _update_last_flags(self) -> None:
-        last_assistant = None
-        for w in self.widgets:
-            if w.item.role == "assistant":
-                last_assistant = w
-        busy = self._stream is not None
-        for w in self.widgets:
-            w.set_regenerate_visible(w is last_assistant and not busy and
-                                     w is self.widgets[-1])
-            w.edit_btn.setEnabled(w.item.role == "user" and not busy
-                                  and not w.item.pending)
-
-    def truncate_after(self, message_id: str | None, *, keep: bool = True) -> None:
-        """Remove the widgets after `message_id` (or from it on, with keep=False)."""
-        idx = -1
-        for i, w in enumerate(self.widgets):
-            if w.item.id == message_id:
-                idx = i if keep else i - 1
-                break
-        for w in self.widgets[idx + 1:]:
-            w.hide()
-            w.deleteLater()
-        self.widgets = self.widgets[: idx + 1]
-        self._update_last_flags()
-
-    def message_ids(self) -> list[str]:
-        return [w.item.id for w in self.widgets]
-
-    def widget_for(self, message_id: str) -> MessageWidget | None:
-        return next((w for w in self.widgets if w.item.id == message_id), None)
-
-    # --- streaming ---------------------------------------------------------------------------
-    def begin_stream(self, pending_id: str = "pending:assistant") -> MessageWidget:
-        self.end_stream()
-        item = MessageItem(id=pending_id, role="assistant", content="",
-                           rendered=Rendered('<p style="color: gray;">…</p>', ()))
-        w = self.append_message(item)
-        w.set_streaming(True)
-        w.prefill.set_waiting()   # until the first PrefillProgress / the first token
-        self._stream = w
-        self._stream_text = ""
-        self._stream_renderer = StreamRenderer(w.body, theme.current())
-        self._update_last_flags()
-        return w
-
-    def set_stream_prefill(self, done: int, total: int) -> None:
-        """The engine is processing the prompt: show how far, in the reply bubble."""
-        if self._stream is not None and not self._stream_text:
-            self._stream.prefill.set_progress(done, total)
-
-    def set_stream_meta(self, text: str) -> None:
-        """Live figures of the streaming reply (tokens, tok/s), in its header."""
-        if self._stream is not None:
-            self._stream.meta.setText(text)
-
-    def append_stream(self, text: str) -> None:
-        if self._stream is None:
-            return
-        self._stream.prefill.hide()
-        self._stream_text += text
-        self._stream_dirty = True
-        if not self._render_timer.isActive():
-            self._render_stream()  # first chunk at once, then throttled
-            self._render_timer.start()
-
-    def _render_stream(self) -> None:
-        if self._stream is None or not self._stream_dirty:
-            self._render_timer.stop()
-            return
-        self._stream_dirty = False
-        self._stream.item.content = self._stream_text
-        self._stream.item.rendered = self._stream_renderer.update(self._stream_text)
-        self.render_count += 1
-
-    def end_stream(self, final: MessageItem | None = None) -> None:
-        self._render_timer.stop()
-        w, self._stream = self._stream, None
-        if w is None:
-            return
-        w.set_streaming(False)
-        renderer = self._stream_renderer
-        self._stream_renderer = None
-        if renderer is None:
-            pass
-        elif final is not None:
-            if renderer.started and \
-                    final.content[: renderer.stable_len] == self._stream_text[: renderer.stable_len]:
-                # finish incrementally: the finished blocks are already on screen
-                final.rendered = renderer.update(final.content, final=True)
-                w.item = final
-                w._update_chrome()  # noqa: SLF001
-            else:
-                w.item = final
-                w.refresh(final.rendered or render(final.content, theme.current()))
-        elif renderer.started:
-            w.item.rendered = renderer.update(w.item.content, final=True)
-        self._update_last_flags()
-
-    @property
-    def streaming(self) -> bool:
-        return self._stream is not None
-
-    @property
-    def stream_text(self) -> str:
-        return self._stream_text
-
-    def _on_theme(self, _t: Any) -> None:
-        for w in self.widgets:
-            w.item.rendered = None
-            w.refresh()
-
-    def resizeEvent(self, event: Any) -> None:  # noqa: N802
-        super().resizeEvent(event)
-        limit = max(240, int(self.column.width() * 0.8))
-        for w in self.widgets:
-            if w.item.role == "user" and w.maximumWidth() != limit:
-                w.setMaximumWidth(limit)
-
-    def keyPressEvent(self, event: Any) -> None:  # noqa: N802
-        if event.matches(QKeySequence.StandardKey.MoveToEndOfDocument):
-            self.scroll_to_bottom()
-            return
-        super().keyPressEvent(event)
-
-
-def copy_to_clipboard(text: str) -> None:
-    QGuiApplication.clipboard().setText(text)
-
-
-__all__ = ["ChatView", "MessageItem", "MessageWidget", "copy_to_clipboard", "replace"]

@@ -10,8 +10,8 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
                                QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
-from .chat_figures import OVERFLOW_CHOICES, OVERFLOW_VALUES
-from .settings import Sampling, Settings
+from ..chat_figures import OVERFLOW_CHOICES, OVERFLOW_VALUES
+from ..settings import Sampling, Settings
 
 THEME_CHOICES = [("Follow the system", "system"), ("Light", "light"), ("Dark", "dark")]
 PROVIDER_CHOICES = [("Automatic (best available)", "auto"), ("CPU", "cpu"),
@@ -118,7 +118,7 @@ class SettingsDialog(QDialog):
 
         self.server_panel = None
         if server is not None:   # an app.gui.server_control.ServerControl: the API server switch
-            from .server_control import ServerPanel  # noqa: PLC0415
+            from ..server_control import ServerPanel  # noqa: PLC0415
             self.server_panel = ServerPanel(server)
             lay.addWidget(self.server_panel)
 
