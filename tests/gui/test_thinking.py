@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from app.gui.widgets.thinking import ThinkingPanel, estimated_seconds, seconds_text
-from engine.reasoning import Reply, split_reasoning
+import pytest
+
+from app.gui.widgets.thinking import Reply, ThinkingPanel, estimated_seconds, seconds_text, split_reasoning
+from engine import reasoning as engine_reasoning
 from tests.support.gui import open_chat, send, wait_idle
 
 REASONING = "The user says hello.\nI should greet them back briefly."
@@ -91,3 +93,14 @@ def test_time_texts():
     assert estimated_seconds(reply, {"generated_tokens": 40, "decode_tokens_per_s": 10.0}) == 4 * 0.3
     assert estimated_seconds(reply, {"generated_tokens": 40}) is None
     assert estimated_seconds(reply, None) is None
+
+
+@pytest.mark.parametrize("text", [
+    REPLY, "  \n<think>a\nb</think>answer", "<think>\nstill thinking", "<think></think>\n\nquick",
+    "Let me see.\n</think>\n\n42", "plain answer", "Use the <think> tag like <think>x</think>.", "",
+    "</think>", "<think>", "a</think>b</think>c", "\n\n<think>\n\n</think>",
+])
+def test_display_split_agrees_with_the_engine(text):
+    """The widget's copy of the rule (widgets never import the engine) splits as the engine does."""
+    mine, engine = split_reasoning(text), engine_reasoning.split_reasoning(text)
+    assert (mine.reasoning, mine.content, mine.thinking) == (engine.reasoning, engine.content, engine.thinking)

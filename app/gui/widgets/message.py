@@ -18,8 +18,7 @@ from .. import theme
 from ..markdown_render import Rendered, document_css, render
 from .status import short_figures
 from .turn import PrefillIndicator, overflow_notice
-from .thinking import ThinkingPanel
-from engine.reasoning import split_reasoning
+from .thinking import ThinkingPanel, split_reasoning
 
 RENDER_MS = 80          # re-render a streaming reply at most this often
 
