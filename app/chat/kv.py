@@ -29,7 +29,7 @@ def chat_salt(engine: Any, store: Any, chat_id: str, detail: Any = None,
     salt = getattr(detail, "cache_salt", None)
     if salt or temporary or not getattr(engine, "per_chat_salt", False):
         return salt
-    salt = secrets.token_urlsafe(32)     # 256 bits, as engine.remote.new_cache_salt
+    salt = secrets.token_urlsafe(32)     # 256 bits, as engine.remote.engine.new_cache_salt
     store.set_cache_salt(chat_id, salt)
     return salt
 

@@ -10,7 +10,7 @@ from typing import Sequence
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from engine import paths
+from engine.base import paths
 
 from . import theme
 from .main_window import MainWindow

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine import paths
+from engine.base import paths
 
 from . import accessibility as a11y
 from . import chat_figures, theme

@@ -15,7 +15,7 @@ from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressDialog, QSplitter
 
 from app.store.titles import chat_title
-from engine import paths
+from engine.base import paths
 
 from . import lifecycle, theme
 from .backend import Backend

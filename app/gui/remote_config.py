@@ -19,7 +19,7 @@ from app.chat.kv import chat_salt, is_remote_engine  # noqa: F401 - where they u
 from engine.api import ChatEngine
 
 if TYPE_CHECKING:   # engine.remote pulls in the HTTP stack: imported when first needed
-    from engine.remote import RemoteEndpoint
+    from engine.remote.engine import RemoteEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def load_remotes(home: Path) -> list[SavedRemote]:
     except (OSError, ValueError) as exc:
         log.warning("%s unreadable (%s); no remote servers", path, type(exc).__name__)
         return []
-    from engine.remote import RemoteEndpoint, RemoteError  # noqa: PLC0415
+    from engine.remote.engine import RemoteEndpoint, RemoteError  # noqa: PLC0415
     out: list[SavedRemote] = []
     for item in raw.get("remotes", []) if isinstance(raw, dict) else []:
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
@@ -121,7 +121,7 @@ def find_remote(home: Path, choice: str) -> SavedRemote | None:
 
 def open_remote_engine(choice: str, home: Path) -> ChatEngine:
     """Connects to the saved endpoint `choice` (worker thread); RemoteError says why it cannot."""
-    from engine.remote import RemoteEngine, RemoteError  # noqa: PLC0415
+    from engine.remote.engine import RemoteEngine, RemoteError  # noqa: PLC0415
     saved = find_remote(home, choice)
     if saved is None:
         raise RemoteError("this remote server is no longer saved; pick a model again")

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from engine.chat_template import ChatTemplateError, load_chat_template
+from engine.text.chat_template import ChatTemplateError, load_chat_template
 
 # ChatML without tools (Hermes-2-Pro's default, shortened to its structure).
 DEFAULT = (
@@ -134,8 +134,8 @@ def test_tools_reach_the_template_through_the_generator(tiny_dir, tmp_path):
     """engine.generate.Generator.encode_chat(tools=...) renders the tool_use template."""
     import shutil
 
-    from engine.generate import Generator
-    from engine.model import load_model
+    from engine.generation.generate import Generator
+    from engine.runtime.model import load_model
     folder = tmp_path / "model"
     shutil.copytree(tiny_dir, folder)
     (folder / "additional_chat_templates").mkdir()
@@ -152,9 +152,9 @@ def test_tools_reach_the_template_through_a_session(tiny_dir, tmp_path):
     import shutil
 
     from engine.api import SamplingParams
-    from engine.generate import collect
-    from engine.model import load_model
-    from engine.sessions import SessionManager
+    from engine.generation.generate import collect
+    from engine.runtime.model import load_model
+    from engine.sessions.manager import SessionManager
     folder = tmp_path / "model"
     shutil.copytree(tiny_dir, folder)
     (folder / "additional_chat_templates").mkdir()

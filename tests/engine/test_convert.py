@@ -819,8 +819,7 @@ def test_destination_is_a_file(tmp_path):
 
 # ---- the command line ----------------------------------------------------------------------
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    if not (REPO / "engine" / "cli.py").is_file():
-        pytest.skip("engine/cli.py does not exist yet")
+    assert (REPO / "engine" / "cli" / "main.py").is_file()
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "engine", "convert", *args], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=120)

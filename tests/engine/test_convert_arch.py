@@ -145,7 +145,7 @@ def test_chat_template_and_end_of_turn(built, arch):
     """The GGUF's template is the folder's; its end-of-turn token is one token and stops generation."""
     from tokenizers import Tokenizer
 
-    from engine.chat_template import load_chat_template
+    from engine.text.chat_template import load_chat_template
     b = built(_first(arch))
     template, _, end_of_turn = ARCH_CHAT[arch]
     assert (b.folder / "chat_template.jinja").read_text() == template
@@ -256,7 +256,7 @@ def test_sliding_window_pattern_from_the_file(tmp_path):
 @pytest.mark.parametrize("unk_id,want", [(0, "<unk>"), (None, None)])
 def test_unk_token_reaches_the_template(tmp_path, unk_id, want):
     """tokenizer_config.json's unk_token is the GGUF's tokenizer.ggml.unknown_token_id (templates see it)."""
-    from engine.chat_template import load_chat_template
+    from engine.text.chat_template import load_chat_template
     omit = () if unk_id is not None else ("tokenizer.ggml.unknown_token_id",)
     m = write_tiny_gguf(tmp_path / "m.gguf", TinyConfig(), tokenizer="spm", omit=omit)
     out = convert_gguf(m.path, tmp_path / "out")

@@ -13,13 +13,13 @@ import numpy as np
 import onnx
 import pytest
 
-import engine.runner as runner_mod
+import engine.runtime.runner as runner_mod
 from engine.api import SamplingParams
-from engine.generate import Generator, collect
-from engine.model import ModelLoadError, load_model
-from engine.runner import Runner
-from engine.sampling import resolve_sampling
-from engine.sessions import SessionManager
+from engine.generation.generate import Generator, collect
+from engine.runtime.model import ModelLoadError, load_model
+from engine.runtime.runner import Runner
+from engine.text.sampling import resolve_sampling
+from engine.sessions.manager import SessionManager
 from tests.support.genai_folder import write_genai_folder
 from tests.support.plain_onnx import write_merged_model
 
@@ -99,7 +99,7 @@ def test_merged_decoder_runs_both_branches(merged_model, plain_model):
 
 def test_merged_decoder_chunked_prefill(merged_model, tiny_model, monkeypatch):
     monkeypatch.setattr(runner_mod, "PREFILL_CHUNK", 7)
-    monkeypatch.setattr("engine.generate.PREFILL_CHUNK", 7)     # the generator chunks too
+    monkeypatch.setattr("engine.generation.generate.PREFILL_CHUNK", 7)     # the generator chunks too
     p = prompt_ids(30, seed=5)
     assert tokens(merged_model, p, 12) == tokens(tiny_model, p, 12)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.chat_template import CHATML_TEMPLATE, ChatTemplate
-from engine.reasoning import Reply, for_template, split_reasoning, template_knows_reasoning
+from engine.text.chat_template import CHATML_TEMPLATE, ChatTemplate
+from engine.text.reasoning import Reply, for_template, split_reasoning, template_knows_reasoning
 
 # The structure of Qwen3's template (written for this test): an assistant message's reasoning is
 # `reasoning_content`, or what precedes `</think>` in its content; it is written back only for

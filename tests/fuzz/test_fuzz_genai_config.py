@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.api import SamplingParams
-from engine.generate import Generator
-from engine.model import ModelLoadError, load_model
+from engine.generation.generate import Generator
+from engine.runtime.model import ModelLoadError, load_model
 from fuzz_util import scaled
 from tests.support.bounded import run_bounded
 from tests.support.genai_folder import write_genai_folder

@@ -2,7 +2,7 @@
 
 The thinking streams under a “Thinking…” line, then collapses under “Thought for N s”; the body
 shows only the answer; a click expands the reasoning. The history sent back is the reply as the
-model wrote it: the engine splits it for the template (engine.reasoning), which drops earlier
+model wrote it: the engine splits it for the template (engine.text.reasoning), which drops earlier
 turns' thinking when it says so (tests/engine/test_reasoning.py).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 import pytest
 
 from app.gui.widgets.thinking import Reply, ThinkingPanel, estimated_seconds, seconds_text, split_reasoning
-from engine import reasoning as engine_reasoning
+from engine.text import reasoning as engine_reasoning
 from tests.support.gui import open_chat, send, wait_idle
 
 REASONING = "The user says hello.\nI should greet them back briefly."

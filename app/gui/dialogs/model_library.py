@@ -325,7 +325,7 @@ class ModelLibraryDialog(QDialog):
 
 def _with_fits(listing: Any) -> tuple[Any, list[Any]]:
     """The listing plus each variant's fit (worker thread: reads free disk space and RAM)."""
-    from engine import paths
+    from engine.base import paths
     from engine.hub import estimate
     return listing, [estimate(v.size, v.quant, paths.models_dir()) for v in listing.variants]
 

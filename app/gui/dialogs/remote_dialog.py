@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout
 from ..remote_config import LOGS_NOTE
 
 if TYPE_CHECKING:   # engine.remote (and its HTTP stack) loads when the dialog is first used
-    from engine.remote import RemoteEndpoint
+    from engine.remote.engine import RemoteEndpoint
 
 FLAVOR_CHOICES = [("Detect from the server", "auto"), ("vLLM (sends a per-chat cache_salt)", "vllm"),
                   ("llama.cpp server (sends cache_prompt)", "llamacpp"),
@@ -85,7 +85,7 @@ class RemoteDialog(QDialog):
             self.name.setText(initial.name)
 
     def _read(self) -> "RemoteEndpoint":
-        from engine.remote import RemoteEndpoint  # noqa: PLC0415
+        from engine.remote.engine import RemoteEndpoint  # noqa: PLC0415
         return RemoteEndpoint(base_url=self.url.text(), model=self.model.currentText(),
                               api_key=self.key.text(), flavor=self.flavor.currentData() or "auto",
                               name=self.name.text().strip())
@@ -94,7 +94,7 @@ class RemoteDialog(QDialog):
         return self._read()
 
     def _accept(self) -> None:
-        from engine.remote import RemoteError  # noqa: PLC0415
+        from engine.remote.engine import RemoteError  # noqa: PLC0415
         try:
             ep = self._read()
         except RemoteError as exc:
@@ -106,7 +106,7 @@ class RemoteDialog(QDialog):
         self.accept()
 
     def list_models(self) -> None:
-        from engine.remote import RemoteError, list_models  # noqa: PLC0415
+        from engine.remote.engine import RemoteError, list_models  # noqa: PLC0415
         try:
             ep = self._read()
         except RemoteError as exc:

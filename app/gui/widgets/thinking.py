@@ -1,7 +1,7 @@
 """A reasoning model's thinking, shown collapsed above its answer.
 
 Qwen3 and the DeepSeek-R1 distills write `<think>…</think>` before the answer. `split_reasoning`
-here splits it for display; it is the same rule as `engine.reasoning.split_reasoning` (which the
+here splits it for display; it is the same rule as `engine.text.reasoning.split_reasoning` (which the
 engine uses for the template), kept as a copy because widgets never import the engine
 (import-linter), and tests/gui/test_thinking.py checks that both agree. The reply bubble shows one line — “Thinking…”
 while the reasoning streams, then “Thought for N s” — that expands to the reasoning text on a
