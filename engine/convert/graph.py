@@ -177,28 +177,26 @@ class _Graph:
                 kernel_zero = self.op1("Cast", [self.init(f"{prefix}.zero_points_int", zint, tag)],
                                        to=TensorProto.FLOAT)
             q.matmuls = [(b, 4, flat, zp)]
+        elif w.qbits == 8 and fast:
+            # One 8-bit MatMulNBits (ORT's int8 kernel), default zero point 128.
+            b = self.init(f"{prefix}.qweight", pack_bits(w.levels, 8), tag)
+            q.stored = [(b, 8, 1)]
+            q.matmuls = [(b, 8, flat, None)]
+            kernel_zero = 128
         else:
             high_bits = 4 if w.qbits == 8 else 2
             hi = self.init(f"{prefix}.qweight_hi", pack_bits(w.levels >> 4, high_bits), tag)
             lo = self.init(f"{prefix}.qweight_lo", pack_nibbles(w.levels & 0x0F), tag)
             q.stored = [(hi, high_bits, 16), (lo, 4, 1)]
             if fast:
-                # One 8-bit MatMulNBits (ORT's int8 kernel): levels 16*hi + lo + shift, default zero
-                # point 128, rebuilt from the stored bits when the session folds constants.
-                if w.qbits == 8:
-                    q8 = self.op1("BitwiseOr", [self.op1("BitShift", [self.unpack(hi, 4, [n, nb, blk]),
-                                                                      self.const(4, np.uint8)], direction="LEFT"),
-                                                self.unpack(lo, 4, [n, nb, blk])], outputs=[f"{prefix}.qweight8"])
-                    kernel_zero = 128
-                else:
-                    shift = 128 - (w.center or 16)
-                    wide = (lambda v: self.op1("Cast", [v], to=TensorProto.INT32))
-                    total = self.op1("Add", [self.op1("Mul", [wide(self.unpack(hi, 2, [n, nb, blk])),
-                                                              self.const(16, np.int32)]),
-                                             wide(self.unpack(lo, 4, [n, nb, blk]))])
-                    total = self.op1("Add", [total, self.const(shift, np.int32)])
-                    q8 = self.op1("Cast", [total], to=TensorProto.UINT8, outputs=[f"{prefix}.qweight8"])
-                    kernel_zero = 128 - shift
+                # 5/6-bit levels for ORT's int8 kernel: 16*hi + lo + shift with the default zero point
+                # 128, rebuilt in uint8 from the stored bits when the session folds constants.
+                shift = 128 - (w.center or 16)
+                joined = self.op1("BitwiseOr", [
+                    self.op1("BitShift", [self.unpack(hi, 2, [n, nb, blk]), self.const(4, np.uint8)], direction="LEFT"),
+                    self.unpack(lo, 4, [n, nb, blk])])
+                q8 = self.op1("Add", [joined, self.const(shift, np.uint8)], outputs=[f"{prefix}.qweight8"])
+                kernel_zero = 128 - shift
                 q.matmuls = [(q8, 8, flat, None)]
             else:
                 # Exact: q = 16*hi + lo as two matmuls with float32 activations; zero points chosen

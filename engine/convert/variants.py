@@ -36,10 +36,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import ModelImportError
+from .fold import fold_constants
 
 VARIANT_DIR = "gpu"
 VARIANT_NAME = "fp16"
-VARIANT_FORMAT = 1           # bump when the rewrite changes: older variant folders are rebuilt
+VARIANT_FORMAT = 2           # bump when the rewrite changes: older variant folders are rebuilt
 MARKER = "amber_variant.json"
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -191,6 +192,13 @@ class _Rewriter:
                 z0 = np.stack([pairs & 0x0F, pairs >> 4], axis=-1).reshape(n_out, -1)[:, :nb].astype(np.float64)
             else:
                 z0 = np.full((n_out, nb), 8.0)
+            dead = scales == 0
+            if dead.any():
+                # Constant blocks (scale 0, levels 0, w = -corr): scale 1 and zero point -corr.
+                scales = np.where(dead, 1.0, scales)
+                z0 = np.where(dead, 0.0, z0)
+                inits[mm.input[2]].CopyFrom(numpy_helper.from_array(scales.astype(np.float32).reshape(-1),
+                                                                    mm.input[2]))
             zero_points = (z0 - corr / scales).astype(np.float32).reshape(-1)
             name = self.name(mm.input[2].removesuffix(".scales") + ".zero_points")
             g.initializer.append(numpy_helper.from_array(zero_points, name))
@@ -204,6 +212,7 @@ class _Rewriter:
 
     def run(self, progress: ProgressFn | None) -> onnx.ModelProto:
         g = self.g
+        fold_constants(self.model)
         self.fold_zero_point_corrections()
         total = len(g.initializer)
         for i, init in enumerate(g.initializer):
@@ -231,13 +240,18 @@ class _Rewriter:
                 _set_attr(n, "accuracy_level", 0)   # float16 A: ORT computes with float accumulation
             elif n.op_type == "GroupQueryAttention":
                 seqlens_k, total_len = n.input[5], n.input[6]
-        # Nibble unpacking without BitwiseAnd/BitShift (no CUDA kernels): integer division.
+        # Bit unpacking without BitwiseAnd/BitShift (no CUDA kernels): integer division.
+        inits = {i.name: i for i in g.initializer}
         for n in list(g.node):
             if n.op_type in ("BitwiseAnd", "BitShift"):
+                amount = int(numpy_helper.to_array(inits[n.input[1]]).reshape(-1)[0])
                 wide = self.node("Cast", [n.input[0]], to=TensorProto.INT32)
-                hi = self.node("Div", [wide, self.const(16, np.int32)])
-                val = hi if n.op_type == "BitShift" else self.node(
-                    "Sub", [wide, self.node("Mul", [hi, self.const(16, np.int32)])])
+                if n.op_type == "BitShift":     # x >> s = x // 2**s
+                    val = self.node("Div", [wide, self.const(1 << amount, np.int32)])
+                else:                           # x & (2**b - 1) = x - (x // 2**b) * 2**b
+                    base = amount + 1
+                    hi = self.node("Div", [wide, self.const(base, np.int32)])
+                    val = self.node("Sub", [wide, self.node("Mul", [hi, self.const(base, np.int32)])])
                 self.node("Cast", [val], outputs=[n.output[0]], to=TensorProto.UINT8)
                 g.node.remove(n)
         if total_len is not None and seqlens_k is not None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
@@ -161,6 +162,16 @@ def concat_rows(weights: list[Weight]) -> Weight | None:
 
 
 # ---- GGUF block layouts (as ggml-quants.c / gguf-py's dequantizers read them) ---------------
+def _zero_dead_blocks(w: Weight) -> Weight:
+    """Blocks whose scale is 0 hold one constant (-offset): their levels are set to 0, which changes
+    nothing here and lets the GPU variant encode them as scale 1, zero point -constant."""
+    assert w.levels is not None and w.scale is not None
+    dead = w.scale.value() == 0
+    if dead.any():
+        w.levels[dead] = 0
+    return w
+
+
 def _f16(raw: np.ndarray) -> np.ndarray:
     """Two bytes per value -> float16 [..] (kept as float16: it is what the GGUF stores)."""
     return np.ascontiguousarray(raw).view(np.float16)[..., 0]
@@ -185,8 +196,8 @@ def from_q4_0(raw: np.ndarray, n: int, k: int) -> Weight:
 
 def from_q4_1(raw: np.ndarray, n: int, k: int) -> Weight:
     blocks = raw.reshape(n, k // BLOCK, 20)
-    return Weight("quant", n, k, levels=_nibbles_32(blocks[..., 4:]), qbits=4, scale=Scale(_f16(blocks[..., 0:2])),
-                  offset=Scale(-_f16(blocks[..., 2:4])), qtype="Q4_1")
+    return _zero_dead_blocks(Weight("quant", n, k, levels=_nibbles_32(blocks[..., 4:]), qbits=4, scale=Scale(_f16(blocks[..., 0:2])),
+                  offset=Scale(-_f16(blocks[..., 2:4])), qtype="Q4_1"))
 
 
 def from_q5_0(raw: np.ndarray, n: int, k: int) -> Weight:
@@ -199,8 +210,8 @@ def from_q5_0(raw: np.ndarray, n: int, k: int) -> Weight:
 def from_q5_1(raw: np.ndarray, n: int, k: int) -> Weight:
     blocks = raw.reshape(n, k // BLOCK, 24)
     levels = _nibbles_32(blocks[..., 8:]) | (_high_bits_32(blocks[..., 4:8]) << 4)
-    return Weight("quant", n, k, levels=levels, qbits=5, scale=Scale(_f16(blocks[..., 0:2])),
-                  offset=Scale(-_f16(blocks[..., 2:4])), qtype="Q5_1")
+    return _zero_dead_blocks(Weight("quant", n, k, levels=levels, qbits=5, scale=Scale(_f16(blocks[..., 0:2])),
+                  offset=Scale(-_f16(blocks[..., 2:4])), qtype="Q5_1"))
 
 
 def _q4k_scale_min(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -225,7 +236,7 @@ def from_q4_k(raw: np.ndarray, n: int, k: int) -> Weight:
     qs = blocks[..., 16:].reshape(n, nsb, 4, 32)
     # Each 32-byte chunk holds two sub-blocks: low nibbles first, then high nibbles.
     levels = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(n, nsb * 8, 32).astype(np.uint8)
-    return Weight("quant", n, k, levels=levels, qbits=4, scale=scale, offset=offset, qtype="Q4_K")
+    return _zero_dead_blocks(Weight("quant", n, k, levels=levels, qbits=4, scale=scale, offset=offset, qtype="Q4_K"))
 
 
 def from_q5_k(raw: np.ndarray, n: int, k: int) -> Weight:
@@ -237,7 +248,7 @@ def from_q5_k(raw: np.ndarray, n: int, k: int) -> Weight:
     low = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(n, nsb, 8, 32)     # sub-block j
     high = (qh[:, :, None, :] >> np.arange(8, dtype=np.uint8)[None, None, :, None]) & 1   # bit j of qh
     levels = (low | (high << 4)).reshape(n, nsb * 8, 32).astype(np.uint8)
-    return Weight("quant", n, k, levels=levels, qbits=5, scale=scale, offset=offset, qtype="Q5_K")
+    return _zero_dead_blocks(Weight("quant", n, k, levels=levels, qbits=5, scale=scale, offset=offset, qtype="Q5_K"))
 
 
 def from_q6_k(raw: np.ndarray, n: int, k: int) -> Weight:
@@ -302,7 +313,7 @@ def convert_tensor(name: str, qtype: QT, data: np.ndarray, n: int, k: int,
             return direct(np.asarray(data), n, k)
         except ValueError as exc:   # a byte count that does not match the shape
             raise ModelImportError(f"tensor {name}: {qtype.name} data does not match its shape ({exc})") from None
-    if exact and policy == "auto" and qtype not in FLOAT_TYPES:
+    if exact and policy == "auto" and GGML_QUANT_SIZES.get(qtype, (1, 1))[0] > 1:
         raise ModelImportError(f"tensor {name}: type {qtype.name} has no exact form in Amber "
                                "(convert without --exact to requantize it to 8 bits, or with --weights fp32)")
     try:
