@@ -301,3 +301,55 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---- accuracy of the fast mode on the default model -----------------------------------------------
+def _teacher_forced_logits(folder: Path, ids: list[int]) -> Any:
+    """Logits at every position of `ids`, one token at a time through the KV cache."""
+    import numpy as np
+    import onnxruntime as ort
+    cfg = json.loads((folder / "config.json").read_text())
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = common.THREADS
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
+    kv, hd = cfg["num_key_value_heads"], cfg["head_dim"]
+    past = {f"past_key_values.{i}.{k}": np.zeros((1, kv, 0, hd), np.float32)
+            for i in range(cfg["num_hidden_layers"]) for k in ("key", "value")}
+    names = ["logits"] + [n.replace("past_key_values", "present") for n in past]
+    rows = []
+    for t, tok in enumerate(ids):
+        outs = sess.run(names, {"input_ids": np.array([[tok]], np.int64), "attention_mask": np.ones((1, t + 1), np.int64),
+                                "position_ids": np.array([[t]], np.int64), **past})
+        rows.append(outs[0][0, -1].astype(np.float64))
+        past = dict(zip(past, outs[1:]))
+    return np.stack(rows)
+
+
+def kl_worker(gguf: str, root: str, n_tokens: int = 48) -> dict[str, Any]:
+    """Mean KL(exact || fast) over teacher-forced positions of a few texts, for the converter on the
+    path (converted both ways from the default model's GGUF)."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from engine.convert import EXACT, FAST, convert_gguf
+    out: dict[str, Any] = {}
+    folders = {}
+    for name, level in (("exact", EXACT), ("fast", FAST)):
+        dest = Path(root) / name
+        shutil.rmtree(dest, ignore_errors=True)
+        folders[name] = convert_gguf(gguf, dest, accuracy_level=level, gpu_variant=False)
+    tok = Tokenizer.from_file(str(folders["exact"] / "tokenizer.json"))
+    kls = []
+    for seed in range(4):
+        ids = tok.encode(common.pseudo_text(60, seed)).ids[:n_tokens]
+        a = _teacher_forced_logits(folders["exact"], ids)
+        b = _teacher_forced_logits(folders["fast"], ids)
+        pa = np.exp(a - a.max(-1, keepdims=True)); pa /= pa.sum(-1, keepdims=True)
+        lb = b - b.max(-1, keepdims=True); lb -= np.log(np.exp(lb).sum(-1, keepdims=True))
+        la = np.log(pa)
+        kls.extend((pa * (la - lb)).sum(-1).tolist())
+        out.setdefault("exact_logits_sample", a[:2, :5].tolist())
+    out["mean_kl_fast_vs_exact"] = float(np.mean(kls))
+    out["positions"] = len(kls)
+    return out

@@ -20,7 +20,8 @@ from .variants import VARIANT_DIR, build_variant
 from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
 from .writer import DataWriter
 
-__all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_POLICIES", "EXACT", "FAST"]
+__all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_POLICIES", "EXACT", "FAST",
+           "format_size_report"]
 
 # MatMulNBits accuracy levels. EXACT computes in float32: the model equals the dequantized GGUF
 # to float rounding (the tests check this). FAST lets ONNX Runtime quantize activations to int8

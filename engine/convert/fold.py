@@ -7,6 +7,8 @@ so it folds them here with the same float32 arithmetic.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -90,3 +92,58 @@ def fold_constants(model: onnx.ModelProto) -> None:
     inits += [numpy_helper.from_array(np.ascontiguousarray(cache[name]), name) for name in folded if name in used]
     del g.initializer[:]
     g.initializer.extend(inits)
+
+
+class LazyValues:
+    """The graph's constant values, computed one at a time when asked (the GPU variant's streaming
+    build): initializers are read from the external data file through a memory map, folded values
+    are evaluated from their recipe each time (nothing is kept, so memory stays about one tensor's)."""
+
+    def __init__(self, model: onnx.ModelProto, base_dir: Path) -> None:
+        self.inits = {i.name: i for i in model.graph.initializer}
+        self.recipes: dict[str, onnx.NodeProto] = {}
+        self.overrides: dict[str, np.ndarray] = {}
+        self.base_dir = Path(base_dir)
+        self._maps: dict[str, np.memmap] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.overrides or name in self.recipes or name in self.inits
+
+    def get(self, name: str) -> np.ndarray:
+        if name in self.overrides:
+            return self.overrides[name]
+        if name in self.recipes:
+            n = self.recipes[name]
+            try:
+                return _eval(n, [self.get(i) for i in n.input])
+            except Exception as exc:
+                raise ModelImportError(f"cannot fold node {n.name} ({n.op_type}): {exc}") from None
+        t = self.inits[name]
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            return numpy_helper.to_array(t)
+        info = {e.key: e.value for e in t.external_data}
+        location = info["location"]
+        if location not in self._maps:
+            path = (self.base_dir / location).resolve()
+            if path.parent != self.base_dir.resolve():
+                raise ModelImportError(f"initializer {name}: external data outside the model folder")
+            self._maps[location] = np.memmap(path, dtype=np.uint8, mode="r")
+        off, length = int(info.get("offset", 0)), int(info["length"])
+        dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+        raw = self._maps[location][off:off + length]
+        if raw.size != length:
+            raise ModelImportError(f"initializer {name}: its external data is truncated")
+        return np.frombuffer(raw, dtype=dtype).reshape(tuple(t.dims)).copy()
+
+
+def fold_lazily(model: onnx.ModelProto, values: LazyValues) -> None:
+    """Moves every foldable node fed only by constants into `values.recipes` (nothing is computed)."""
+    g = model.graph
+    kept: list[onnx.NodeProto] = []
+    for n in g.node:
+        if n.op_type in FOLDABLE and n.input and all(i in values for i in n.input if i):
+            values.recipes[n.output[0]] = n
+            continue
+        kept.append(n)
+    del g.node[:]
+    g.node.extend(kept)

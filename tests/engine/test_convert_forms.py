@@ -151,3 +151,16 @@ def test_gpu_variant_of_the_new_forms(converted, cfg, level):
     a = _decode_logits(Path(exact) / "model.onnx", ids, steps, np.float32)
     b = _decode_logits(graph, ids, steps, np.float16)
     assert np.isfinite(b).all() and float(np.abs(a - b).max()) < TINY_MAX_DLOGIT
+
+
+def test_cli_report_prints_size_by_type(tmp_path):
+    from test_convert import _cli
+    m = write_tiny_gguf(tmp_path / "m.gguf", Q4_K_M)
+    r = _cli(str(m.path), str(tmp_path / "out"), "--report")
+    assert r.returncode == 0, r.stderr
+    lines = {line.split()[0]: line.split() for line in r.stderr.splitlines() if line.strip()}
+    for kind in ("Q4_K", "Q6_K", "Q5_0", "total"):
+        assert kind in lines, r.stderr
+    sizes = json.loads((tmp_path / "out" / "amber_import.json").read_text())["sizes"]
+    assert float(lines["Q6_K"][3]) == pytest.approx(sizes["Q6_K"]["onnx"] / sizes["Q6_K"]["gguf"], abs=1e-3)
+    assert r.stdout.strip() == str(tmp_path / "out")
