@@ -18,7 +18,7 @@ from .graph import LayerWeights, ModelWeights, build_graph
 from .tokenizer import build_tokenizer_files, eos_token_ids
 from .variants import VARIANT_DIR, build_variant
 from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
-from .writer import DataWriter
+from .writer import DataWriter, drop_pages
 
 __all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_POLICIES", "EXACT", "FAST",
            "format_size_report"]
@@ -73,6 +73,7 @@ class _WeightLoader:
             raise ModelImportError(f"tensor {name}: expected a matrix, found shape {list(t.shape)}")
         k, n = int(t.shape[0]), int(t.shape[1])     # GGUF lists the fastest axis first
         w = convert_tensor(name, t.tensor_type, t.data, n, k, policy or self.policy, exact=self.exact)
+        drop_pages(self.src.reader.data, int(t.data_offset), int(t.n_bytes))
         self._tick(name)
         return w
 

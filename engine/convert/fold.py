@@ -14,6 +14,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .errors import ModelImportError
+from .writer import drop_pages
 
 
 def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
@@ -133,7 +134,9 @@ class LazyValues:
         raw = self._maps[location][off:off + length]
         if raw.size != length:
             raise ModelImportError(f"initializer {name}: its external data is truncated")
-        return np.frombuffer(raw, dtype=dtype).reshape(tuple(t.dims)).copy()
+        out = np.frombuffer(raw, dtype=dtype).reshape(tuple(t.dims)).copy()
+        drop_pages(self._maps[location], off, length)
+        return out
 
 
 def fold_lazily(model: onnx.ModelProto, values: LazyValues) -> None:

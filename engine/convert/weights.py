@@ -184,8 +184,7 @@ def _nibbles_32(qs: np.ndarray) -> np.ndarray:
 
 def _high_bits_32(qh: np.ndarray) -> np.ndarray:
     """[.., 4] bytes (a little-endian uint32) -> [.., 32] bits, bit j for element j."""
-    bits = np.ascontiguousarray(qh).view(np.uint32)[..., 0:1] >> np.arange(32, dtype=np.uint32)
-    return (bits & 1).astype(np.uint8)
+    return np.unpackbits(qh, axis=-1, bitorder="little")
 
 
 def from_q4_0(raw: np.ndarray, n: int, k: int) -> Weight:
@@ -266,8 +265,8 @@ def from_q6_k(raw: np.ndarray, n: int, k: int) -> Weight:
 
 def from_q8_0(raw: np.ndarray, n: int, k: int) -> Weight:
     blocks = raw.reshape(n, k // BLOCK, 34)
-    q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8)
-    return Weight("quant", n, k, levels=(q.astype(np.int16) + 128).astype(np.uint8), qbits=8,
+    levels = blocks[..., 2:] ^ np.uint8(0x80)       # int8 q + 128 as uint8, without a wider copy
+    return Weight("quant", n, k, levels=levels, qbits=8,
                   scale=Scale(_f16(blocks[..., 0:2])), center=128, qtype="Q8_0")
 
 

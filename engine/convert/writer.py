@@ -7,6 +7,7 @@ drops the numpy arrays right after, so peak memory is a few times the largest te
 """
 from __future__ import annotations
 
+import mmap
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -57,3 +58,17 @@ class DataWriter:
             os.fsync(self._f.fileno())
             self._f.close()
             self._f = None
+
+
+def drop_pages(arr: np.ndarray, offset: int, length: int) -> None:
+    """Lets the kernel drop a read-only memory map's pages for [offset, offset+length) from this
+    process (they stay in the page cache and are read again if touched): a GGUF or data file read
+    once from start to end would otherwise count whole in the converter's resident memory."""
+    m = getattr(arr, "_mmap", None)
+    if m is None or not hasattr(m, "madvise") or length <= 0:
+        return
+    start = offset - offset % mmap.PAGESIZE
+    try:
+        m.madvise(mmap.MADV_DONTNEED, start, min(offset + length, len(m)) - start)
+    except (OSError, ValueError):   # not supported here: only the memory figure suffers
+        pass
