@@ -233,10 +233,10 @@ def run(quick: bool = False, shapes: list[str] | None = None, baseline: str | No
                                                           "gpu_variant": gpu_variant}, Path(path))
                     data = sum(p.stat().st_size for p in dest.iterdir() if p.name.startswith("model.onnx"))
                     row[label] = {"seconds": res["seconds"], "rss": rss, "onnx_bytes": data, "sizes": res["sizes"]}
-                    if label == "after":
-                        perf, _ = _child("run_worker_model", {"folder": str(dest), "prompt_len": 64 if quick else 128,
-                                                              "decode": 8 if quick else 32}, common.REPO)
-                        row[label].update(perf)
+                    # Load and run (with this checkout's runner) the folder each converter wrote.
+                    perf, run_rss = _child("run_worker_model", {"folder": str(dest), "prompt_len": 64 if quick else 128,
+                                                                "decode": 8 if quick else 32}, common.REPO)
+                    row[label].update(perf, run_rss=run_rss)
                     print(f"convert: {shape_name} {q} {label}: {json.dumps(row[label], default=str)}", flush=True)
                     shutil.rmtree(dest, ignore_errors=True)
                 rows.append(row)
@@ -250,7 +250,8 @@ def run(quick: bool = False, shapes: list[str] | None = None, baseline: str | No
 def section(res: dict[str, Any]) -> Section:
     mib = (lambda b: f"{b / 2**20:.0f} MiB")
     lines = ["Random-weight qwen2 models at real shapes (`bench/bench_convert.py`), converted in a fresh process "
-             "in the default (fast) mode with the GPU variant; peak RSS of that process (wait4). "
+             "in the default (fast) mode with the GPU variant; peak RSS of that process (wait4); then loaded and run "
+             "(a 128-token prefill, 32 decoded tokens, ONNX Runtime directly, peak RSS of that process). "
              "Q4_K_M by llama.cpp's quantizer, Q4_0/Q8_0 by the gguf package's. *before*: the converter "
              "before streaming and the compact forms, *after*: this one.", ""]
     rows = []
@@ -261,10 +262,11 @@ def section(res: dict[str, Any]) -> Section:
                 continue
             rows.append([r["shape"], r["quant"], label, mib(r["gguf_bytes"]), mib(x["onnx_bytes"]),
                          f"{x['onnx_bytes'] / r['gguf_bytes']:.3f}", f"{x['seconds']:.0f} s", mib(x["rss"]),
+                         mib(x["run_rss"]) if "run_rss" in x else "",
                          f"{x['load_s']:.1f} s" if "load_s" in x else "", f"{x['prefill_tok_s']:.0f}" if "load_s" in x else "",
                          f"{x['decode_tok_s']:.1f}" if "load_s" in x else ""])
-    lines.append(table(["shape", "GGUF", "", "GGUF size", "ONNX data", "ratio", "convert", "peak RSS",
-                        "load", "prefill tok/s", "decode tok/s"], rows))
+    lines.append(table(["shape", "GGUF", "", "GGUF size", "ONNX data", "ratio", "convert", "convert peak RSS",
+                        "run peak RSS", "load", "prefill tok/s", "decode tok/s"], rows))
     lines.append("")
     for r in res["rows"]:
         sizes = (r.get("after") or {}).get("sizes") or {}
