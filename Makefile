@@ -43,6 +43,13 @@ test-fast: $(STAMP)
 bench: $(STAMP) default-model
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench
 
+# Property-based fuzzing of the readers of untrusted files (tests/fuzz, Hypothesis "campaign"
+# profile) for about 3 minutes; prints the examples run per target and writes them, with the CPU
+# model, to the Fuzzing section of docs/BENCHMARKS.md. Fails if any target failed.
+.PHONY: fuzz
+fuzz: $(STAMP)
+	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.fuzz_report --seconds 180
+
 # llama-cpp-python (built from source, ~15 min) and onnxruntime-genai for the comparison bench,
 # in a side venv (genai would replace Amber's onnxruntime-gpu). Optional: without it the
 # comparison says what it skipped.

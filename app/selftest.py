@@ -188,9 +188,9 @@ def run_self_test(out: TextIO | None = None) -> int:
     state: dict[str, object] = {}
 
     def load() -> str:
-        import onnxruntime as ort
+        from engine.model import load_model   # first: engine turns ONNX Runtime's telemetry off
 
-        from engine.model import load_model
+        import onnxruntime as ort
 
         folder, origin = find_default_model()
         model = load_model(folder, provider=os.environ.get("AMBER_SELFTEST_PROVIDER", "auto"))  # type: ignore[arg-type]

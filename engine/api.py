@@ -126,6 +126,7 @@ class SessionInfo:
     cache_salt: str | None = None
     saving: bool = False         # a background save is in flight
     save_error: str | None = None  # the last background save failed (the session still works in memory)
+    manifest_error: str | None = None  # its saved manifest was damaged (moved aside; the previous version used)
 
 
 class CancelToken(Protocol):

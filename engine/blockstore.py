@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .kvfile import KVShape, read_kv_file, read_kv_into, write_kv_file
+from .kvfile import KVFileError, KVShape, read_kv_file, read_kv_into, write_kv_file
+from .safefs import UnsafePathError, check_inside, is_regular, unlink_inside
 
 DEFAULT_BLOCK_TOKENS = 128
 _KEY_DOMAIN = b"amber-kv-block-v1"
@@ -55,19 +56,31 @@ class BlockStore:
         return self.root / key[:2] / f"{key}.kvb"
 
     def has(self, key: str) -> bool:
-        return self.path(key).is_file()
+        return is_regular(self.path(key))      # a folder, FIFO or symlink there is no block
 
     def write(self, key: str, token_ids: Sequence[int], payload: np.ndarray) -> int:
+        check_inside(self.root, self.path(key))      # never into a symlinked folder
         return write_kv_file(self.path(key), self.shape, token_ids, payload, {"key": key})
 
+    def _checked(self, key: str) -> Path:
+        """The key's path, refused unless it is a bare key inside the store with no symlinked folder."""
+        path = self.path(key)
+        if len(key) != 40 or not all(c in "0123456789abcdef" for c in key):
+            raise KVFileError(f"{path.name}: not a block key")
+        try:
+            check_inside(self.root, path)
+        except UnsafePathError as exc:
+            raise KVFileError(str(exc)) from None
+        return path
+
     def read(self, key: str, token_ids: Sequence[int]) -> np.ndarray:
-        return read_kv_file(self.path(key), self.shape, token_ids)
+        return read_kv_file(self._checked(key), self.shape, token_ids)
 
     def read_into(self, key: str, token_ids: Sequence[int], views: Sequence[np.ndarray]) -> None:
-        read_kv_into(self.path(key), self.shape, token_ids, views)
+        read_kv_into(self._checked(key), self.shape, token_ids, views)
 
     def remove(self, key: str) -> None:
-        self.path(key).unlink(missing_ok=True)
+        unlink_inside(self.root, self.path(key), empty_dirs=True)
 
     def size(self, key: str) -> int:
         try:
@@ -96,18 +109,21 @@ class BlockStore:
         """`.kvb` files that are not named and placed as a block key would be: strays."""
         n = 0
         for path in self._block_files():
-            if not self._is_key_path(path):
-                path.unlink(missing_ok=True)
+            if not self._is_key_path(path) and unlink_inside(self.root, path):
                 n += 1
         return n
 
-    def remove_temp_files(self) -> int:
-        """Crash leftovers: temp files of interrupted writes."""
+    def remove_temp_files(self, pid_alive: Callable[[int], bool] = lambda pid: False) -> int:
+        """Crash leftovers: temp files (`.<name>.<pid>.tmp`) of interrupted writes, unless their
+        writer is still alive (`pid_alive`): then the file is a write in progress."""
         n = 0
         if self.root.is_dir():
             for dirpath, _, files in os.walk(self.root):
                 for name in files:
                     if name.endswith(".tmp"):
-                        Path(dirpath, name).unlink(missing_ok=True)
-                        n += 1
+                        pid = name.rsplit(".", 2)[-2] if name.count(".") >= 2 else ""
+                        if pid.isdigit() and pid_alive(int(pid)):
+                            continue
+                        if unlink_inside(self.root, Path(dirpath, name)):
+                            n += 1
         return n

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from . import paths
-from .api import GenerationResult, SamplingParams, TextChunk
+from .api import GenerationResult, SamplingParams, SessionInfo, TextChunk
 
 
 class CliError(Exception):
@@ -98,8 +98,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
     state = Path(args.state_dir) if args.state_dir else paths.state_dir()
-    manager = SessionManager(model, state, kv_store=args.kv_store)
+    try:
+        manager = SessionManager(model, state, kv_store=args.kv_store)
+    except OSError as exc:      # an unusable state folder (not a folder, no permission, ...)
+        raise CliError(f"the state folder cannot be used: {exc}") from None
     result: GenerationResult | None = None
+    saved: SessionInfo | None = None
     try:
         kind = "pinned" if args.pinned else "temporary" if args.temporary or not args.session else None
         session_id = args.session or None
@@ -115,18 +119,28 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
             else:
                 result = event
+        if result is not None and kind != "temporary":
+            manager.wait_for_saves()
+            saved = manager.info(sid)       # save_error / manifest_error, before shutdown closes it
     except (ChatTemplateError, SessionError, ValueError) as exc:
         raise CliError(str(exc)) from None
     finally:
         manager.shutdown()
     assert result is not None
+    save_error = saved.save_error if saved is not None else None
+    manifest_error = saved.manifest_error if saved is not None else None
     if args.json:
         print(json.dumps({"text": result.text, "tokens": result.token_ids, "session": sid,
-                          **result.figures.to_dict()}, ensure_ascii=False))
+                          **result.figures.to_dict(), "manifest_error": manifest_error,
+                          "save_error": save_error}, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
         if result.figures.fallback_reason:
             print(f"amber-engine: note: {result.figures.fallback_reason}", file=sys.stderr)
+    if save_error:
+        # The reply is printed above; this turn is not on disk (the session lived in this process only).
+        why = save_error.removeprefix("saving the session failed: ")
+        raise CliError(f"couldn't save to disk: {why}; this turn was not kept")
     return 0
 
 

@@ -6,7 +6,9 @@ import json
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
+    from .cli import CliError
     from .cli_sessions import _manager
+    from .sessions import SessionError
     manager = _manager(args)
     try:
         if args.action == "stats":
@@ -17,6 +19,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
             print(json.dumps({**manager.cache_gc(), "startup": manager.startup_report}))
         elif args.action == "clear":
             print(json.dumps({"removed_blocks": manager.clear_cache()}))
+    except SessionError as exc:
+        raise CliError(str(exc)) from None
     finally:
         manager.shutdown()
     return 0

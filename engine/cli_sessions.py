@@ -16,8 +16,11 @@ def _manager(args: argparse.Namespace):   # -> SessionManager (imported lazily: 
         model = load_model(_model_dir(getattr(args, "model", None)), provider="cpu")
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
-    return SessionManager(model, Path(args.state_dir) if args.state_dir else paths.state_dir(),
-                          kv_store=args.kv_store)
+    try:
+        return SessionManager(model, Path(args.state_dir) if args.state_dir else paths.state_dir(),
+                              kv_store=args.kv_store)
+    except OSError as exc:      # an unusable state folder (not a folder, no permission, ...)
+        raise CliError(f"the state folder cannot be used: {exc}") from None
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -28,19 +31,21 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         if args.action == "list":
             for info in manager.list_sessions():
                 print(f"{info.session_id}  {info.kind.value:<9} {info.tokens:>6} tokens  "
-                      f"disk {info.kv_bytes_disk:>11,} B")
+                      f"disk {info.kv_bytes_disk:>11,} B"
+                      + (f"  ({info.manifest_error})" if info.manifest_error else ""))
         elif args.action == "gc":
             print(json.dumps(manager.gc()))
         else:
             if not args.id:
                 raise CliError(f"sessions {args.action} needs a session id")
             if args.action != "delete":
-                manager.open(args.id)
+                manager.open(args.id, cache_salt=args.cache_salt)
             if args.action == "show":
                 info = manager.info(args.id)
                 print(json.dumps({"session_id": info.session_id, "kind": info.kind.value, "tokens": info.tokens,
                                   "kv_location": info.kv_location.value, "kv_bytes_disk": info.kv_bytes_disk,
-                                  "cache_salt": info.cache_salt, "transcript": manager.transcript(args.id)},
+                                  "cache_salt": info.cache_salt, "manifest_error": info.manifest_error,
+                                  "transcript": manager.transcript(args.id)},
                                  indent=2, ensure_ascii=False))
             elif args.action == "pin":
                 manager.pin(args.id)
@@ -63,6 +68,7 @@ def add_session_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("id", nargs="?")
     s.add_argument("--state-dir")
     s.add_argument("--model")
+    s.add_argument("--cache-salt", help="the session's cache salt (a salted session opens only with it)")
     from .cli import add_kv_store_option
     add_kv_store_option(s)
     s.set_defaults(func=cmd_sessions)

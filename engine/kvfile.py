@@ -18,6 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 import xxhash
 
+from .safefs import open_regular
+
 MAGIC = b"AMBERKV\x00"
 FORMAT_VERSION = 2      # 2: XXH3-64 payload checksum (4x faster to verify than CRC-32)
 _ALIGN = 64
@@ -95,8 +97,10 @@ def _open_validated(f: Any, path: Path, shape: KVShape, token_ids: Sequence[int]
         raise KVFileError(f"{path.name}: corrupt header")
     try:
         header = json.loads(f.read(n))
-    except ValueError:
+    except (ValueError, RecursionError):
         raise KVFileError(f"{path.name}: corrupt header") from None
+    if not isinstance(header, dict):
+        raise KVFileError(f"{path.name}: corrupt header")
     f.seek((12 + n + _ALIGN - 1) // _ALIGN * _ALIGN)
     if header.get("version") != FORMAT_VERSION:
         raise KVFileError(f"{path.name}: format version {header.get('version')} (this Amber reads {FORMAT_VERSION})")
@@ -127,7 +131,8 @@ def _read_scattered(f: Any, bufs: list[memoryview]) -> int:
             batch = pending[i:i + _IOV_MAX]
             got = preadv(f.fileno(), batch, offset)
         if not got:
-            raise KVFileError(f"{Path(f.name).name}: truncated")
+            name = f.name if isinstance(f.name, str) else getattr(f, "amber_path", "KV file")
+            raise KVFileError(f"{Path(name).name}: truncated")
         offset += got
         for buf in batch:               # a short read leaves the rest of a buffer for the next call
             if got >= len(buf):
@@ -173,9 +178,9 @@ def read_kv_into(path: Path, shape: KVShape, token_ids: Sequence[int], views: Se
             pos += view.size
         return
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:      # never a FIFO (a hang) or through a symlink
             header = _open_validated(f, path, shape, token_ids)
-            if int(header.get("tokens", -1)) != len(token_ids):
+            if header.get("tokens") != len(token_ids):
                 raise KVFileError(f"{path.name}: holds other tokens than expected")
             bufs = [memoryview(view).cast("B") for view in views]
             end = _read_scattered(f, bufs)
@@ -202,11 +207,11 @@ def read_kv_file(path: Path, shape: KVShape, token_ids: Sequence[int]) -> np.nda
 def looks_like_kv_file(path: Path) -> bool:
     """A cheap check of the magic and header (not the payload): is this an Amber KV file at all?"""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             if f.read(8) != MAGIC:
                 return False
             (n,) = struct.unpack("<I", f.read(4))
             header = json.loads(f.read(n)) if n <= 16 << 20 else None
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError, struct.error, RecursionError):
         return False
     return isinstance(header, dict) and header.get("version") == FORMAT_VERSION

@@ -1,7 +1,6 @@
 """Loads a model folder in the Hugging Face optimum / onnx-community layout."""
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +11,10 @@ import onnx
 from tokenizers import Tokenizer
 
 from .convert.errors import ModelImportError
+from .oneline import one_line
 from .fingerprint import model_fingerprint
+from .model_config import (ConfigError, check_config, check_external_data, check_generation_config,
+                           check_tokenizer_config, read_json_object)
 from .providers import CPU, ProviderChoice, create_session, short_name
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
@@ -21,6 +23,9 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 class ModelLoadError(Exception):
     """A model folder cannot be loaded; the message names the file and what is wrong."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(one_line(str(message)))   # one line, whatever the file names hold
 
 
 @dataclass
@@ -77,21 +82,32 @@ def find_graph(model_dir: Path) -> Path:
 
 
 def _read_json(path: Path, required: bool) -> dict[str, Any]:
-    if not path.is_file():
-        if required:
-            raise ModelLoadError(f"{path}: missing")
-        return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ModelLoadError(f"{path}: expected a JSON object")
-    return data
+        return read_json_object(path, required)
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
+
+
+def _check_folder_files(model_dir: Path, config: dict[str, Any], generation_config: dict[str, Any],
+                        tokenizer_config: dict[str, Any]) -> None:
+    """Types and ranges of what the loader and the sampler read from the folder's JSON files."""
+    from .sampling import resolve_sampling
+    try:
+        check_config(config, model_dir / "config.json")
+        check_generation_config(generation_config, model_dir / "generation_config.json",
+                                lambda gen: resolve_sampling(None, gen))
+        check_tokenizer_config(tokenizer_config, model_dir / "tokenizer_config.json")
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
 
 
 def _uses_gqa(graph: Path) -> bool:
+    """Also checks the graph's external-data references before ONNX Runtime reads them."""
     proto = onnx.load(str(graph), load_external_data=False)
+    try:
+        check_external_data(proto, graph)
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
     return any(n.op_type == "GroupQueryAttention" for n in proto.graph.node)
 
 
@@ -178,6 +194,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     config = _read_json(model_dir / "config.json", required=True)
     generation_config = _read_json(model_dir / "generation_config.json", required=False)
     tokenizer_config = _read_json(model_dir / "tokenizer_config.json", required=False)
+    _check_folder_files(model_dir, config, generation_config, tokenizer_config)
     tok_path = model_dir / "tokenizer.json"
     if not tok_path.is_file():
         raise ModelLoadError(f"{tok_path}: missing")
@@ -186,6 +203,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     except Exception as exc:
         raise ModelLoadError(f"{tok_path}: not a valid tokenizer ({exc})") from None
     try:
+        _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
         cpu_graph = graph
         if variant == "fp16":
             from .convert.variants import ensure_variant

@@ -9,12 +9,13 @@ exempt from eviction and expiry. A janitor thread enforces the disk budget and a
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 import numpy as np
 
@@ -56,8 +57,11 @@ class _MemBlock:
 class PrefixCache:
     def __init__(self, store: BlockStore, is_pinned: Callable[[str], bool],
                  pin_lock: threading.RLock | None = None, memory_bytes: int = DEFAULT_MEMORY_TIER_BYTES, disk_bytes: int = DEFAULT_DISK_TIER_BYTES,
-                 max_age_s: float = DEFAULT_MAX_AGE_S, clock: Callable[[], float] = time.time) -> None:
+                 max_age_s: float = DEFAULT_MAX_AGE_S, clock: Callable[[], float] = time.time,
+                 deletion_guard: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
         self.store = store
+        # Held around every removal of block files (the cross-process block lock, engine/locks.py).
+        self.deletion_guard = deletion_guard
         self.is_pinned = is_pinned
         # The lock under which sessions add pinned references: checking "not pinned" and removing
         # a block happen under it too, so a save can never reference a block being removed.
@@ -147,34 +151,42 @@ class PrefixCache:
             if key in self._disk:
                 self._disk[key] = (self._disk[key][0], now)
 
-    def read_disk(self, key: str, tokens: Sequence[int]) -> np.ndarray:
-        """Reads and validates a block; a bad file is removed (it is only a cache) and re-raised."""
+    def read_disk(self, key: str, tokens: Sequence[int], trace: bool = True) -> np.ndarray:
+        """Reads and validates a block; a bad file is removed (it is only a cache) and re-raised.
+        Without `trace` (a temporary session) nothing on disk changes: no mtime, no removal."""
         try:
             array = self.store.read(key, tokens)
         except KVFileError:
-            self._remove_unpinned(key)
+            if trace:
+                try:
+                    self._remove_unpinned(key)
+                except TimeoutError:
+                    pass        # the block lock stayed busy: the next reader or gc removes it
             raise
-        self._touch(key)
+        if trace:
+            self._touch(key)
         return array
 
     # ---- lookup --------------------------------------------------------------------------------
     def load_chain(self, keys: Sequence[str], token_blocks: Sequence[Sequence[int]],
                    on_block: Callable[[np.ndarray, list[int], str], None], promote: bool = True) -> tuple[int, int]:
         """Feeds the longest run of available blocks, in order, to `on_block(array, tokens, tier)`.
-        Blocks read from disk join the memory tier when `promote` (never for temporary sessions).
+        Blocks read from disk join the memory tier when `promote` (never for temporary sessions);
+        without `promote` the reads leave no trace on disk either (no mtime update: a temporary
+        chat must not show, nor extend the blocks' expiry).
         Returns (blocks from memory, blocks from disk). Misses count the blocks left to compute."""
         from_mem = from_disk = 0
         for i, (key, toks) in enumerate(zip(keys, token_blocks)):
             block = self.get_memory(key)
             if block is not None and block.tokens == list(toks):
                 on_block(block.array, list(toks), "memory")
-                if self.has_disk(key):
+                if promote and self.has_disk(key):
                     self._touch(key)     # the disk copy's last use follows the memory hits
                 from_mem += 1
                 continue
             if self.has_disk(key):
                 try:
-                    array = self.read_disk(key, toks)
+                    array = self.read_disk(key, toks, trace=promote)
                 except KVFileError:
                     array = None
                 if array is not None:
@@ -195,6 +207,13 @@ class PrefixCache:
     # ---- janitor -------------------------------------------------------------------------------
     def enforce(self) -> dict[str, int]:
         """Expires old unpinned blocks, then evicts least recently used ones over the disk budget."""
+        try:
+            with self.deletion_guard():
+                return self._enforce()
+        except TimeoutError:
+            return {"expired": 0, "evicted": 0}     # another process held the block lock throughout
+
+    def _enforce(self) -> dict[str, int]:
         now = self.clock()
         with self._lock:
             entries = sorted(self._disk.items(), key=lambda kv: kv[1][1])   # oldest use first
@@ -217,7 +236,7 @@ class PrefixCache:
         return {"expired": expired, "evicted": evicted}
 
     def _remove_unpinned(self, key: str) -> bool:
-        with self.pin_lock:     # atomic with respect to a save that would start referencing it
+        with self.deletion_guard(), self.pin_lock:   # atomic with respect to a save that would reference it
             if self.is_pinned(key):
                 return False
             self.store.remove(key)
@@ -230,7 +249,8 @@ class PrefixCache:
             self._mem.clear()
             self.memory.bytes = 0
             keys = list(self._disk)
-        removed = sum(1 for k in keys if self._remove_unpinned(k))
+        with self.deletion_guard():
+            removed = sum(1 for k in keys if self._remove_unpinned(k))
         return removed
 
     def trigger(self) -> None:

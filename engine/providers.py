@@ -153,6 +153,7 @@ def create_session(model_path: str, choice: ProviderChoice = "auto", threads: in
     reason = None
     # ORT prints a CUDA library load failure on its default logger; Amber reports it as fallback_reason.
     ort.set_default_logger_severity(4)
+    ort.disable_telemetry_events()   # the env switch in engine/__init__.py stops the local database too
     if wanted[0] != CPU:
         gpu = wanted[0]
         problem = provider_library_problem(gpu)

@@ -7,7 +7,7 @@ temporary — never on disk; close() frees everything.
 """
 from __future__ import annotations
 
-import json
+import contextlib
 import queue
 import threading
 import time
@@ -25,13 +25,23 @@ from .blockstore import DEFAULT_BLOCK_TOKENS, BlockStore
 from .generate import Generator, common_prefix
 from .kvcache import KVCache
 from .kvfile import KVFileError, KVShape, atomic_write, looks_like_kv_file, read_kv_file, write_kv_file
+from .locks import LockTimeout, StateLocks, default_wait_s
+from .manifest import Manifest, ManifestDir, canonical_id
 from .model import LoadedModel
 from .prefix_cache import (DEFAULT_DISK_TIER_BYTES, DEFAULT_MAX_AGE_S, DEFAULT_MEMORY_TIER_BYTES,
                            PrefixCache)
+from .safefs import UnsafePathError, check_inside, unlink_inside
+from .state_refs import DiskRefs
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2            # engine.manifest.VERSION (1 is still read)
+BLOCKS_LOCK_WAIT_S = 30.0       # a save or a deletion waits this long for the folder's block lock
 LOAD_THREADS = 4                # reads of saved KV in flight at once (I/O-bound: more than the cores)
 DEFAULT_MEMORY_BUDGET = 1 << 30
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 class SessionError(Exception):
@@ -53,6 +63,7 @@ class _Session:
     pending_saves: int = 0
     save_error: str | None = None
     repair_note: str | None = None     # a validation failure found while loading, for the figures
+    manifest_error: str | None = None  # the manifest was damaged (moved aside): kept for info()
     # KV saved under another model or KV store setting: unusable here, but kept (and protected
     # from the shared cache's eviction) until this session is saved again, unpinned or deleted,
     # so that switching back finds it intact.
@@ -60,10 +71,15 @@ class _Session:
     foreign_tail: str | None = None
 
 
+def _noop() -> None:
+    """The job that `drain` waits for."""
+
+
 class _Writer:
     """The single thread that touches session files: saves never block generation."""
 
-    def __init__(self) -> None:
+    def __init__(self, before_job: Callable[[], None] = lambda: None) -> None:
+        self._before_job = before_job
         self._jobs: queue.Queue[tuple[Callable[[], Any], Future] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="amber-kv-writer", daemon=True)
         self._thread.start()
@@ -80,6 +96,8 @@ class _Writer:
                 return
             job, fut = item
             try:
+                if job is not _noop:
+                    self._before_job()      # marks this process as a writer (not for a drain)
                 fut.set_result(job())
             except BaseException as exc:   # reported through the future
                 fut.set_exception(exc)
@@ -90,7 +108,7 @@ class _Writer:
         if not self._thread.is_alive():
             return self._jobs.empty()
         try:
-            self.submit(lambda: None).result(timeout)
+            self.submit(_noop).result(timeout)
         except FutureTimeout:
             return False
         return True
@@ -121,7 +139,7 @@ class SessionManager:
                  cache_disk_bytes: int = DEFAULT_DISK_TIER_BYTES,
                  cache_max_age_s: float = DEFAULT_MAX_AGE_S,
                  clock: Callable[[], float] = time.time,
-                 kv_store: str = KV_STORE_MODEL) -> None:
+                 kv_store: str = KV_STORE_MODEL, lock_wait_s: float | None = None) -> None:
         self.model = model
         self.generator = Generator(model)
         self.state_dir = Path(state_dir)
@@ -131,20 +149,34 @@ class SessionManager:
         self.block_tokens = block_tokens
         self._sessions_dir = self.state_dir / "sessions"
         self._tails_dir = self.state_dir / "tails"
+        self._manifests = ManifestDir(self._sessions_dir)
+        self.locks = StateLocks(self.state_dir)
+        self.lock_wait_s = default_wait_s() if lock_wait_s is None else lock_wait_s
         self._lock = threading.RLock()
         self._open: dict[str, _Session] = {}
         self._refs: dict[str, set[str]] = {}      # block key -> pinned sessions referencing it
+        self._disk_refs = DiskRefs(self._manifests)   # ... and what every manifest on disk names
         self._evictions = 0
-        self._writer = _Writer()
+        self._writer = _Writer(self.locks.hold_process)
         self.prefix = PrefixCache(self.store, self._is_pinned_block, self._lock, memory_bytes=cache_memory_bytes,
-                                  disk_bytes=cache_disk_bytes, max_age_s=cache_max_age_s, clock=clock)
+                                  disk_bytes=cache_disk_bytes, max_age_s=cache_max_age_s, clock=clock,
+                                  deletion_guard=self._deletion_guard)
         self._closed = False
         self.startup_report = self._reconcile()
         self.prefix.start()
 
     def _is_pinned_block(self, key: str) -> bool:
         with self._lock:
-            return bool(self._refs.get(key))
+            # Sessions this process holds are authoritative in `_refs`; the others only on disk.
+            return bool(self._refs.get(key)) or self._disk_refs.names(key, self.locks.held_sessions())
+
+    def _deletion_guard(self) -> Any:
+        """Around every removal of block files: the folder's block lock, exclusive (a save in another
+        process holds it shared from its first block to its manifest), and a fresh look at what
+        every manifest on disk names, so no process removes a block another one references."""
+        if not self.store.root.is_dir():
+            return _nothing()       # no blocks to remove (and no lock file for a temporary-only run)
+        return self._disk_refs.guard(self.locks.blocks(shared=False, timeout=BLOCKS_LOCK_WAIT_S))
 
     # ---- ChatEngine surface -------------------------------------------------------------------
     @property
@@ -165,11 +197,7 @@ class SessionManager:
         one is given; a new one is regular unless told otherwise."""
         sid = str(uuid.UUID(session_id)) if session_id else str(uuid.uuid4())
         wanted = SessionKind(kind) if kind is not None else None
-        with self._lock:
-            s = self._open.get(sid)
-            if s is None:
-                s = self._read_manifest(sid) or _Session(sid, wanted or SessionKind.REGULAR, cache_salt)
-                self._open[sid] = s
+        s = self._open_locked(sid, wanted, cache_salt)
         if wanted is not None and wanted != s.kind:
             if SessionKind.TEMPORARY in (wanted, s.kind):
                 raise SessionError(f"session {sid} is {s.kind.value}; a temporary session cannot "
@@ -177,6 +205,63 @@ class SessionManager:
             # Outside the lock: unpin waits for the writer, which takes the lock.
             (self.pin if wanted == SessionKind.PINNED else self.unpin)(sid)
         return self.info(sid)
+
+    def _open_locked(self, sid: str, wanted: SessionKind | None, cache_salt: str | None) -> _Session:
+        """The open session `sid`, else the one on disk (under this process's session lock), else a
+        new one. The cache salt must be the session's own (docs/DESIGN.md, "Cache salt")."""
+        while True:
+            with self._lock:
+                s = self._open.get(sid)
+            if s is None and wanted != SessionKind.TEMPORARY:
+                self._lock_session(sid)
+            with self._lock:
+                s = self._open.get(sid)
+                if s is None and wanted != SessionKind.TEMPORARY and not self.locks.holds(sid):
+                    continue      # released by a close that was finishing: take it again
+                if s is None:
+                    if wanted == SessionKind.TEMPORARY:
+                        if self._manifests.load(sid, repair=False).manifest is not None:
+                            raise SessionError(f"session {sid} is saved on disk; a temporary session "
+                                               "cannot reuse a persistent session's id")
+                        s = _Session(sid, wanted, cache_salt)
+                    else:
+                        s = self._read_manifest(sid) or _Session(sid, wanted or SessionKind.REGULAR, cache_salt)
+                    self._check_salt(s, cache_salt)
+                    self._open[sid] = s
+                    return s
+                self._check_salt(s, cache_salt)
+                return s
+
+    def _lock_session(self, sid: str) -> None:
+        try:
+            self.locks.lock_session(sid, self.lock_wait_s)
+        except LockTimeout:
+            raise SessionError(f"this chat is open in another Amber process (session {sid}); "
+                               "close it there, or try again") from None
+
+    def _check_salt(self, s: _Session, cache_salt: str | None) -> None:
+        """A salted session opens only with its own salt: another salt, or none, is refused (the
+        stored salt is never silently used instead). An unsalted session given a salt takes it
+        from now on (its saved KV, keyed without one, is re-prefilled once and says so)."""
+        if s.salt == cache_salt:
+            return
+        if s.salt is None:
+            s.salt = cache_salt
+            if s.disk_keys:
+                note = "the chat now has a cache salt: its saved KV (keyed without one) is recomputed once"
+                s.repair_note = f"{s.repair_note}; {note}" if s.repair_note else note
+            return
+        why = ("has a cache salt; open it with the same --cache-salt" if cache_salt is None
+               else "was made with another cache salt")
+        if self._open.get(s.id) is not s:
+            self._release_lock_if_closed(s.id)
+        raise SessionError(f"session {s.id} {why}")
+
+    def _release_lock_if_closed(self, sid: str) -> None:
+        with self._lock:
+            if sid not in self._open:
+                # The file goes too (a waiter retries on the new one): `locks/` holds open chats only.
+                self.locks.unlock_session(sid, remove=True)
 
     def generate(self, session_id: str, messages: Sequence[ChatMessage | dict],
                  sampling: SamplingParams | None = None, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
@@ -244,11 +329,29 @@ class SessionManager:
                     self._spill(s, cache)     # the writer frees the cache when done
                 else:
                     cache.clear()
+        # Another process may take the chat once the saves queued so far are on disk.
+        if s.kind != SessionKind.TEMPORARY:
+            self._writer.submit(lambda: self._release_lock_if_closed(s.id))
 
     def delete(self, session_id: str) -> None:
         """Forgets a session: memory, manifest, private files and block references."""
-        self.close(session_id)
-        self._writer.submit(lambda: self._delete_files(session_id)).result()
+        try:
+            sid = str(uuid.UUID(session_id))
+        except (ValueError, TypeError, AttributeError):
+            raise SessionError(f"not a session id: {session_id!r}") from None
+        if sid not in self._open:
+            self._lock_session(sid)     # not while another process has the chat open
+        self.close(sid)
+
+        def job() -> None:
+            try:
+                self._lock_session(sid)     # again, if the close above let it go
+                self._delete_files(sid)
+            finally:
+                with self._lock:
+                    if sid not in self._open:
+                        self.locks.unlock_session(sid, remove=True)
+        self._writer.submit(job).result()
 
     def info(self, session_id: str) -> SessionInfo:
         s = self._get(session_id)
@@ -258,7 +361,8 @@ class SessionManager:
         tokens = len(s.cache) if s.cache is not None else len(s.disk_tokens)
         return SessionInfo(session_id=s.id, kind=s.kind, tokens=tokens, kv_location=where,
                            kv_bytes_memory=mem, kv_bytes_disk=disk, cache_salt=s.salt,
-                           saving=s.pending_saves > 0, save_error=s.save_error)
+                           saving=s.pending_saves > 0, save_error=s.save_error,
+                           manifest_error=s.manifest_error)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -282,7 +386,10 @@ class SessionManager:
     def clear_cache(self) -> int:
         """Empties the shared prefix cache (both tiers); pinned sessions keep their blocks."""
         self._writer.drain(30)
-        return self.prefix.clear()
+        try:
+            return self.prefix.clear()
+        except LockTimeout:
+            raise SessionError("the block store is busy (a save in another Amber process); try again") from None
 
     def cache_gc(self) -> dict[str, int]:
         """One janitor pass now (budget and age)."""
@@ -305,20 +412,27 @@ class SessionManager:
             self._writer.stop(timeout)
         finally:
             self.prefix.stop(timeout)
+            with self._lock:
+                self.locks.release_all()
 
     # ---- listing (CLI) -------------------------------------------------------------------------
     def list_sessions(self) -> list[SessionInfo]:
-        ids = set(self._open)
-        if self._sessions_dir.is_dir():
-            ids |= {p.stem for p in self._sessions_dir.glob("*.json")}
+        """Every session open here or saved in the folder. Saved ones are only looked at (no lock,
+        no repair): a chat open in another process, or a damaged manifest, is listed too."""
+        with self._lock:
+            opened = dict(self._open)
         out = []
-        for sid in sorted(ids):
-            try:
-                if sid not in self._open:
-                    self.open(sid)
-                out.append(self.info(sid))
-            except SessionError:
+        for sid in sorted(set(opened) | set(self._manifests.ids())):
+            s = opened.get(sid) or self._read_manifest(sid, repair=False)
+            if s is None:
                 continue
+            if s is opened.get(sid):
+                out.append(self.info(sid))
+                continue
+            disk = self._disk_bytes(s) if s.kind == SessionKind.PINNED else 0
+            out.append(SessionInfo(session_id=sid, kind=s.kind, tokens=len(s.disk_tokens),
+                                   kv_location=KVLocation.DISK if disk else KVLocation.NONE, kv_bytes_memory=0,
+                                   kv_bytes_disk=disk, cache_salt=s.salt, manifest_error=s.manifest_error))
         return out
 
     def transcript(self, session_id: str) -> list[dict[str, str]]:
@@ -472,10 +586,15 @@ class SessionManager:
                     damaged = None
                     raise KVFileError("the manifest names no tail file")
                 damaged = self._tails_dir / s.tail_file
+                try:
+                    check_inside(self.state_dir, damaged)      # no symlinked tails folder
+                except UnsafePathError as exc:
+                    raise KVFileError(str(exc)) from None
                 tail = read_kv_file(damaged, self.shape, tail_toks)
                 s.cache.append_block(tail, tail_toks)
         except KVFileError as exc:
-            s.repair_note = f"saved KV unusable ({exc}); re-prefilled {len(s.disk_tokens) - len(s.cache)} tokens"
+            note = f"saved KV unusable ({exc}); re-prefilled {len(s.disk_tokens) - len(s.cache)} tokens"
+            s.repair_note = f"{s.repair_note}; {note}" if s.repair_note else note   # after a manifest error
             self._repair(s, len(s.cache), damaged)
 
     def _repair(self, s: _Session, valid_tokens: int, damaged: Path | None) -> None:
@@ -483,17 +602,22 @@ class SessionManager:
         next save writes it again) and shortens the manifest to the valid prefix."""
         B = self.block_tokens
         keep = valid_tokens // B
-        with self._lock:
-            for key in s.disk_keys[keep:]:
-                self._refs.get(key, set()).discard(s.id)
-            s.disk_keys = s.disk_keys[:keep]
-            s.disk_tokens = s.disk_tokens[:keep * B]
-            s.tail_file = None
+        guard = self._deletion_guard() if damaged is not None and damaged.suffix == ".kvb" else _nothing()
+        try:
+            with guard, self._lock:
+                for key in s.disk_keys[keep:]:
+                    self._refs.get(key, set()).discard(s.id)
+                s.disk_keys = s.disk_keys[:keep]
+                s.disk_tokens = s.disk_tokens[:keep * B]
+                s.tail_file = None
 
-            # Removed now, not in the writer: this turn's save must see the block missing and
-            # write it again rather than reference the damaged file.
-            if damaged is not None:
-                damaged.unlink(missing_ok=True)
+                # Removed now, not in the writer: this turn's save must see the block missing and
+                # write it again rather than reference the damaged file. Only inside the folder,
+                # never through a symlink (names come from untrusted files).
+                if damaged is not None:
+                    unlink_inside(self.state_dir, damaged, empty_dirs=True)
+        except LockTimeout:
+            pass    # the damaged file stays; the next save writes the block again or fails clearly
         if damaged is not None and damaged.suffix == ".kvb":
             self.prefix.note_removed(damaged.stem)
         self._writer.submit(lambda: self._write_manifest(s, s.disk_tokens, s.disk_keys, None))
@@ -537,27 +661,38 @@ class SessionManager:
                       tail: np.ndarray | None, transcript: list[dict[str, str]]) -> None:
         if s.kind != SessionKind.PINNED:
             return   # unpinned or deleted while queued
-        for key, toks, payload in new_blocks:
-            if not self.store.has(key):
-                self.store.write(key, toks, payload)
-                self.prefix.note_written(key)
-        tail_name = None
-        if tail is not None:
-            tail_name = f"{s.id}.{uuid.uuid4().hex[:8]}.kvt"
-            write_kv_file(self._tails_dir / tail_name, self.shape, tail_toks, tail, {"session": s.id})
-        old_tail = s.tail_file
-        s.transcript = transcript if transcript else s.transcript
-        # The manifest goes last: a crash before this line leaves the previous state valid.
-        self._write_manifest(s, tokens, keys, tail_name, kind=SessionKind.PINNED)
+        # Shared from the first block to the manifest: another process's gc or cache clear waits,
+        # then sees the manifest naming these blocks (engine/locks.py).
+        with self.locks.blocks(shared=True, timeout=BLOCKS_LOCK_WAIT_S):
+            for key, toks, payload in new_blocks:
+                if not self.store.has(key):
+                    self.store.write(key, toks, payload)
+                    self.prefix.note_written(key)
+            # A block that was on disk at the snapshot may have been evicted by another process
+            # since: the manifest then covers only the blocks that are there (the rest of the KV
+            # is recomputed on resume; the transcript is complete either way).
+            present = next((i for i, k in enumerate(keys) if not self.store.has(k)), len(keys))
+            dropped = keys[present:]
+            if dropped:
+                tokens, keys, tail, tail_toks = tokens[:present * self.block_tokens], keys[:present], None, []
+            tail_name = None
+            if tail is not None:
+                tail_name = f"{s.id}.{uuid.uuid4().hex[:8]}.kvt"
+                check_inside(self.state_dir, self._tails_dir / tail_name)   # never through a symlinked folder
+                write_kv_file(self._tails_dir / tail_name, self.shape, tail_toks, tail, {"session": s.id})
+            old_tail = s.tail_file
+            s.transcript = transcript if transcript else s.transcript
+            # The manifest goes last: a crash before this line leaves the previous state valid.
+            self._write_manifest(s, tokens, keys, tail_name, kind=SessionKind.PINNED)
         with self._lock:
-            for key in s.disk_keys:
+            for key in s.disk_keys + dropped:
                 if key not in keys:
                     self._refs.get(key, set()).discard(s.id)
             for key in keys:
                 self._refs.setdefault(key, set()).add(s.id)
             s.disk_tokens, s.disk_keys, s.tail_file = tokens, keys, tail_name
         if old_tail and old_tail != tail_name:
-            (self._tails_dir / old_tail).unlink(missing_ok=True)
+            unlink_inside(self.state_dir, self._tails_dir / old_tail)
         self._drop_foreign(s)       # the manifest no longer names them
         # Blocks this session no longer uses stay as unpinned shared cache (budget and age apply).
         self.prefix.trigger()
@@ -569,7 +704,7 @@ class SessionManager:
             self._unreference(s, s.foreign_keys, remove_blocks=False)
             tail, s.foreign_keys, s.foreign_tail = s.foreign_tail, [], None
         if tail:
-            (self._tails_dir / tail).unlink(missing_ok=True)
+            unlink_inside(self.state_dir, self._tails_dir / tail)
 
     def _unreference(self, s: _Session, keys: list[str], remove_blocks: bool) -> list[str]:
         """Drops the session's references to `keys` (call under the manager lock: a concurrent save
@@ -577,7 +712,7 @@ class SessionManager:
         other pinned session uses and returns them."""
         for key in keys:
             self._refs.get(key, set()).discard(s.id)
-        removed = [key for key in keys if remove_blocks and not self._refs.get(key)]
+        removed = [key for key in keys if remove_blocks and not self._is_pinned_block(key)]
         for key in removed:
             self.store.remove(key)
         return removed
@@ -590,12 +725,13 @@ class SessionManager:
         if s.transcript:
             self._write_manifest(s, [], [], None, kind=SessionKind.REGULAR)
         else:
-            (self._sessions_dir / f"{s.id}.json").unlink(missing_ok=True)
+            self._manifests.remove(s.id)
 
     def _release_files(self, s: _Session, remove_blocks: bool = False) -> None:
         """Drops the session's block references and its private tail. Unpinning leaves the blocks to
-        the shared cache (budget and age apply); deleting removes those no other pinned session uses."""
-        with self._lock:
+        the shared cache (budget and age apply); deleting removes those no other pinned session uses
+        (in this process or, by their manifests, in any other)."""
+        with self._deletion_guard() if remove_blocks else _nothing(), self._lock:
             removed = self._unreference(s, s.disk_keys + s.foreign_keys, remove_blocks)
             tails = [t for t in (s.tail_file, s.foreign_tail) if t]
             s.tail_file = s.foreign_tail = None
@@ -605,50 +741,53 @@ class SessionManager:
         if not remove_blocks:
             self.prefix.trigger()
         for tail in tails:
-            (self._tails_dir / tail).unlink(missing_ok=True)
+            unlink_inside(self.state_dir, self._tails_dir / tail)
 
     def _delete_files(self, session_id: str) -> None:
-        s = self._read_manifest(session_id) or _Session(session_id, SessionKind.REGULAR, None)
+        s = self._read_manifest(session_id, repair=False) or _Session(session_id, SessionKind.REGULAR, None)
         s.kind = SessionKind.TEMPORARY   # stops queued saves of this session
         self._release_files(s, remove_blocks=True)
-        (self._sessions_dir / f"{session_id}.json").unlink(missing_ok=True)
+        self._manifests.remove(session_id)
         for stray in self._tails_dir.glob(f"{session_id}.*") if self._tails_dir.is_dir() else []:
-            stray.unlink(missing_ok=True)
+            unlink_inside(self.state_dir, stray)
 
     def _write_manifest(self, s: _Session, tokens: list[int], keys: list[str], tail: str | None,
                         kind: SessionKind | None = None) -> None:
-        data = {"version": MANIFEST_VERSION, "session_id": s.id, "kind": (kind or s.kind).value,
-                "fingerprint": self.shape.fingerprint, "cache_salt": s.salt, "block_tokens": self.block_tokens,
-                "tokens": tokens, "blocks": keys, "tail": tail, "transcript": s.transcript,
-                "updated": time.time()}
-        atomic_write(self._sessions_dir / f"{s.id}.json", [json.dumps(data).encode()])
+        check_inside(self.state_dir, self._manifests.path(s.id))
+        self._manifests.write(Manifest(
+            s.id, (kind or s.kind).value, self.shape.fingerprint, s.salt, self.block_tokens, list(tokens),
+            list(keys), tail, list(s.transcript), time.time()))
 
-    def _read_manifest(self, sid: str) -> _Session | None:
-        path = self._sessions_dir / f"{sid}.json"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            return None
-        s = _Session(sid, SessionKind(data.get("kind", "regular")), data.get("cache_salt"),
-                     transcript=list(data.get("transcript") or []))
-        same_model = data.get("fingerprint") == self.shape.fingerprint
-        same_layout = data.get("block_tokens") == self.block_tokens and data.get("version") == MANIFEST_VERSION
+    def _read_manifest(self, sid: str, repair: bool = True) -> _Session | None:
+        """The session as its manifest describes it (engine.manifest validates every field). A
+        damaged manifest is moved aside (with `repair`) and the previous version used; the reason
+        is kept in `manifest_error` and becomes the next turn's fallback_reason. None: no manifest."""
+        loaded = self._manifests.load(sid, repair=repair)
+        m = loaded.manifest
+        if m is None:
+            if loaded.error is None:
+                return None
+            s = _Session(sid, SessionKind.REGULAR, None)
+        else:
+            s = _Session(sid, SessionKind(m.kind), m.cache_salt, transcript=list(m.transcript))
+        if loaded.error is not None:
+            s.manifest_error = f"damaged manifest: {loaded.error}"
+            s.repair_note = s.manifest_error
+        if m is None:
+            return s
+        same_model = m.fingerprint == self.shape.fingerprint
+        same_layout = m.block_tokens == self.block_tokens
         if s.kind == SessionKind.PINNED:
             if same_model and same_layout:
-                s.disk_tokens = [int(t) for t in data.get("tokens", [])]
-                s.disk_keys = list(data.get("blocks", []))
-                s.tail_file = data.get("tail")
-            elif data.get("tokens"):
-                s.foreign_keys = [str(k) for k in data.get("blocks") or []]
-                s.foreign_tail = data.get("tail")
-                saved = str(data.get("fingerprint", ""))
-                if not same_model and saved.split("/")[0] == self.model.fingerprint:
+                s.disk_tokens, s.disk_keys, s.tail_file = m.tokens, m.blocks, m.tail
+            elif m.tokens:
+                s.foreign_keys, s.foreign_tail = m.blocks, m.tail
+                if not same_model and m.fingerprint.split("/")[0] == self.model.fingerprint:
                     why = "saved with another KV store setting"
                 else:
                     why = "made by another model" if not same_model else "an older store format"
-                s.repair_note = f"saved KV unusable ({why}); re-prefilled from the history"
+                note = f"saved KV unusable ({why}); re-prefilled from the history"
+                s.repair_note = f"{s.repair_note}; {note}" if s.repair_note else note
         return s
 
     def _disk_bytes(self, s: _Session) -> int:
@@ -688,38 +827,68 @@ class SessionManager:
 
     # ---- startup -------------------------------------------------------------------------------
     def _reconcile(self) -> dict[str, int]:
-        """Crash leftovers: temp files, tails and blocks no live manifest refers to."""
+        """Crash leftovers: temp files, tails and blocks no live manifest refers to. Files another
+        live process may still rename or reference are left alone: temp files whose writer's pid
+        lock is held, tails of a chat open in another process (engine/locks.py)."""
         report = {"temp_files": 0, "orphan_tails": 0, "bad_manifests": 0}
         live_tails: set[str] = set()
-        if self._sessions_dir.is_dir():
-            for tmp in self._sessions_dir.glob(".*.tmp"):
-                tmp.unlink(missing_ok=True)
-                report["temp_files"] += 1
-            for path in self._sessions_dir.glob("*.json"):
-                s = self._read_manifest(path.stem)
-                if s is None:
-                    report["bad_manifests"] += 1
-                    continue
-                for key in s.disk_keys + s.foreign_keys:
-                    self._refs.setdefault(key, set()).add(s.id)
+        keep_sessions: set[str] = set()          # damaged, no previous version: keep its files
+        for folder in (self._sessions_dir, self._manifests.prev):
+            report["temp_files"] += self._remove_dead_temp_files(folder.glob(".*.tmp") if folder.is_dir() else [])
+        for sid in self._manifests.ids():
+            s = self._read_manifest(sid, repair=False)
+            if s is None:
+                continue
+            if s.manifest_error:
+                report["bad_manifests"] += 1
+                keep_sessions.add(sid)
+            for key in s.disk_keys + s.foreign_keys:
+                self._refs.setdefault(key, set()).add(s.id)
+            live_tails.update(t for t in (s.tail_file, s.foreign_tail) if t)
+        with self._lock:
+            for s in self._open.values():
                 live_tails.update(t for t in (s.tail_file, s.foreign_tail) if t)
+                keep_sessions.add(s.id)
         if self._tails_dir.is_dir():
             for f in self._tails_dir.iterdir():
-                if f.name not in live_tails:
-                    f.unlink(missing_ok=True)
+                if f.name.endswith(".tmp"):
+                    report["temp_files"] += self._remove_dead_temp_files([f])
+                    continue
+                if f.name in live_tails:
+                    continue
+                owner = f.name.split(".", 1)[0]
+                if owner in keep_sessions or (canonical_id(owner) and self.locks.session_live_elsewhere(owner)):
+                    continue      # a live writer's fresh tail: its manifest is about to name it
+                if unlink_inside(self.state_dir, f):
                     report["orphan_tails" if f.suffix == ".kvt" else "temp_files"] += 1
-        report["temp_files"] += self.store.remove_temp_files()
+        report["temp_files"] += self.store.remove_temp_files(self.locks.pid_alive)
         # Unreferenced blocks are the shared cache's disk tier, kept within its budget and age;
         # files that are not Amber KV blocks at all are strays.
-        report["stray_blocks"] = self.store.remove_misplaced_files()
-        for key in list(self.store.keys_on_disk()):
-            if not self._refs.get(key) and not looks_like_kv_file(self.store.path(key)):
-                self.store.remove(key)
-                report["stray_blocks"] += 1
+        try:
+            with self._deletion_guard():
+                report["stray_blocks"] = self.store.remove_misplaced_files()
+                for key in list(self.store.keys_on_disk()):
+                    if not self._is_pinned_block(key) and not looks_like_kv_file(self.store.path(key)):
+                        self.store.remove(key)
+                        report["stray_blocks"] += 1
+        except LockTimeout:
+            report["stray_blocks"] = 0
+        self.locks.remove_stale_pid_locks()
         self.prefix.rebuild_index()
         swept = self.prefix.enforce()
         report["expired_blocks"], report["evicted_blocks"] = swept["expired"], swept["evicted"]
         return report
+
+    def _remove_dead_temp_files(self, paths: Any) -> int:
+        """Temp files (`.<name>.<pid>.tmp`) whose writer is gone; a live writer's stay."""
+        n = 0
+        for tmp in paths:
+            pid = tmp.name.rsplit(".", 2)[-2] if tmp.name.count(".") >= 2 else ""
+            if pid.isdigit() and self.locks.pid_alive(int(pid)):
+                continue
+            if unlink_inside(self.state_dir, tmp):
+                n += 1
+        return n
 
     def gc(self) -> dict[str, int]:
         """Runs the startup reconciliation again (CLI `sessions gc`)."""

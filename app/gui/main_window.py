@@ -25,6 +25,7 @@ from . import accessibility as a11y
 from . import theme
 from .backend import Backend, ImportCancelled, _accepting
 from .chat_view import ChatView, MessageItem, copy_to_clipboard
+from .save_notice import SaveNotice
 from .composer import Composer
 from .markdown_render import render
 from .memstore import MemoryStore
@@ -278,6 +279,8 @@ class MainWindow(QMainWindow):
         self.temp_notice.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.temp_notice.hide()
         bl.addWidget(self.temp_notice)
+        self.save_notice = SaveNotice()       # "couldn't save to disk: …; kept in memory"
+        bl.addWidget(self.save_notice)
         rl.addWidget(banner_holder)
 
         self.chat_view = ChatView()
@@ -656,6 +659,7 @@ class MainWindow(QMainWindow):
     def _apply_info(self, chat_id: str, info: Any) -> None:
         if info is None:
             return
+        self.save_notice.note(chat_id, info)
         where, nbytes = kv_state_of(info)
         saving = bool(getattr(info, "saving", False))
         self.engine_kv[chat_id] = chat_figures.info_text(info)
@@ -684,6 +688,7 @@ class MainWindow(QMainWindow):
 
         def done(info: Any) -> None:
             self._watching.discard(chat_id)
+            self.save_notice.note(chat_id, info)
             if self.chat_model.chat(chat_id) is not None:
                 where, nbytes = kv_state_of(info)
                 self.chat_model.update(chat_id, kv_state=where, kv_bytes=nbytes, saving=False)
@@ -710,6 +715,7 @@ class MainWindow(QMainWindow):
             self.subtitle_label.setText("")
         self.subtitle_label.setVisible(bool(self.subtitle_label.text()))
         self.temp_notice.setVisible(temporary)
+        self.save_notice.show_for(self.current_id)
         self.empty_title.setText("Temporary chat" if temporary else "How can I help?")
         self.empty_sub.setText(TEMP_EMPTY if temporary else CHAT_EMPTY)
         self.chat_settings_btn.setEnabled(row is not None and not row.temporary)

@@ -6,6 +6,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -79,7 +80,7 @@ def open_database(path: Path | str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEO
     except StoreError:
         writer.dispose()
         raise
-    except (DBAPIError, sqlite3.Error) as exc:
+    except (DBAPIError, sqlite3.Error, UnicodeDecodeError) as exc:
         writer.dispose()
         raise errors.from_sqlite(exc, path) from exc
     reader = _make_engine(path, writer=False, busy_timeout_ms=busy_timeout_ms)
@@ -117,6 +118,9 @@ def _inspect_existing(path: Path, busy_timeout_ms: int) -> str | None:
                                 isolation_level=None)
     except sqlite3.Error as exc:
         raise errors.from_sqlite(exc, path) from exc
+    # A damaged file can hold any bytes where text belongs (quick_check's own report quotes
+    # them): decode leniently here, so the damage is reported instead of raising mid-check.
+    probe.text_factory = lambda raw: raw.decode("utf-8", "replace")
     try:
         check = [row[0] for row in probe.execute("PRAGMA quick_check")]
         if check != ["ok"]:
@@ -128,7 +132,8 @@ def _inspect_existing(path: Path, busy_timeout_ms: int) -> str | None:
                 raise errors.corrupt(path, "it holds tables Amber does not know")
             return None
         revisions = [row[0] for row in probe.execute("SELECT version_num FROM alembic_version")]
-    except sqlite3.Error as exc:
+        objects = set(probe.execute("SELECT type, name FROM sqlite_master WHERE type IN ('table', 'trigger')"))
+    except (sqlite3.Error, UnicodeDecodeError) as exc:   # SQLite's error text can quote damaged bytes
         raise errors.from_sqlite(exc, path) from exc
     finally:
         probe.close()
@@ -137,7 +142,27 @@ def _inspect_existing(path: Path, busy_timeout_ms: int) -> str | None:
     revision = revisions[0] if revisions else None
     if revision is not None and revision not in known_revisions():
         raise errors.newer(path, revision)
+    if revision is not None:
+        missing = sorted(expected_schema(revision) - objects)
+        if missing:   # a dropped table or trigger: reads would fail later, or search go stale
+            raise errors.corrupt(path, "missing " + ", ".join(f"{kind} {name}" for kind, name in missing[:3]))
     return revision
+
+
+@lru_cache(maxsize=None)
+def expected_schema(revision: str) -> frozenset[tuple[str, str]]:
+    """(type, name) of every table and trigger a database at `revision` has: the migrations
+    themselves, run once on an in-memory database (so this never drifts from them)."""
+    engine = create_engine("sqlite://", poolclass=StaticPool)
+    try:
+        with engine.connect() as conn:
+            with conn.begin():
+                command.upgrade(alembic_config(conn), revision)
+            rows = conn.exec_driver_sql(
+                "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'trigger')").fetchall()
+    finally:
+        engine.dispose()
+    return frozenset((str(kind), str(name)) for kind, name in rows)
 
 
 def _make_engine(path: Path, *, writer: bool, busy_timeout_ms: int) -> Engine:
@@ -194,9 +219,11 @@ def _migrate(writer: Engine, path: Path, existing: bool, current: str | None,
                 with conn.begin():
                     command.upgrade(alembic_config(conn), target)
                     bad = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if bad and existing and current == head:   # nothing migrated: the file was damaged
+                        raise errors.corrupt(path, f"broken references {bad[:3]}")
                     if bad:
                         raise errors.migration_failed(path, backup, f"broken references {bad[:3]}")
-            except (StoreError, DBAPIError, sqlite3.Error):
+            except (StoreError, DBAPIError, sqlite3.Error, UnicodeDecodeError):
                 raise
             except Exception as exc:  # a bug in a migration: say so, the transaction rolled back
                 raise errors.migration_failed(path, backup, repr(exc)) from exc

@@ -1,6 +1,7 @@
 """Exceptions the store raises, with messages meant for the user."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -70,17 +71,28 @@ def migration_failed(path: Path, backup: Path | None, detail: str) -> StoreError
     )
 
 
+_UNDECODABLE = re.compile(r"Could not decode to UTF-8 column '([^']*)'")
+# Errors that mean the file's contents are not what Amber wrote (a damaged or edited file).
+_DAMAGE = ("malformed", "not a database", "no such table", "no such column", "no such index",
+           "no such trigger", "no such module")
+
+
 def from_sqlite(exc: BaseException, path: Path) -> StoreError:
     """Translate a sqlite3 (or SQLAlchemy-wrapped) error into a StoreError naming the file."""
     orig = getattr(exc, "orig", None) or exc
     name = getattr(orig, "sqlite_errorname", "") or ""
     text = str(orig)
+    if isinstance(orig, UnicodeDecodeError):
+        return corrupt(path, "damaged text (not UTF-8)")
+    undecodable = _UNDECODABLE.search(text)
+    if undecodable:   # the message quotes the damaged text itself: name the column only
+        return corrupt(path, f"damaged text in column {undecodable.group(1)} (not UTF-8)")
+    text = text if len(text) <= 300 else text[:297] + "..."
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
         return locked(path)
     if name.startswith("SQLITE_READONLY") or "readonly" in text or "read-only" in text:
         return read_only(path, text)
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text \
-            or "not a database" in text:
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or any(d in text for d in _DAMAGE):
         return corrupt(path, text)
     if name.startswith("SQLITE_FULL"):
         return StoreError(f"The disk holding {path} is full ({text}).", path=path, reason="io")

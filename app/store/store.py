@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -118,7 +119,7 @@ class ConversationStore:
         try:
             with self._db.reader.connect() as conn, conn.begin():  # one snapshot per call
                 return fn(conn)
-        except DBAPIError as exc:
+        except (DBAPIError, sqlite3.Error, UnicodeDecodeError) as exc:   # some reads use the raw driver
             raise errors.from_sqlite(exc, self.path) from exc
 
     def _write(self, fn: Callable[[Session], T]) -> T:

@@ -1,6 +1,7 @@
 """The single writer: one background thread runs every write, each in its own transaction."""
 from __future__ import annotations
 
+import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,7 +49,7 @@ class Writer:
                 return fn(session)
         except IntegrityError:
             raise  # a broken constraint is a bug or bad input, not a database problem
-        except DBAPIError as exc:
+        except (DBAPIError, sqlite3.Error, UnicodeDecodeError) as exc:
             raise errors.from_sqlite(exc, self._path) from exc
 
     def close(self) -> None:

@@ -94,8 +94,13 @@ class _WeightLoader:
             # The logits are as wide as the embedding table (padded vocabularies are common).
             spec.vocab_size = int(emb_t.shape[1])
         embedding = self.matrix("token_embd.weight")
-        final_norm = self.vector("output_norm.weight")
+        if embedding.k != spec.n_embd:
+            raise ModelImportError(f"token_embd.weight rows have {embedding.k} values, expected {spec.n_embd} "
+                                   "from the model's metadata")
+        final_norm = self._sized(self.vector("output_norm.weight"), "output_norm.weight", spec.n_embd)
         factors = self.optional_vector("rope_freqs.weight")
+        if factors is not None:
+            self._sized(factors, "rope_freqs.weight", spec.head_dim // 2)
         return ModelWeights(embedding=embedding, output=None, final_norm=final_norm, layers=[],
                             rope_factors=factors, output_fn=self.output)
 
@@ -122,6 +127,7 @@ class _WeightLoader:
             down=self.matrix(f"{b}.ffn_down.weight"),
             q_bias=self.optional_vector(f"{b}.attn_q.bias"), k_bias=self.optional_vector(f"{b}.attn_k.bias"),
             v_bias=self.optional_vector(f"{b}.attn_v.bias"))
+        self._check_layer(i, lw)       # before the permutation, which indexes by the metadata's shapes
         if spec.architecture == "llama":
             # llama.cpp stores llama Q/K rows permuted for its interleaved rotary; qwen2 is not permuted.
             lw.q, lw.k = lw.q.rows(self.q_perm), lw.k.rows(self.k_perm)
@@ -129,11 +135,20 @@ class _WeightLoader:
                 lw.q_bias = lw.q_bias[self.q_perm]
             if lw.k_bias is not None:
                 lw.k_bias = lw.k_bias[self.k_perm]
-        self._check_layer(i, lw)
         return lw
+
+    def _sized(self, v: np.ndarray, name: str, want: int) -> np.ndarray:
+        if v.size != want:
+            raise ModelImportError(f"tensor {name} has {v.size} values, expected {want} from the model's metadata")
+        return v
 
     def _check_layer(self, i: int, lw: LayerWeights) -> None:
         s = self.spec
+        for key, size in (("attn_norm", s.n_embd), ("ffn_norm", s.n_embd), ("q_bias", s.n_head * s.head_dim),
+                          ("k_bias", s.n_head_kv * s.head_dim), ("v_bias", s.n_head_kv * s.head_dim)):
+            v = getattr(lw, key)
+            if v is not None:
+                self._sized(v, f"layer {i} {key}", size)
         want = {"q": (s.n_head * s.head_dim, s.n_embd), "k": (s.n_head_kv * s.head_dim, s.n_embd),
                 "v": (s.n_head_kv * s.head_dim, s.n_embd), "o": (s.n_embd, s.n_head * s.head_dim),
                 "gate": (s.n_ff, s.n_embd), "up": (s.n_ff, s.n_embd), "down": (s.n_embd, s.n_ff)}
@@ -179,6 +194,12 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
     tok_json, tok_config, template = build_tokenizer_files(src)
     loader = _WeightLoader(src, spec, weights, progress, cancel)
     loader.exact = accuracy_level == EXACT
+    emb_shape = src.tensor("token_embd.weight").shape
+    n_tokens = len(tok_json["model"]["vocab"])
+    rows = int(emb_shape[1]) if len(emb_shape) == 2 else spec.vocab_size
+    if n_tokens > rows:
+        raise ModelImportError(f"{src_path.name}: the vocabulary has {n_tokens} tokens but token_embd.weight "
+                               f"has only {rows} rows")
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{dest.name}.partial-{os.getpid()}"
@@ -191,6 +212,8 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
         try:
             model = build_graph(spec, loader.head(), accuracy_level=accuracy_level, writer=writer,
                                 layer=loader.layer)
+        except ModelImportError as exc:     # the weight checks name the tensor; say which file too
+            raise ModelImportError(f"{src_path.name}: {exc}") from None
         finally:
             writer.close()
         onnx.save_model(model, tmp / MODEL_FILE)
@@ -203,11 +226,13 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
         tokens = list(tok_json["model"]["vocab"].keys())
         eos_ids = eos_token_ids(src, tokens)
         config = spec.to_config()
-        config.update({"bos_token_id": src.field("tokenizer.ggml.bos_token_id"), "eos_token_id": eos_ids})
+        config.update({"bos_token_id": src.token_id("tokenizer.ggml.bos_token_id", len(tokens)),
+                       "eos_token_id": eos_ids})
         _write_json(tmp / "config.json", config)
         _write_json(tmp / "generation_config.json",
                     {"bos_token_id": config["bos_token_id"], "eos_token_id": eos_ids,
-                     "pad_token_id": src.field("tokenizer.ggml.padding_token_id"), **DEFAULT_SAMPLING})
+                     "pad_token_id": src.token_id("tokenizer.ggml.padding_token_id", len(tokens)),
+                     **DEFAULT_SAMPLING})
         _write_json(tmp / "tokenizer.json", tok_json)
         _write_json(tmp / "tokenizer_config.json", tok_config)
         if template:

@@ -1,18 +1,34 @@
 """Reads a GGUF file into a `ModelSpec`: hyperparameters, tensors and tokenizer metadata."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType
+from gguf import GGUFReader
 from gguf.gguf_reader import ReaderTensor
 
+from . import gguf_scan as gs
 from .errors import ModelImportError
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
 GGUF_MAGIC = b"GGUF"
+_INT_TYPES = (gs.UINT8, gs.INT8, gs.UINT16, gs.INT16, gs.UINT32, gs.INT32, gs.UINT64, gs.INT64)
+_FLOAT_TYPES = (gs.FLOAT32, gs.FLOAT64)
+
+# Sane model bounds, checked before anything is sized from them. Far above real models (the
+# largest have ~200 layers, 32k-wide embeddings, 256k vocabularies, 1M-token contexts).
+MAX_LAYERS = 1024
+MAX_EMBD = 1 << 17
+MAX_FF = 1 << 20
+MAX_HEADS = 1 << 12
+MAX_HEAD_DIM = 1 << 11
+MAX_VOCAB = 1 << 22
+MAX_CONTEXT = 1 << 21
+MAX_ROPE_TABLE = 1 << 27     # context_length * head_dim / 2: the cos/sin caches (512 MiB each)
+MAX_TOKEN_BYTES = 1 << 12    # one vocabulary entry (rebuilding SentencePiece merges is quadratic in it)
 
 
 @dataclass
@@ -65,10 +81,11 @@ class GGUFSource:
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelImportError(f"{self.path}: no such file")
-        with open(self.path, "rb") as f:
-            magic = f.read(4)
-        if magic != GGUF_MAGIC:
-            raise ModelImportError(f"{self.path.name}: not a GGUF file (it does not start with 'GGUF')")
+        try:
+            # Amber's own bounded walk first: the reader loops for ever on crafted counts.
+            self.layout = gs.scan_gguf(self.path)
+        except OSError as exc:
+            raise ModelImportError(f"{self.path.name}: cannot be read ({exc.strerror or exc})") from None
         try:
             self.reader = GGUFReader(self.path, "r")
         except Exception as exc:  # the reader raises many kinds on bad files
@@ -86,12 +103,11 @@ class GGUFSource:
                     f"{self.path.name}: truncated GGUF file (tensor {t.name} needs {end} bytes, file has {size})")
 
     def field(self, key: str, default: Any = None) -> Any:
+        """The raw value of a metadata key (any type); prefer the typed accessors below."""
         f = self.reader.fields.get(key)
         if f is None:
             return default
         try:
-            if f.types and f.types[0] == GGUFValueType.ARRAY:
-                return f.contents()
             return f.contents()
         except Exception as exc:
             raise ModelImportError(f"{self.path.name}: metadata {key} is unreadable ({exc})") from None
@@ -101,6 +117,95 @@ class GGUFSource:
         if value is None:
             raise ModelImportError(f"{self.path.name}: missing metadata key {key}")
         return value
+
+    # ---- typed metadata: a wrong type or an out-of-range value is one clear error -------------
+    def _typed(self, key: str, ok: bool, want: str) -> None:
+        if not ok:
+            found = self.layout.fields[key].describe()
+            raise ModelImportError(f"{self.path.name}: metadata {key} should be {want}, found {found}")
+
+    def _bad(self, key: str, value: Any, rule: str) -> ModelImportError:
+        return ModelImportError(f"{self.path.name}: metadata {key} = {value!r} is out of range ({rule})")
+
+    def int_field(self, key: str, default: int | None = None, *, lo: int = 0, hi: int = 2 ** 63 - 1,
+                  required: bool = False) -> int | None:
+        info = self.layout.fields.get(key)
+        if info is None:
+            if required:
+                raise ModelImportError(f"{self.path.name}: missing metadata key {key}")
+            return default
+        self._typed(key, info.type in _INT_TYPES, "an integer")
+        value = int(self.field(key))
+        if not lo <= value <= hi:
+            raise self._bad(key, value, f"{lo}..{hi}")
+        return value
+
+    def require_int(self, key: str, *, lo: int = 0, hi: int = 2 ** 63 - 1) -> int:
+        value = self.int_field(key, lo=lo, hi=hi, required=True)
+        assert value is not None
+        return value
+
+    def float_field(self, key: str, default: float, *, lo: float, hi: float, required: bool = False) -> float:
+        """A finite number in (lo, hi]; integers are accepted too."""
+        info = self.layout.fields.get(key)
+        if info is None:
+            if required:
+                raise ModelImportError(f"{self.path.name}: missing metadata key {key}")
+            return default
+        self._typed(key, info.type in _FLOAT_TYPES + _INT_TYPES, "a number")
+        value = float(self.field(key))
+        if not (math.isfinite(value) and lo < value <= hi):
+            raise self._bad(key, value, f"above {lo:g}, at most {hi:g}")
+        return value
+
+    def str_field(self, key: str, default: str | None = None, *, required: bool = False) -> str | None:
+        info = self.layout.fields.get(key)
+        if info is None:
+            if required:
+                raise ModelImportError(f"{self.path.name}: missing metadata key {key}")
+            return default
+        self._typed(key, info.type == gs.STRING, "a string")
+        return str(self.field(key))
+
+    def bool_field(self, key: str, default: bool) -> bool:
+        info = self.layout.fields.get(key)
+        if info is None:
+            return default
+        self._typed(key, info.type == gs.BOOL or info.type in _INT_TYPES, "a boolean")
+        return bool(self.field(key))
+
+    def _array(self, key: str, elem_ok: tuple[int, ...], want: str) -> list[Any] | None:
+        info = self.layout.fields.get(key)
+        if info is None:
+            return None
+        self._typed(key, info.type == gs.ARRAY and info.elem_type in elem_ok, want)
+        value = self.field(key)
+        return list(value) if info.count else []
+
+    def str_list(self, key: str, max_bytes: int = gs.MAX_STRING_BYTES) -> list[str] | None:
+        values = self._array(key, (gs.STRING,), "an array of strings")
+        if values is not None:
+            for i, v in enumerate(values):
+                if len(v) > max_bytes:
+                    raise ModelImportError(f"{self.path.name}: metadata {key}[{i}] is {len(v)} characters long, "
+                                           f"more than {max_bytes}")
+        return values
+
+    def int_list(self, key: str) -> list[int] | None:
+        return self._array(key, _INT_TYPES, "an array of integers")
+
+    def float_list(self, key: str) -> list[float] | None:
+        values = self._array(key, _FLOAT_TYPES + _INT_TYPES, "an array of numbers")
+        return None if values is None else [float(v) for v in values]
+
+    def token_id(self, key: str, n_tokens: int) -> int | None:
+        """A token id, or None when absent or outside the vocabulary (e.g. a -1 'none' marker)."""
+        info = self.layout.fields.get(key)
+        if info is None:
+            return None
+        self._typed(key, info.type in _INT_TYPES, "an integer")
+        value = int(self.field(key))
+        return value if 0 <= value < n_tokens else None
 
     def tensor(self, name: str) -> ReaderTensor:
         try:
@@ -112,47 +217,66 @@ class GGUFSource:
         return name in self.tensors
 
     def spec(self) -> ModelSpec:
-        arch = self.require("general.architecture")
+        arch = self.str_field("general.architecture", required=True)
         if arch not in SUPPORTED_ARCHITECTURES:
             raise ModelImportError(
                 f"{self.path.name}: unsupported architecture '{arch}' "
                 f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
-        n_embd = int(self.require(f"{arch}.embedding_length"))
-        n_head = int(self.require(f"{arch}.attention.head_count"))
-        n_head_kv = int(self.field(f"{arch}.attention.head_count_kv", n_head))
-        head_dim = int(self.field(f"{arch}.attention.key_length", n_embd // n_head))
-        rope_dim = int(self.field(f"{arch}.rope.dimension_count", head_dim))
+        name = self.path.name
+        n_layers = self.require_int(f"{arch}.block_count", lo=1, hi=MAX_LAYERS)
+        n_embd = self.require_int(f"{arch}.embedding_length", lo=1, hi=MAX_EMBD)
+        n_ff = self.require_int(f"{arch}.feed_forward_length", lo=1, hi=MAX_FF)
+        n_head = self.require_int(f"{arch}.attention.head_count", lo=1, hi=MAX_HEADS)
+        n_head_kv = self.int_field(f"{arch}.attention.head_count_kv", n_head, lo=1, hi=n_head)
+        assert n_head_kv is not None
+        if n_head % n_head_kv:
+            raise ModelImportError(f"{name}: {arch}.attention.head_count_kv {n_head_kv} does not divide "
+                                   f"{arch}.attention.head_count {n_head}")
+        head_dim = self.int_field(f"{arch}.attention.key_length", n_embd // n_head, lo=0, hi=MAX_HEAD_DIM)
+        rope_dim = self.int_field(f"{arch}.rope.dimension_count", head_dim, lo=0, hi=MAX_HEAD_DIM)
+        assert head_dim is not None and rope_dim is not None
         if rope_dim != head_dim:
             raise ModelImportError(f"{self.path.name}: partial rotary embeddings are not supported "
                                    f"(rope dimension {rope_dim}, head dimension {head_dim})")
-        if head_dim % 16 != 0:
+        if head_dim % 16 != 0 or head_dim == 0:
             raise ModelImportError(f"{self.path.name}: head dimension {head_dim} is not a multiple of 16")
-        tokens = self.field("tokenizer.ggml.tokens")
-        vocab_size = int(self.field(f"{arch}.vocab_size", len(tokens) if tokens is not None else 0))
+        tokens = self.str_list("tokenizer.ggml.tokens", MAX_TOKEN_BYTES)
+        vocab_size = self.int_field(f"{arch}.vocab_size", len(tokens) if tokens is not None else 0,
+                                    lo=0, hi=MAX_VOCAB)
         if vocab_size == 0:
-            vocab_size = int(self.tensor("token_embd.weight").shape[1])
+            shape = self.tensor("token_embd.weight").shape
+            if len(shape) != 2:
+                raise ModelImportError(f"{name}: tensor token_embd.weight: expected a matrix, found shape {list(shape)}")
+            vocab_size = int(shape[1])
+        context = self.int_field(f"{arch}.context_length", 2048, lo=1, hi=MAX_CONTEXT)
+        assert vocab_size is not None and context is not None
+        if context * (head_dim // 2) > MAX_ROPE_TABLE:
+            raise ModelImportError(f"{name}: {arch}.context_length {context} with head dimension {head_dim} "
+                                   f"needs rotary tables of more than {MAX_ROPE_TABLE} entries")
         scaling: dict[str, Any] = {}
-        scaling_type = self.field(f"{arch}.rope.scaling.type")
+        scaling_type = self.str_field(f"{arch}.rope.scaling.type")
         if scaling_type not in (None, "none"):
             if scaling_type != "linear":
                 raise ModelImportError(f"{self.path.name}: rope scaling '{scaling_type}' is not supported "
                                        "(supported: none, linear, llama3 frequency factors)")
-            scaling = {"rope_type": "linear", "factor": float(self.require(f"{arch}.rope.scaling.factor"))}
+            scaling = {"rope_type": "linear",
+                       "factor": self.float_field(f"{arch}.rope.scaling.factor", 1.0, lo=0.0, hi=1e6,
+                                                  required=True)}
         if self.has_tensor("rope_freqs.weight"):
             scaling = {"rope_type": "llama3-factors"}
         return ModelSpec(
             architecture=arch,
-            name=str(self.field("general.name", self.path.stem)),
-            n_layers=int(self.require(f"{arch}.block_count")),
+            name=str(self.str_field("general.name", self.path.stem)),
+            n_layers=n_layers,
             n_embd=n_embd,
-            n_ff=int(self.require(f"{arch}.feed_forward_length")),
+            n_ff=n_ff,
             n_head=n_head,
             n_head_kv=n_head_kv,
             head_dim=head_dim,
             vocab_size=vocab_size,
-            context_length=int(self.field(f"{arch}.context_length", 2048)),
-            rms_eps=float(self.field(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
-            rope_theta=float(self.field(f"{arch}.rope.freq_base", 10000.0)),
+            context_length=context,
+            rms_eps=self.float_field(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6, lo=0.0, hi=1.0),
+            rope_theta=self.float_field(f"{arch}.rope.freq_base", 10000.0, lo=0.0, hi=1e12),
             rope_scaling=scaling,
             tied_embeddings=not self.has_tensor("output.weight"),
         )

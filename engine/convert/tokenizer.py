@@ -7,7 +7,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from .errors import ModelImportError
-from .gguf_source import GGUFSource
+from .gguf_source import MAX_TOKEN_BYTES, GGUFSource
 
 # Pre-tokenizer split patterns by `tokenizer.ggml.pre` (the same ones llama.cpp uses).
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -44,8 +44,8 @@ def _bos_post_processor(bos: str | None, bos_id: int | None, add_bos: bool) -> d
 
 
 def _gpt2_json(src: GGUFSource, tokens: list[str], types: list[int]) -> dict[str, Any]:
-    merges = src.field("tokenizer.ggml.merges") or []
-    pre = str(src.field("tokenizer.ggml.pre", "default"))
+    merges = src.str_list("tokenizer.ggml.merges", MAX_TOKEN_BYTES * 2 + 1) or []
+    pre = str(src.str_field("tokenizer.ggml.pre", "default"))
     pattern, digits = PRE_PATTERNS.get(pre, PRE_PATTERNS["default"])
     pretok: list[dict[str, Any]] = []
     if digits:
@@ -77,9 +77,12 @@ def _spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> lis
 
 
 def _spm_json(src: GGUFSource, tokens: list[str], types: list[int]) -> dict[str, Any]:
-    scores = list(src.field("tokenizer.ggml.scores") or [0.0] * len(tokens))
-    add_prefix = bool(src.field("tokenizer.ggml.add_space_prefix", True))
-    unk_id = src.field("tokenizer.ggml.unknown_token_id")
+    scores = src.float_list("tokenizer.ggml.scores") or [0.0] * len(tokens)
+    if len(scores) != len(tokens):
+        raise ModelImportError(f"{src.path.name}: tokenizer.ggml.scores has {len(scores)} entries "
+                               f"for {len(tokens)} tokens")
+    add_prefix = src.bool_field("tokenizer.ggml.add_space_prefix", True)
+    unk_id = src.token_id("tokenizer.ggml.unknown_token_id", len(tokens))
     normalizers: list[dict[str, Any]] = []
     if add_prefix:
         normalizers.append({"type": "Prepend", "prepend": "▁"})
@@ -104,12 +107,14 @@ def _spm_json(src: GGUFSource, tokens: list[str], types: list[int]) -> dict[str,
 
 def build_tokenizer_files(src: GGUFSource) -> tuple[dict[str, Any], dict[str, Any], str | None]:
     """Returns (tokenizer.json, tokenizer_config.json, chat template or None)."""
-    model = src.field("tokenizer.ggml.model")
-    tokens = src.field("tokenizer.ggml.tokens")
-    if model is None or tokens is None:
+    model = src.str_field("tokenizer.ggml.model")
+    tokens = src.str_list("tokenizer.ggml.tokens", MAX_TOKEN_BYTES)
+    if model is None or not tokens:
         raise ModelImportError(f"{src.path.name}: no tokenizer in the GGUF metadata")
-    tokens = [str(t) for t in tokens]
-    types = [int(t) for t in (src.field("tokenizer.ggml.token_type") or [TOKEN_TYPE_NORMAL] * len(tokens))]
+    types = src.int_list("tokenizer.ggml.token_type") or [TOKEN_TYPE_NORMAL] * len(tokens)
+    if len(types) != len(tokens):
+        raise ModelImportError(f"{src.path.name}: tokenizer.ggml.token_type has {len(types)} entries "
+                               f"for {len(tokens)} tokens")
     if model == "gpt2":
         body = _gpt2_json(src, tokens, types)
     elif model == "llama":
@@ -117,12 +122,12 @@ def build_tokenizer_files(src: GGUFSource) -> tuple[dict[str, Any], dict[str, An
     else:
         raise ModelImportError(f"{src.path.name}: unsupported tokenizer model '{model}' (supported: gpt2, llama)")
 
-    bos_id = src.field("tokenizer.ggml.bos_token_id")
-    eos_id = src.field("tokenizer.ggml.eos_token_id")
+    bos_id = src.token_id("tokenizer.ggml.bos_token_id", len(tokens))
+    eos_id = src.token_id("tokenizer.ggml.eos_token_id", len(tokens))
     default_add_bos = model == "llama"
-    add_bos = bool(src.field("tokenizer.ggml.add_bos_token", default_add_bos))
-    bos = tokens[int(bos_id)] if bos_id is not None and int(bos_id) < len(tokens) else None
-    eos = tokens[int(eos_id)] if eos_id is not None and int(eos_id) < len(tokens) else None
+    add_bos = src.bool_field("tokenizer.ggml.add_bos_token", default_add_bos)
+    bos = tokens[bos_id] if bos_id is not None else None
+    eos = tokens[eos_id] if eos_id is not None else None
     added = [_added(i, t, types[i] == TOKEN_TYPE_CONTROL) for i, t in enumerate(tokens)
              if types[i] in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER)]
     tok_json = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
@@ -133,12 +138,12 @@ def build_tokenizer_files(src: GGUFSource) -> tuple[dict[str, Any], dict[str, An
     except Exception as exc:
         raise ModelImportError(f"{src.path.name}: tokenizer metadata is inconsistent ({exc})") from None
 
-    template = src.field("tokenizer.chat_template")
-    pad_id = src.field("tokenizer.ggml.padding_token_id")
+    template = src.str_field("tokenizer.chat_template")
+    pad_id = src.token_id("tokenizer.ggml.padding_token_id", len(tokens))
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": bos, "eos_token": eos,
-        "pad_token": tokens[int(pad_id)] if pad_id is not None and int(pad_id) < len(tokens) else None,
+        "pad_token": tokens[pad_id] if pad_id is not None else None,
         "unk_token": None, "add_bos_token": add_bos, "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
         "model_max_length": None,
@@ -152,9 +157,9 @@ def eos_token_ids(src: GGUFSource, tokens: list[str]) -> list[int]:
     """EOS and end-of-turn ids: every one of them stops generation."""
     ids: list[int] = []
     for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
-        v = src.field(key)
-        if v is not None and int(v) not in ids:
-            ids.append(int(v))
+        v = src.token_id(key, len(tokens))
+        if v is not None and v not in ids:
+            ids.append(v)
     for name in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"):
         if name in tokens:
             i = tokens.index(name)

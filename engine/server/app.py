@@ -65,6 +65,32 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
+class InFlightLimit:
+    """More than `limit` requests at once: an OpenAI-shaped 503 (uvicorn's own limit answers in
+    plain text), before the body is read."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit, self.current = app, limit, 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") == "/health":   # cheap: always answered
+            await self.app(scope, receive, send)
+            return
+        if self.current >= self.limit:
+            body = json.dumps(errors.error_body(503, f"the server is busy ({self.current} requests in flight); "
+                                                     "retry later", code="server_busy")).encode()
+            await send({"type": "http.response.start", "status": 503,
+                        "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        self.current += 1     # one event loop: no lock needed
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.current -= 1
+
+
 def create_app(engine: ChatEngine, state_dir: Path | str, config: ServerConfig | None = None) -> FastAPI:
     """The server's app over `engine` (borrowed: the caller shuts it down). `state_dir` holds the
     server's secret and its stored responses (Amber's engine state folder)."""
@@ -103,4 +129,5 @@ def create_app(engine: ChatEngine, state_dir: Path | str, config: ServerConfig |
     app.include_router(chat.router(service))
     app.include_router(responses.router(service))
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(InFlightLimit, limit=config.max_in_flight)     # outermost: runs first
     return app

@@ -14,7 +14,7 @@ from .app import create_app
 from .service import ServerConfig
 
 LOOPBACK = "127.0.0.1"
-MAX_CONNECTIONS = 128         # beyond: uvicorn answers 503
+MAX_CONNECTIONS = 1024        # open connections; beyond, uvicorn answers 503 (requests: ServerConfig.max_in_flight)
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -31,6 +31,7 @@ class ServerConfig:
     max_active: int = 4
     max_queued: int = 32
     max_open_chains: int = 16                 # stored response chains kept open in memory (LRU)
+    max_in_flight: int = 128                  # requests being handled at once; beyond: 503
     model_aliases: Sequence[str] = field(default_factory=tuple)
 
 

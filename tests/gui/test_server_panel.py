@@ -84,3 +84,16 @@ def test_a_busy_port_is_reported_and_the_switch_goes_back_off(qtbot, make_window
             panel.enabled.setChecked(True)
     assert "could not start" in panel.message.text()
     assert not panel.enabled.isChecked() and not w.api_server().running
+
+
+def test_closing_the_window_stops_the_server(qtbot, make_window, engine, home):
+    w = make_window(engine)
+    control = w.api_server()
+    port = free_port()
+    with qtbot.waitSignal(control.changed, timeout=30000):
+        control.start(port, "")
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()     # listening
+    make_window.shutdown(w)
+    qtbot.waitUntil(lambda: not control.running, timeout=30000)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()

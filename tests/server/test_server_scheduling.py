@@ -206,3 +206,19 @@ def test_waiting_callers_are_admitted_round_robin(serve, engine):
         t.join(120)
     # B is not made to wait behind all of A's queue: A, then B, then A's rest.
     assert engine.started == [2, 3, 5, 4]
+
+
+def test_too_many_requests_in_flight_is_an_openai_503(serve, engine):
+    h = serve(max_active=1, max_in_flight=2)
+    engine.gate.clear()
+    threads = [threading.Thread(target=post, args=(h.port, completion(2, f"held {i}"))) for i in range(2)]
+    threads[0].start()
+    wait_until(lambda: len(engine.started) == 1)
+    threads[1].start()
+    wait_until(lambda: json.loads(http_get(h.port, "/health"))["waiting"] == 1)
+    status, body = post(h.port, completion(2, "third"))
+    assert status == 503 and body["error"]["code"] == "server_busy" and body["error"]["type"] == "server_error"
+    engine.gate.set()
+    for t in threads:
+        t.join(120)
+    assert post(h.port, completion(2))[0] == 200

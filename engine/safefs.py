@@ -1,0 +1,93 @@
+"""Opening and removing files of the state folder without trusting what is on disk.
+
+Names come from manifests and file headers (untrusted), so every path is checked to lie inside its
+root with no symlink on the way, and only regular files are opened: a FIFO, a device or a
+directory where a KV file should be gives an error at once instead of a hang or a traceback.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)      # not on Windows (no symlinks by default there)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_BINARY = getattr(os, "O_BINARY", 0)
+# Reads leave the access time alone (Linux; the owner only, else EPERM and a plain open): Amber
+# uses mtimes, and a temporary chat's reads of shared blocks must leave no trace at all.
+_NOATIME = getattr(os, "O_NOATIME", 0)
+
+
+class UnsafePathError(OSError):
+    """The path leaves its root, goes through a symlink, or is not a regular file."""
+
+
+def check_inside(root: Path, path: Path) -> None:
+    """Raises UnsafePathError unless `path` is below `root` (lexically, no `..`) and no component
+    between them is a symlink. `root` itself is trusted (the user chose it)."""
+    try:
+        rel = Path(os.path.normpath(path)).relative_to(os.path.normpath(root))
+    except ValueError:
+        raise UnsafePathError(f"{path.name}: outside the state folder") from None
+    if not rel.parts or ".." in rel.parts:
+        raise UnsafePathError(f"{path.name}: outside the state folder")
+    here = Path(root)
+    for part in rel.parts[:-1]:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return              # nothing below it exists: nothing to follow
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnsafePathError(f"{path.name}: {part} is not a plain folder (a symlink?)")
+
+
+def is_regular(path: Path) -> bool:
+    """A regular file (not a symlink, FIFO, device or folder)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def open_regular(path: Path, root: Path | None = None) -> BinaryIO:
+    """Opens a regular file for reading: never through a symlink, never blocking on a FIFO."""
+    if root is not None:
+        check_inside(root, path)
+    flags = os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _BINARY
+    try:
+        fd = os.open(path, flags | _NOATIME)
+    except PermissionError:
+        if not _NOATIME:
+            raise
+        fd = os.open(path, flags)     # not the file's owner: O_NOATIME is refused
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(f"{path.name}: not a regular file")
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+        f.amber_path = str(path)      # type: ignore[attr-defined]  (its name is the fd number)
+        return f
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def unlink_inside(root: Path, path: Path, empty_dirs: bool = False) -> bool:
+    """Removes `path` (a file or a symlink itself, never its target) if it lies inside `root`;
+    with `empty_dirs`, an empty folder there too. False when it was not there or is not safe to
+    remove (a folder with contents, outside the root)."""
+    try:
+        check_inside(root, path)
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            if not empty_dirs:
+                return False
+            os.rmdir(path)
+            return True
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
