@@ -71,6 +71,7 @@ class QInits:
     stored: list[tuple[str, int, int]] = field(default_factory=list)  # (packed levels, bits, multiplier)
     scale2d: str = ""                           # float32 [N, nb]
     offset2d: str | None = None                 # float32 [N, nb]
+    gather_shift: int = 0                       # added to the stored levels (the center moves with it)
 
 
 def pack_nibbles_pairs(levels: np.ndarray) -> np.ndarray:
@@ -177,18 +178,23 @@ class _Graph:
                 kernel_zero = self.op1("Cast", [self.init(f"{prefix}.zero_points_int", zint, tag)],
                                        to=TensorProto.FLOAT)
             q.matmuls = [(b, 4, flat, zp)]
-        elif w.qbits == 8 and fast:
-            # One 8-bit MatMulNBits (ORT's int8 kernel), default zero point 128.
-            b = self.init(f"{prefix}.qweight", pack_bits(w.levels, 8), tag)
+        elif fast:
+            # One 8-bit MatMulNBits (ORT's int8 kernel), default zero point 128: Q8_0 as is, 5/6-bit
+            # levels shifted (q + 128 - center). Exact, as fast as the old int8 requantization; a 2-bit
+            # high plane + a 4-bit low plane would be ~1.2x smaller but ORT 1.31's 2-bit kernel is slow
+            # (measured 3x a 4-bit one at 9728x896, 18 ms against 0.07 ms at 896x4864 with blocks of 16).
+            shift = 0 if w.qbits == 8 else 128 - (w.center or 16)
+            b = self.init(f"{prefix}.qweight", pack_bits(w.levels + np.uint8(shift), 8), tag)
             q.stored = [(b, 8, 1)]
             q.matmuls = [(b, 8, flat, None)]
-            kernel_zero = 128
+            q.gather_shift = shift
+            kernel_zero = 128 - shift
         else:
-            # The high part of 5/6-bit levels: 2 bits in the fast mode; 4 bits (nibbles) in the exact
-            # one, because ORT 1.31's 2-bit CPU kernel either dequantizes on every call (accuracy
-            # level 0: measured 24.6 ms vs 0.18 ms for 4-bit on a 4864x896 matmul) or quantizes
-            # the activations (level 4).
-            high_bits = 4 if (w.qbits == 8 or not fast) else 2
+            # Exact mode: q = 16*hi + lo as two 4-bit matmuls with float32 activations. (2 bits would
+            # do for the high part of 5/6-bit levels, but ORT 1.31's 2-bit CPU kernel either
+            # dequantizes on every call at accuracy level 0 — 24.6 ms against 0.18 ms for 4-bit on a
+            # 4864x896 matmul — or quantizes the activations at level 4.)
+            high_bits = 4
             hi = self.init(f"{prefix}.qweight_hi", pack_bits(w.levels >> 4, high_bits), tag)
             lo = self.init(f"{prefix}.qweight_lo", pack_nibbles(w.levels & 0x0F), tag)
             q.stored = [(hi, high_bits, 16), (lo, 4, 1)]
@@ -267,7 +273,7 @@ class _Graph:
                 part = self.op1("Mul", [part, self.const(float(mult), np.float32)])
             levels = part if levels is None else self.op1("Add", [levels, part])
         assert levels is not None
-        levels = self.op1("Sub", [levels, self.const(float(w.center), np.float32)])
+        levels = self.op1("Sub", [levels, self.const(float(w.center + params.gather_shift), np.float32)])
         scale3d = self.op1("Reshape", [params.scale2d, self.const([w.n, nb, 1])])
         values = self.op1("Mul", [levels, self.op1("Gather", [scale3d, ids])])
         if params.offset2d is not None:
