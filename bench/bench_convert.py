@@ -107,6 +107,13 @@ def write_gguf(path: Path, shape: dict[str, int], wtype: str, seed: int = 0) -> 
     w.close()
 
 
+def write_gguf_worker(path: str, shape: str, wtype: str) -> dict[str, Any]:
+    """Worker: write_gguf in its own process, so the bench's process stays small. (A child's
+    ru_maxrss starts from its parent's RSS at fork, so a big parent would inflate every figure.)"""
+    write_gguf(Path(path), SHAPES[shape], wtype)
+    return {"bytes": Path(path).stat().st_size}
+
+
 def quantize_llama_cpp(src: str, dst: str, ftype: int = LLAMA_FTYPE_Q4_K_M) -> dict[str, Any]:
     """Worker (side venv): llama.cpp's quantizer, as `llama-quantize` runs it."""
     import llama_cpp
@@ -206,7 +213,6 @@ def run(quick: bool = False, shapes: list[str] | None = None, baseline: str | No
     rows: list[dict[str, Any]] = []
     try:
         for shape_name in shapes:
-            shape = SHAPES[shape_name]
             f16 = root / f"{shape_name}-F16.gguf"
             for q in quants:
                 src = root / f"{shape_name}-{q}.gguf"
@@ -215,13 +221,13 @@ def run(quick: bool = False, shapes: list[str] | None = None, baseline: str | No
                         print("convert: Q4_K_M skipped (no side venv: python -m bench deps)", flush=True)
                         continue
                     if not f16.exists():
-                        write_gguf(f16, shape, "F16")
+                        _child("write_gguf_worker", {"path": str(f16), "shape": shape_name, "wtype": "F16"}, common.REPO)
                     res, _ = _child("quantize_llama_cpp", {"src": str(f16), "dst": str(src)}, common.REPO, python=side)
                     if res["rc"] != 0:
                         print(f"convert: llama.cpp quantize failed ({res['rc']})", flush=True)
                         continue
                 else:
-                    write_gguf(src, shape, q)
+                    _child("write_gguf_worker", {"path": str(src), "shape": shape_name, "wtype": q}, common.REPO)
                 gguf_bytes = src.stat().st_size
                 row: dict[str, Any] = {"shape": shape_name, "quant": q, "gguf_bytes": gguf_bytes,
                                        "types": _gguf_types(src)}
