@@ -10,8 +10,9 @@ times small per-block integers, multiplied in float32 exactly as llama.cpp's deq
   Q4_K: q 4-bit, scale d*sc, offset dmin*mn (sc, mn 6-bit)  Q5_1: q 5-bit, scale d, offset -m
   Q5_K: q 5-bit, scale d*sc, offset dmin*mn                 Q6_K: q 6-bit, center 32, scale d*sc (int8 sc,
                                                                   blocks of 16)
-The graph (graph.py) turns these into MatMulNBits inputs; levels of more than 4 bits are split
-into a 2- or 4-bit high part and a 4-bit low part (q = 16*hi + lo), so nothing is requantized.
+The graph (graph.py) turns these into MatMulNBits inputs: in the exact mode levels of more than 4
+bits are split into two 4-bit parts (q = 16*hi + lo), in the fast mode they are one 8-bit plane;
+nothing is requantized.
 Requantizing instead measurably changed the default model's answers.
 """
 from __future__ import annotations
