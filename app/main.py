@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_self_test()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from engine.hugepages import log_status  # noqa: PLC0415
+
+    log_status()   # one line, when launch() re-executed with huge pages
     from app.gui.app import run_app  # noqa: PLC0415 - Qt only when the GUI starts
 
     return run_app([sys.argv[0], *qt_args], started_at=_STARTED)

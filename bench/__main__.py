@@ -1,4 +1,4 @@
-"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|convert ...] [--quick] [--write|--no-write]`
+"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert ...] [--quick] [--write|--no-write]`
 
 Runs the chosen benches (all of them by default), printing each figure as it goes, and rewrites
 each bench's own section of docs/BENCHMARKS.md (the other sections stay as they were).
@@ -21,7 +21,7 @@ from typing import Any
 from . import common
 from .common import Section, ok, table
 
-BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "convert")
+BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
 # Targets of benches written by others (issue 6 for the store), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
@@ -63,7 +63,7 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny") -> dict[
         mod = importlib.import_module("bench.bench_convert")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
-    elif name in ("engine", "compare", "sessions", "server"):
+    elif name in ("engine", "compare", "sessions", "server", "defaults"):
         mod = importlib.import_module(f"bench.bench_{name}")
         res = mod.run(quick=quick)
         if name == "compare":

@@ -6,7 +6,7 @@
 3. the sidebar loads 10,000 chats from the real store (window start-up),
 
 measured by a 5 ms timer probe (`app.gui.probe.StallProbe`) with the fake engine from
-`tests/gui/fake_engine.py`. Target: every stall under 50 ms. Also reports the time until the
+`tests/support/fake_engine.py`. Target: every stall under 50 ms. Also reports the time until the
 window is visible in a fresh process. Run: `python -m bench.bench_gui` (prints and returns the
 figures).
 """
@@ -111,14 +111,13 @@ def _startup_ms(home: Path) -> float:
 def run() -> dict[str, float]:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ.setdefault("AMBER_THEME", "light")
-    sys.path.insert(0, str(ROOT / "tests" / "gui"))
     from PySide6.QtWidgets import QApplication
 
     from app.gui import theme
     from app.gui.backend import Backend
     from app.gui.main_window import MainWindow
     from app.gui.probe import StallProbe, StallTracer
-    from fake_engine import FakeEngine  # type: ignore[import-not-found]
+    from tests.support.fake_engine import FakeEngine
 
     app = QApplication.instance() or QApplication([])
     trace = bool(os.environ.get("AMBER_BENCH_TRACE"))

@@ -1,4 +1,4 @@
-"""`amber-engine`: the headless command line (convert, fetch-default, generate, sessions, cache)."""
+"""`amber-engine`: the headless command line (convert, fetch-default, generate, sessions, cache, models)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from . import paths
-from .api import GenerationResult, SamplingParams, SessionInfo, TextChunk
+from .api import GenerationResult, OverflowPolicy, SamplingParams, SessionInfo, TextChunk
 
 
 class CliError(Exception):
@@ -79,7 +79,8 @@ def cmd_fetch_default(args: argparse.Namespace) -> int:
 def _sampling(args: argparse.Namespace) -> SamplingParams:
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                           repetition_penalty=args.repetition_penalty, seed=args.seed, greedy=args.greedy,
-                          max_new_tokens=args.max_tokens, stop=list(args.stop or []))
+                          max_new_tokens=args.max_tokens, stop=list(args.stop or []),
+                          overflow=args.overflow)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -117,7 +118,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 if not args.json:
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
-            else:
+            elif isinstance(event, GenerationResult):    # PrefillProgress: not shown
                 result = event
         if result is not None and kind != "temporary":
             manager.wait_for_saves()
@@ -189,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     kind.add_argument("--temporary", action="store_true", help="temporary session: nothing on disk")
     g.add_argument("--state-dir", help="engine state folder (default: in the user data folder)")
     g.add_argument("--cache-salt", help="only callers with the same salt share cached prefixes")
+    g.add_argument("--overflow", choices=[p.value for p in OverflowPolicy],
+                   default=OverflowPolicy.TRUNCATE_MIDDLE.value,
+                   help="when the chat outgrows the context window (with --chat): stop, leave out the "
+                        "middle (keep the system prompt and the latest turns), or keep the latest turns only")
     add_kv_store_option(g)
     g.set_defaults(func=cmd_generate)
 
@@ -198,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_cache_commands(sub)
     from .cli_serve import add_serve_command
     add_serve_command(sub)
+    from .cli_models import add_models_commands
+    add_models_commands(sub)
     return p
 
 

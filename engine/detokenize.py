@@ -78,6 +78,15 @@ class IncrementalDecoder:
             return ""   # nothing new yet, or a character still missing bytes: hold back
         return self._emit(text)
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special_ids
+
+    @property
+    def pending(self) -> bool:
+        """Some pushed ids have not produced their text yet (a character still missing bytes)."""
+        return self._read < len(self._ids)
+
     def flush(self) -> str:
         """Return whatever is still held back (at the end of generation), even if incomplete."""
         if self._read == len(self._ids):

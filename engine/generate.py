@@ -7,12 +7,12 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
-                  KVLocation, SamplingParams, StreamEvent, TextChunk)
+                  KVLocation, PrefillProgress, SamplingParams, StreamEvent, TextChunk)
 from .chat_template import ChatTemplate, load_chat_template
 from .detokenize import IncrementalDecoder, StopStringMatcher
 from .kvcache import KVCache
 from .model import LoadedModel
-from .runner import Runner
+from .runner import PREFILL_CHUNK, Runner
 from .sampling import Sampler, resolve_sampling
 
 
@@ -55,7 +55,8 @@ class Generator:
     def stream(self, cache: KVCache, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
                cancel: CancelToken | None = None, *, origin: KVLocation = KVLocation.MEMORY,
                figures: GenerationFigures | None = None, started: float | None = None) -> Iterator[StreamEvent]:
-        """Streams `TextChunk`s, then one `GenerationResult`.
+        """Streams `PrefillProgress` (at the start, between prefill chunks and at the end of the
+        prefill), `TextChunk`s, then one `GenerationResult`.
 
         The cache keeps the longest prefix it shares with `prompt_ids` and is extended in place;
         afterwards it holds the prompt and every generated token whose KV was computed: all of them
@@ -92,7 +93,19 @@ class Generator:
         fig.resume = origin.value if reused else KVLocation.NONE.value
         is_cancelled = (lambda: cancel is not None and cancel.is_set())
         t_prefill = time.perf_counter()
-        logits = self.runner.forward(cache, prompt[reused:], between_chunks=lambda _: is_cancelled())
+        todo = prompt[reused:]
+        logits = None
+        yield PrefillProgress(0, len(todo))
+        # Chunk by chunk here (not inside the runner) so that progress can be streamed between them.
+        for start in range(0, len(todo), PREFILL_CHUNK):
+            if start:
+                if is_cancelled():
+                    logits = None
+                    break
+                yield PrefillProgress(start, len(todo))
+            logits = self.runner.forward(cache, todo[start:start + PREFILL_CHUNK])
+        if logits is not None:
+            yield PrefillProgress(len(todo), len(todo))
         fig.prefill_ms = (time.perf_counter() - t_prefill) * 1000
         fig.prefilled_tokens = len(cache) - reused
         if logits is None:

@@ -51,6 +51,8 @@ class Manifest:
     transcript: list[dict[str, str]] = field(default_factory=list)
     updated: float = 0.0
     version: int = VERSION
+    # The token-exact history (engine.history: ids, text, marks); checked by TokenHistory.from_json.
+    history: dict[str, Any] | None = None
 
 
 def is_block_key(name: object) -> bool:
@@ -87,6 +89,8 @@ def encode(m: Manifest) -> bytes:
     data = {"version": VERSION, "session_id": m.session_id, "kind": m.kind, "fingerprint": m.fingerprint,
             "cache_salt": m.cache_salt, "block_tokens": m.block_tokens, "tokens": m.tokens, "blocks": m.blocks,
             "tail": m.tail, "transcript": m.transcript, "updated": m.updated or time.time()}
+    if m.history is not None:
+        data["history"] = m.history
     return json.dumps(seal(data), ensure_ascii=False).encode()
 
 
@@ -128,8 +132,11 @@ def validate(data: object, session_id: str) -> Manifest:
         for t in transcript), "bad transcript")
     updated = data.get("updated", 0.0)
     _need(isinstance(updated, (int, float)) and not isinstance(updated, bool), "bad updated")
+    history = data.get("history")
+    _need(history is None or isinstance(history, dict), "bad history")
     return Manifest(session_id, kind, fingerprint, salt, bt, list(tokens), list(blocks), tail,
-                    [{"role": t["role"], "content": t["content"]} for t in transcript], float(updated), version)
+                    [{"role": t["role"], "content": t["content"]} for t in transcript], float(updated), version,
+                    history=history)
 
 
 def read(path: Path, session_id: str) -> Manifest:

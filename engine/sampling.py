@@ -74,7 +74,10 @@ def resolve_sampling(params: SamplingParams | None,
     else Hugging Face's default. Greedy decoding is used when the user asks for it
     (`greedy=True` or `temperature == 0`), or when the model's config does not enable sampling
     (`do_sample` false or absent) and the user set none of temperature/top_k/top_p/min_p.
-    Penalties apply in greedy mode too. Raises `ValueError` naming the bad field and its source.
+    Asked-for greedy (`greedy=True` or `temperature == 0`) is the argmax of the model's logits:
+    generation_config.json's repetition penalty does not apply, only one the user sets
+    explicitly. Greedy by the model's own config keeps the config's penalty (HF applies it).
+    Raises `ValueError` naming the bad field and its source.
     """
     params = params if params is not None else SamplingParams()
     config = dict(generation_config or {})
@@ -107,7 +110,11 @@ def resolve_sampling(params: SamplingParams | None,
     if not 0.0 <= min_p < 1.0:
         raise ValueError(f"min_p from {src} must be in [0, 1), got {min_p}")
 
-    value, src = pick("repetition_penalty", HF_DEFAULT_REPETITION_PENALTY)
+    asked_greedy = params.greedy or (params.temperature is not None and params.temperature == 0)
+    if asked_greedy and params.repetition_penalty is None:
+        value, src = 1.0, "greedy decoding"
+    else:
+        value, src = pick("repetition_penalty", HF_DEFAULT_REPETITION_PENALTY)
     repetition_penalty = _number(value, "repetition_penalty", src)
     if repetition_penalty <= 0:
         raise ValueError(f"repetition_penalty from {src} must be > 0 (1 disables it), "

@@ -21,6 +21,8 @@ import numpy as np
 
 from .api import (KV_STORE_MODEL, KV_STORES, CancelToken, ChatMessage, GenerationFigures, GenerationResult,
                   KVLocation, SamplingParams, SessionInfo, SessionKind, StreamEvent)
+from .chat_history import ChatPlanner
+from .history import HistoryFormatError, TokenHistory
 from .blockstore import DEFAULT_BLOCK_TOKENS, BlockStore
 from .generate import Generator, common_prefix
 from .kvcache import KVCache
@@ -69,6 +71,10 @@ class _Session:
     # so that switching back finds it intact.
     foreign_keys: list[str] = field(default_factory=list)
     foreign_tail: str | None = None
+    # The token ids this session holds and the template text they stand for (engine.history):
+    # the source of truth for the next turn's prompt, saved in the manifest.
+    history: TokenHistory = field(default_factory=TokenHistory)
+    overflow_start: int | None = None  # where the last overflow cut started (kept while it fits)
 
 
 def _noop() -> None:
@@ -142,6 +148,7 @@ class SessionManager:
                  kv_store: str = KV_STORE_MODEL, lock_wait_s: float | None = None) -> None:
         self.model = model
         self.generator = Generator(model)
+        self.planner = ChatPlanner(self.generator)
         self.state_dir = Path(state_dir)
         self.memory_budget = memory_budget_bytes
         self.shape = store_shape(model, kv_store)
@@ -265,10 +272,14 @@ class SessionManager:
 
     def generate(self, session_id: str, messages: Sequence[ChatMessage | dict],
                  sampling: SamplingParams | None = None, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
-        """Streams a reply to `messages` (the whole conversation, rendered by the chat template)."""
+        """Streams a reply to `messages` (the whole conversation, rendered by the chat template).
+
+        The prompt is the token ids the session already holds for the part of the conversation it
+        has seen, plus the tokenization of the rest (engine.history); `sampling.overflow` decides
+        what is left out when it does not fit the context window (engine.overflow)."""
         s = self._get(session_id)
-        prompt = self.generator.encode_chat(messages)
-        return self._stream(s, prompt, sampling, cancel)
+        job = self.planner.prepare(messages, sampling)     # template and policy errors: now
+        return self._stream(s, job, sampling, cancel)
 
     def generate_tokens(self, session_id: str, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
                         cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
@@ -288,13 +299,13 @@ class SessionManager:
             history = [m for m in history if m["role"] != "system"]
             history.insert(0, {"role": "system", "content": system})
         history.append({"role": "user", "content": user_text})
-        prompt = self.generator.encode_chat(history)
+        job = self.planner.prepare(history, sampling)
 
         def record(result: GenerationResult) -> None:   # before the session is saved
             s.transcript = history + [{"role": "assistant", "content": result.text}]
             if s.kind == SessionKind.REGULAR:
                 self._save_async(s)     # pinned sessions are saved with their KV right after
-        yield from self._stream(s, prompt, sampling, cancel, on_result=record)
+        yield from self._stream(s, job, sampling, cancel, on_result=record)
 
     def pin(self, session_id: str) -> None:
         """Makes a session persistent: its KV is written in the background."""
@@ -446,9 +457,11 @@ class SessionManager:
             raise SessionError(f"session {session_id} is not open")
         return s
 
-    def _stream(self, s: _Session, prompt: list[int], sampling: SamplingParams | None,
+    def _stream(self, s: _Session, prompt_or_job: Any, sampling: SamplingParams | None,
                 cancel: CancelToken | None,
                 on_result: Callable[[GenerationResult], None] | None = None) -> Iterator[StreamEvent]:
+        """`prompt_or_job`: token ids, or a chat job of the planner (planned here, under the
+        session's lock, against the history the session holds now)."""
         if not s.lock.acquire(blocking=False):
             raise SessionError(f"session {s.id} is already generating")
         try:
@@ -456,6 +469,13 @@ class SessionManager:
                 raise SessionError(f"session {s.id} was closed")
             started = time.perf_counter()
             figures = GenerationFigures()
+            plan = None
+            if isinstance(prompt_or_job, list):
+                prompt = prompt_or_job
+            else:
+                plan = self.planner.plan(prompt_or_job, s.history, s.overflow_start, figures)
+                prompt = plan.ids
+                s.overflow_start = plan.overflow_start
             origin = KVLocation.MEMORY
             if s.cache is None:
                 s.cache = self.generator.new_cache()
@@ -479,6 +499,8 @@ class SessionManager:
                 for event in self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin,
                                                    figures=figures, started=started):
                     if isinstance(event, GenerationResult):
+                        if plan is not None:
+                            s.history = self.planner.record(s.history, plan, event.token_ids)
                         if on_result is not None:
                             on_result(event)
                         self._after_generation(s)      # before the result: a caller may stop there
@@ -646,7 +668,8 @@ class SessionManager:
                 tail = s.cache.export(len(keys) * B, len(tokens)) if tail_toks else None
                 for key in keys:     # referenced from now on: the janitor must not take them
                     self._refs.setdefault(key, set()).add(s.id)
-                job = lambda: self._write_pinned(s, tokens, keys, new_blocks, tail_toks, tail, transcript)
+                history = s.history
+                job = lambda: self._write_pinned(s, tokens, keys, new_blocks, tail_toks, tail, transcript, history)
             s.pending_saves += 1
         self._writer.submit(job).add_done_callback(lambda f: self._saved(s, f))
 
@@ -658,7 +681,8 @@ class SessionManager:
 
     def _write_pinned(self, s: _Session, tokens: list[int], keys: list[str],
                       new_blocks: list[tuple[str, list[int], np.ndarray]], tail_toks: list[int],
-                      tail: np.ndarray | None, transcript: list[dict[str, str]]) -> None:
+                      tail: np.ndarray | None, transcript: list[dict[str, str]],
+                      history: TokenHistory | None = None) -> None:
         if s.kind != SessionKind.PINNED:
             return   # unpinned or deleted while queued
         # Shared from the first block to the manifest: another process's gc or cache clear waits,
@@ -683,7 +707,7 @@ class SessionManager:
             old_tail = s.tail_file
             s.transcript = transcript if transcript else s.transcript
             # The manifest goes last: a crash before this line leaves the previous state valid.
-            self._write_manifest(s, tokens, keys, tail_name, kind=SessionKind.PINNED)
+            self._write_manifest(s, tokens, keys, tail_name, kind=SessionKind.PINNED, history=history)
         with self._lock:
             for key in s.disk_keys + dropped:
                 if key not in keys:
@@ -752,11 +776,13 @@ class SessionManager:
             unlink_inside(self.state_dir, stray)
 
     def _write_manifest(self, s: _Session, tokens: list[int], keys: list[str], tail: str | None,
-                        kind: SessionKind | None = None) -> None:
+                        kind: SessionKind | None = None, history: TokenHistory | None = None) -> None:
         check_inside(self.state_dir, self._manifests.path(s.id))
+        history = history if history is not None else s.history
         self._manifests.write(Manifest(
             s.id, (kind or s.kind).value, self.shape.fingerprint, s.salt, self.block_tokens, list(tokens),
-            list(keys), tail, list(s.transcript), time.time()))
+            list(keys), tail, list(s.transcript), time.time(),
+            history=history.to_json() if history.ids else None))    # token-exact history (engine.history)
 
     def _read_manifest(self, sid: str, repair: bool = True) -> _Session | None:
         """The session as its manifest describes it (engine.manifest validates every field). A
@@ -776,6 +802,11 @@ class SessionManager:
         if m is None:
             return s
         same_model = m.fingerprint == self.shape.fingerprint
+        if m.history is not None and m.fingerprint.split("/")[0] == self.model.fingerprint:
+            try:   # the same tokenizer made it (a KV store change keeps it valid)
+                s.history = TokenHistory.from_json(m.history, self.planner.vocab_size)
+            except HistoryFormatError:
+                pass   # the next turn tokenizes the conversation afresh
         same_layout = m.block_tokens == self.block_tokens
         if s.kind == SessionKind.PINNED:
             if same_model and same_layout:

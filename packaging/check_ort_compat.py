@@ -186,9 +186,10 @@ def run_probe(python: Path | str, model_dir: Path, out: Path) -> dict:
 
 def tiny_models(dest: Path) -> list[Path]:
     """Tiny models converted by Amber's importer (plus a plain-attention graph) in `dest`."""
-    sys.path.insert(0, str(ROOT / "tests" / "engine"))
-    from plain_onnx import write_plain_model
-    from tiny_gguf import TinyConfig, variant, write_tiny_gguf
+    if str(ROOT) not in sys.path:   # run as a script: the checkout's test support
+        sys.path.insert(0, str(ROOT))
+    from tests.support.plain_onnx import write_plain_model
+    from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
 
     from engine.convert import FAST, convert_gguf
 

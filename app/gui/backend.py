@@ -216,7 +216,7 @@ class Backend:
             return self.store_factory(db_path)
         if store_available():
             return open_store(db_path)
-        from .memstore import MemoryStore  # noqa: PLC0415 - until app.store exists
+        from app.store.memory import MemoryStore  # noqa: PLC0415
 
         log.warning("app.store is not available; chats are kept in memory only")
         return MemoryStore()

@@ -28,7 +28,8 @@ from .chat_view import ChatView, MessageItem, copy_to_clipboard
 from .save_notice import SaveNotice
 from .composer import Composer
 from .markdown_render import render
-from .memstore import MemoryStore
+from app.store.memory import MemoryStore
+from app.store.titles import chat_title as _title_from  # the stores' title: it never changes later
 from .remote_config import (chat_salt, is_remote_choice, is_remote_engine, load_remotes,
                             temporary_notice)
 from .settings import Settings
@@ -247,6 +248,7 @@ class MainWindow(QMainWindow):
                   "A GGUF file, an ONNX model folder, or an OpenAI-compatible server")
         self.import_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.import_btn)
+        self.act_get_models = menu.addAction("Get models…", self.open_model_library)   # app/gui/model_library.py
         self.act_import_gguf = menu.addAction("Import GGUF file…", self.import_gguf_dialog)
         self.act_import_folder = menu.addAction("Import ONNX model folder…", self.import_folder_dialog)
         self.act_connect_remote = menu.addAction("Connect to an OpenAI-compatible server…",
@@ -1326,6 +1328,11 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.load_engine()
 
+    def open_model_library(self) -> Any:
+        """Hugging Face search, download and conversion (app/gui/model_library.py)."""
+        from .model_library import open_model_library  # noqa: PLC0415
+        return open_model_library(self)
+
     def connect_remote_dialog(self) -> Any:
         """Base URL, optional key, model: chats then stream from that server (app/gui/remote_dialog.py)."""
         from .remote_dialog import open_connect_dialog  # noqa: PLC0415
@@ -1685,11 +1692,6 @@ def shiboken_valid(obj: Any) -> bool:
     import shiboken6  # noqa: PLC0415
 
     return shiboken6.isValid(obj)
-
-
-def _title_from(text: str, limit: int = 48) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
 def _clean_snippet(s: str) -> str:

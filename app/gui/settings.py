@@ -23,10 +23,13 @@ THEMES = ("system", "light", "dark")
 
 @dataclass
 class Sampling:
+    # The default model's own generation_config.json, chosen by measurement over everyday prompts
+    # (bench/bench_defaults.py, docs/BENCHMARKS.md "Sampling defaults for the default model").
     temperature: float = 0.7
-    top_p: float = 0.9
+    top_p: float = 0.95
     top_k: int = 40
     repetition_penalty: float = 1.1
+    min_p: float = 0.05
     max_new_tokens: int = 512
     seed: int | None = None
 

@@ -3,13 +3,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, TypeAlias
+
+# One id type for messages in both stores (SQLite's integer primary key; the memory store counts).
+MessageId: TypeAlias = int
 
 KVState = Literal["none", "memory", "disk"]
 Role = Literal["system", "user", "assistant"]
 
 KV_STATES: frozenset[str] = frozenset({"none", "memory", "disk"})
 ROLES: frozenset[str] = frozenset({"system", "user", "assistant"})
+
+# Search snippets are plain text; matches are wrapped in these (the GUI may style or strip them).
+SNIPPET_OPEN = "\u00ab"   # «
+SNIPPET_CLOSE = "\u00bb"  # »
+
+
+class CurrentLeaf:
+    """Sentinel type: "append under the conversation's current leaf"."""
+
+    def __repr__(self) -> str:
+        return "CURRENT_LEAF"
+
+
+CURRENT_LEAF = CurrentLeaf()
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +53,16 @@ class ConversationDetail(ConversationRow):
     settings: dict[str, Any] = field(hash=False)
     cache_salt: str | None
     title_locked: bool
-    current_leaf_id: int | None
+    current_leaf_id: MessageId | None
 
 
 @dataclass(frozen=True, slots=True)
 class MessageRow:
     """One message on a path; `sibling_index`/`sibling_count` count its alternatives."""
 
-    id: int
+    id: MessageId
     conversation_id: str
-    parent_id: int | None
+    parent_id: MessageId | None
     depth: int
     role: str
     content: str
@@ -64,3 +81,14 @@ class SearchHit:
     title: str
     snippet: str
     rank: float
+
+
+def figures_dict(figures: Any) -> dict[str, Any] | None:
+    """A message's figures as a plain dict: a mapping, or anything with `to_dict()`."""
+    if figures is None:
+        return None
+    if hasattr(figures, "to_dict"):  # engine.api.GenerationFigures
+        figures = figures.to_dict()
+    if not isinstance(figures, Mapping):
+        raise ValueError("figures must be a mapping (or have to_dict())")
+    return dict(figures)

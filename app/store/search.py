@@ -6,11 +6,8 @@ import re
 
 from sqlalchemy import Connection, text
 
-from .rows import SearchHit
+from .rows import SNIPPET_CLOSE, SNIPPET_OPEN, SearchHit
 
-# Snippets are plain text; matches are wrapped in these (the GUI may style or strip them).
-SNIPPET_OPEN = "\u00ab"   # «
-SNIPPET_CLOSE = "\u00bb"  # »
 SNIPPET_ELLIPSIS = "\u2026"
 SNIPPET_TOKENS = 12
 # A title match says more about a conversation than one word somewhere in its messages.

@@ -8,65 +8,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from sqlalchemy import Connection, delete, func, insert, or_, select, text, update
+from sqlalchemy import Connection, delete, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from . import errors, export, search as fts
+from . import errors, export, queries as q, search as fts
 from .database import DEFAULT_BUSY_TIMEOUT_MS, Database, open_database
 from .errors import NotFoundError, StoreError
 from .models import Conversation, Message, PendingEngineDelete, utcnow
-from .rows import KV_STATES, ROLES, ConversationDetail, ConversationRow, MessageRow, SearchHit
+from .rows import (CURRENT_LEAF, KV_STATES, ROLES, ConversationDetail, ConversationRow, CurrentLeaf,
+                   MessageRow, SearchHit)
+from .rows import figures_dict as _figures_dict
 from .titles import DEFAULT_TITLE, title_from_message
 from .writer import Writer
 
 T = TypeVar("T")
-
-
-class _CurrentLeaf:
-    """Sentinel type: "append under the conversation's current leaf"."""
-
-    def __repr__(self) -> str:
-        return "CURRENT_LEAF"
-
-
-CURRENT_LEAF = _CurrentLeaf()
-
-_SIDEBAR_SQL = (
-    "SELECT id, title, pinned, created_at, updated_at, last_opened_at, kv_state, kv_bytes "
-    "FROM conversations ORDER BY pinned DESC, updated_at DESC, pk DESC"
-)
-_CONVERSATIONS = Conversation.__table__
-_MESSAGES = Message.__table__
-
-# The path from a leaf up to the root (recursive over the primary key, so cheap).
-_PATH_IDS = text("""
-    WITH RECURSIVE path(id) AS (
-        SELECT :leaf
-        UNION ALL
-        SELECT m.parent_id FROM messages m JOIN path ON m.id = path.id
-        WHERE m.parent_id IS NOT NULL
-    )
-    SELECT id FROM path
-""")
-_HAS_USER_ANCESTOR = text("""
-    WITH RECURSIVE path(id, parent_id, role) AS (
-        SELECT id, parent_id, role FROM messages WHERE id = :start
-        UNION ALL
-        SELECT m.id, m.parent_id, m.role FROM messages m JOIN path ON m.id = path.parent_id
-    )
-    SELECT 1 FROM path WHERE role = 'user' LIMIT 1
-""")
-# The newest message under (and including) a message: where its branch was last extended.
-_NEWEST_DESCENDANT = text("""
-    WITH RECURSIVE sub(id) AS (
-        SELECT :start
-        UNION ALL
-        SELECT m.id FROM messages m JOIN sub ON m.parent_id = sub.id
-    )
-    SELECT max(id) FROM sub
-""")
-
 
 class ConversationStore:
     """Amber's conversations in one SQLite file; every method is synchronous and thread-safe.
@@ -140,7 +96,7 @@ class ConversationStore:
             fresh: dict[tuple[Any, ...], ConversationRow] = {}
             rows = []
             make, stamp, utc = ConversationRow, datetime.fromtimestamp, timezone.utc
-            for t in raw.execute(_SIDEBAR_SQL):
+            for t in raw.execute(q.SIDEBAR_SQL):
                 row = cache.get(t)
                 if row is None:
                     opened = t[5]
@@ -156,7 +112,7 @@ class ConversationStore:
 
     def get_conversation(self, id: str) -> ConversationDetail:
         """One conversation with its model, prompt and settings."""
-        return self._read(lambda conn: _detail(_conversation_row(conn, id)))
+        return self._read(lambda conn: q.detail_row(q.conversation_row(conn, id)))
 
     def create_conversation(self, *, id: str | None = None, title: str | None = None,
                             system_prompt: str = "", model_id: str = "",
@@ -167,7 +123,7 @@ class ConversationStore:
         if id is not None:
             uuid.UUID(id)  # must be a UUID (it names the engine session); kept as given
         conv_id = id if id is not None else str(uuid.uuid4())
-        settings_json = _dump_json(dict(settings or {}), "settings")
+        settings_json = q.dump_json(dict(settings or {}), "settings")
         now = utcnow()
 
         def write(session: Session) -> ConversationDetail:
@@ -183,7 +139,7 @@ class ConversationStore:
                 session.flush()
             except IntegrityError as exc:
                 raise ValueError(f"a conversation with id {conv_id} already exists") from exc
-            return _detail(conv)
+            return q.detail_row(conv)
 
         return self._write(write)
 
@@ -223,7 +179,7 @@ class ConversationStore:
         if system_prompt is not None:
             values["system_prompt"] = system_prompt
         if settings is not None:
-            values["settings_json"] = _dump_json(dict(settings), "settings")
+            values["settings_json"] = q.dump_json(dict(settings), "settings")
         if values:
             self._update_conversation(id, **values)
 
@@ -285,7 +241,7 @@ class ConversationStore:
     # ----------------------------------------------------------------- messages
 
     def add_message(self, conversation_id: str, role: str, content: str, *,
-                    parent_id: int | None | _CurrentLeaf = CURRENT_LEAF,
+                    parent_id: int | None | CurrentLeaf = CURRENT_LEAF,
                     figures: Mapping[str, Any] | Any | None = None,
                     model_name: str | None = None) -> MessageRow:
         """Append a message (by default under the current leaf) and make it the current leaf.
@@ -297,11 +253,11 @@ class ConversationStore:
         if role not in ROLES:
             raise ValueError(f"role must be one of {sorted(ROLES)}, not {role!r}")
         figures_dict = _figures_dict(figures)
-        columns = _figure_columns(figures_dict)
+        columns = q.figure_columns(figures_dict)
         now = utcnow()
 
         def write(session: Session) -> MessageRow:
-            conv = _conversation_for_update(session, conversation_id)
+            conv = q.conversation_for_update(session, conversation_id)
             parent = conv.current_leaf_id if parent_id is CURRENT_LEAF else parent_id
             depth = 0
             if parent is not None:
@@ -318,12 +274,12 @@ class ConversationStore:
             values: dict[str, Any] = {"current_leaf_id": message_id, "updated_at": now}
             if role == "user" and not conv.title_locked:
                 is_first = parent is None or session.execute(
-                    _HAS_USER_ANCESTOR, {"start": parent}).first() is None
+                    q.HAS_USER_ANCESTOR, {"start": parent}).first() is None
                 title = title_from_message(content) if is_first else None
                 if title:
                     values["title"] = title
             session.execute(update(Conversation).where(Conversation.pk == conv.pk).values(**values))
-            count = _sibling_count(session.connection(), conversation_id, parent)
+            count = q.sibling_count(session.connection(), conversation_id, parent)
             return MessageRow(
                 id=message_id, conversation_id=conversation_id, parent_id=parent, depth=depth,
                 role=role, content=content, created_at=now, figures=figures_dict,
@@ -339,7 +295,7 @@ class ConversationStore:
         if content is not None:
             values["content"] = content
         if figures is not None:
-            values.update(_figure_columns(_figures_dict(figures)))
+            values.update(q.figure_columns(_figures_dict(figures)))
         now = utcnow()
 
         def write(session: Session) -> MessageRow:
@@ -348,13 +304,13 @@ class ConversationStore:
                 done = conn.execute(update(Message).where(Message.id == message_id).values(**values))
                 if done.rowcount != 1:
                     raise NotFoundError(f"no message {message_id}")
-            row = conn.execute(select(_MESSAGES).where(Message.id == message_id)).one_or_none()
+            row = conn.execute(select(q.MESSAGES).where(Message.id == message_id)).one_or_none()
             if row is None:
                 raise NotFoundError(f"no message {message_id}")
             conn.execute(update(Conversation).where(Conversation.id == row.conversation_id)
                          .values(updated_at=now))
-            count, index = _sibling_position(conn, row)
-            return _message(row, index, count)
+            count, index = q.sibling_position(conn, row)
+            return q.message_row(row, index, count)
 
         return self._write(write)
 
@@ -362,8 +318,8 @@ class ConversationStore:
         """The messages from the root to the current leaf, in order."""
 
         def read(conn: Connection) -> list[MessageRow]:
-            conv = _conversation_row(conn, conversation_id)
-            return _path(conn, conversation_id, conv.current_leaf_id)
+            conv = q.conversation_row(conn, conversation_id)
+            return q.path_rows(conn, conversation_id, conv.current_leaf_id)
 
         return self._read(read)
 
@@ -371,12 +327,12 @@ class ConversationStore:
         """The message and its alternatives (same parent), oldest first."""
 
         def read(conn: Connection) -> list[MessageRow]:
-            row = conn.execute(select(_MESSAGES).where(Message.id == message_id)).one_or_none()
+            row = conn.execute(select(q.MESSAGES).where(Message.id == message_id)).one_or_none()
             if row is None:
                 raise NotFoundError(f"no message {message_id}")
-            rows = conn.execute(select(_MESSAGES).where(
-                _siblings_of(row.conversation_id, row.parent_id)).order_by(Message.id)).all()
-            return [_message(r, i, len(rows)) for i, r in enumerate(rows)]
+            rows = conn.execute(select(q.MESSAGES).where(
+                q.siblings_of(row.conversation_id, row.parent_id)).order_by(Message.id)).all()
+            return [q.message_row(r, i, len(rows)) for i, r in enumerate(rows)]
 
         return self._read(read)
 
@@ -388,10 +344,10 @@ class ConversationStore:
             cid = conn.scalar(select(Message.conversation_id).where(Message.id == message_id))
             if cid is None:
                 raise NotFoundError(f"no message {message_id}")
-            leaf = conn.scalar(_NEWEST_DESCENDANT, {"start": message_id})
+            leaf = conn.scalar(q.NEWEST_DESCENDANT, {"start": message_id})
             conn.execute(update(Conversation).where(Conversation.id == cid)
                          .values(current_leaf_id=leaf))
-            return _path(conn, cid, leaf)
+            return q.path_rows(conn, cid, leaf)
 
         return self._write(write)
 
@@ -404,9 +360,9 @@ class ConversationStore:
 
         def write(session: Session) -> ConversationDetail:
             conn = session.connection()
-            src = _conversation_row(conn, conversation_id)
+            src = q.conversation_row(conn, conversation_id)
             leaf = src.current_leaf_id if upto_message_id is None else upto_message_id
-            path = _path(conn, conversation_id, leaf)
+            path = q.path_rows(conn, conversation_id, leaf)
             if upto_message_id is not None and not path:
                 raise NotFoundError(f"no message {upto_message_id} in conversation {conversation_id}")
             conv = Conversation(
@@ -421,11 +377,11 @@ class ConversationStore:
             session.flush()
             parent: int | None = None
             for msg in path:
-                parent = _insert_message(conn, new_id, parent, msg.depth, msg.role, msg.content,
+                parent = q.insert_message(conn, new_id, parent, msg.depth, msg.role, msg.content,
                                          msg.created_at, msg.figures, msg.model_name)
             conv.current_leaf_id = parent
             session.flush()
-            return _detail(conv)
+            return q.detail_row(conv)
 
         return self._write(write)
 
@@ -444,17 +400,17 @@ class ConversationStore:
         """The whole conversation (all alternatives, no KV state) as JSON-ready data."""
 
         def read(conn: Connection) -> dict[str, Any]:
-            detail = _detail(_conversation_row(conn, id))
-            rows = conn.execute(select(_MESSAGES).where(Message.conversation_id == id)
+            detail = q.detail_row(q.conversation_row(conn, id))
+            rows = conn.execute(select(q.MESSAGES).where(Message.conversation_id == id)
                                 .order_by(Message.id)).all()
-            return export.to_json(detail, [_message(r, 0, 1) for r in rows])
+            return export.to_json(detail, [q.message_row(r, 0, 1) for r in rows])
 
         return self._read(read)
 
     def import_json(self, data: Mapping[str, Any] | str | bytes) -> ConversationDetail:
         """Import an `export_json` result as a new conversation (new id, no KV state)."""
         parsed = export.parse_json(dict(data) if isinstance(data, Mapping) else data)
-        settings_json = _dump_json(parsed.settings, "settings")
+        settings_json = q.dump_json(parsed.settings, "settings")
         new_id = str(uuid.uuid4())
 
         def write(session: Session) -> ConversationDetail:
@@ -474,130 +430,13 @@ class ConversationStore:
             for msg in parsed.messages:
                 parent = ids[msg.parent_key] if msg.parent_key is not None else None
                 depth = depths[msg.parent_key] + 1 if msg.parent_key is not None else 0
-                ids[msg.key] = _insert_message(conn, new_id, parent, depth, msg.role,
+                ids[msg.key] = q.insert_message(conn, new_id, parent, depth, msg.role,
                                                msg.content, msg.created_at, msg.figures,
                                                msg.model_name)
                 depths[msg.key] = depth
             if parsed.current_leaf_key is not None:
                 conv.current_leaf_id = ids[parsed.current_leaf_key]
             session.flush()
-            return _detail(conv)
+            return q.detail_row(conv)
 
         return self._write(write)
-
-
-# --------------------------------------------------------------------- helpers
-
-
-def _dump_json(value: Any, what: str) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} must be JSON-serialisable: {exc}") from exc
-
-
-def _figures_dict(figures: Any) -> dict[str, Any] | None:
-    if figures is None:
-        return None
-    if hasattr(figures, "to_dict"):  # engine.api.GenerationFigures
-        figures = figures.to_dict()
-    if not isinstance(figures, Mapping):
-        raise ValueError("figures must be a mapping (or have to_dict())")
-    return dict(figures)
-
-
-def _figure_columns(figures: dict[str, Any] | None) -> dict[str, Any]:
-    """The JSON kept whole, plus the figures worth querying as columns (see models.Message)."""
-    if figures is None:
-        return {"figures_json": None}
-    resume = figures.get("resume")
-    return {
-        "figures_json": _dump_json(figures, "figures"),
-        "generated_tokens": figures.get("generated_tokens"),
-        "ttft_ms": figures.get("ttft_ms"),
-        "tokens_per_s": figures.get("decode_tokens_per_s"),
-        "finish_reason": figures.get("finish_reason"),
-        "resumed_from_disk": None if resume is None else resume == "disk",
-    }
-
-
-def _conversation_row(conn: Connection, id: str) -> Any:
-    row = conn.execute(select(_CONVERSATIONS).where(Conversation.id == id)).one_or_none()
-    if row is None:
-        raise NotFoundError(f"no conversation {id}")
-    return row
-
-
-def _conversation_for_update(session: Session, id: str) -> Conversation:
-    conv = session.scalars(select(Conversation).where(Conversation.id == id)).one_or_none()
-    if conv is None:
-        raise NotFoundError(f"no conversation {id}")
-    return conv
-
-
-def _detail(c: Any) -> ConversationDetail:
-    """From an ORM object or a Core row (same attribute names)."""
-    return ConversationDetail(
-        id=c.id, title=c.title, pinned=bool(c.pinned), created_at=c.created_at,
-        updated_at=c.updated_at, last_opened_at=c.last_opened_at, kv_state=c.kv_state,
-        kv_bytes=c.kv_bytes, model_id=c.model_id, model_fingerprint=c.model_fingerprint,
-        system_prompt=c.system_prompt, settings=json.loads(c.settings_json or "{}"),
-        cache_salt=c.cache_salt, title_locked=bool(c.title_locked),
-        current_leaf_id=c.current_leaf_id,
-    )
-
-
-def _message(r: Any, index: int, count: int) -> MessageRow:
-    return MessageRow(
-        id=r.id, conversation_id=r.conversation_id, parent_id=r.parent_id, depth=r.depth,
-        role=r.role, content=r.content, created_at=r.created_at,
-        figures=json.loads(r.figures_json) if r.figures_json is not None else None,
-        sibling_index=index, sibling_count=count, model_name=getattr(r, "model_name", None),
-    )
-
-
-def _siblings_of(cid: str, parent: int | None) -> Any:
-    return (Message.conversation_id == cid) & (
-        Message.parent_id.is_(None) if parent is None else Message.parent_id == parent)
-
-
-def _sibling_count(conn: Connection, cid: str, parent: int | None) -> int:
-    return conn.scalar(select(func.count()).where(_siblings_of(cid, parent))) or 0
-
-
-def _sibling_position(conn: Connection, row: Any) -> tuple[int, int]:
-    ids = list(conn.scalars(select(Message.id).where(_siblings_of(row.conversation_id,
-                                                                   row.parent_id))
-                            .order_by(Message.id)))
-    return len(ids), ids.index(row.id)
-
-
-def _path(conn: Connection, cid: str, leaf: int | None) -> list[MessageRow]:
-    """Root-to-leaf messages with their sibling positions (siblings ordered by creation)."""
-    if leaf is None:
-        return []
-    ids = list(conn.scalars(_PATH_IDS, {"leaf": leaf}))
-    rows = conn.execute(select(_MESSAGES).where(Message.id.in_(ids),
-                                                Message.conversation_id == cid)
-                        .order_by(Message.depth)).all()
-    if not rows:
-        return []
-    parents = {r.parent_id for r in rows}
-    clauses = [Message.parent_id.in_([p for p in parents if p is not None])]
-    if None in parents:
-        clauses.append(Message.parent_id.is_(None))
-    groups: dict[int | None, list[int]] = {}
-    for sid, parent in conn.execute(select(Message.id, Message.parent_id)
-                                    .where(Message.conversation_id == cid, or_(*clauses))
-                                    .order_by(Message.id)):
-        groups.setdefault(parent, []).append(sid)
-    return [_message(r, groups[r.parent_id].index(r.id), len(groups[r.parent_id])) for r in rows]
-
-
-def _insert_message(conn: Connection, cid: str, parent: int | None, depth: int, role: str,
-                    content: str, created_at: Any, figures: dict[str, Any] | None,
-                    model_name: str | None = None) -> int:
-    result = conn.execute(insert(Message).values(
-        conversation_id=cid, parent_id=parent, depth=depth, role=role, content=content,
-        created_at=created_at, model_name=model_name, **_figure_columns(figures)))
-    return int(result.inserted_primary_key[0])

@@ -21,3 +21,9 @@ def title_from_message(content: str, limit: int = MAX_TITLE_CHARS) -> str | None
     if space >= limit // 2:  # keep whole words unless that throws away too much
         cut = cut[:space]
     return cut.rstrip(" ,.;:-") + "\u2026"
+
+
+def chat_title(content: str, limit: int = MAX_TITLE_CHARS) -> str:
+    """The title a chat gets from its first user message (both stores and the window use it),
+    or DEFAULT_TITLE when the message is blank."""
+    return title_from_message(content, limit) or DEFAULT_TITLE

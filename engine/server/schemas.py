@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
-from ..api import ChatMessage, SamplingParams
+from ..api import ChatMessage, OverflowPolicy, SamplingParams
 from .errors import ApiError
 
 MAX_MESSAGES = 4096
@@ -47,7 +47,9 @@ class _Sampling(_Body):
                               presence_penalty=None if self.presence_penalty is None else float(self.presence_penalty),
                               frequency_penalty=None if self.frequency_penalty is None
                               else float(self.frequency_penalty),
-                              max_new_tokens=max_new_tokens, stop=stop)
+                              max_new_tokens=max_new_tokens, stop=stop,
+                              # an API caller is told the prompt is too long (400), never silently cut
+                              overflow=OverflowPolicy.STOP.value)
 
 
 def _stop_list(stop: str | list[str] | None) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_gguf import TinyConfig, TinyModel, write_tiny_gguf
+from tests.support.tiny_gguf import TinyConfig, TinyModel, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = TinyConfig(n_layers=2, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128,
@@ -44,7 +44,7 @@ def tiny_model(tiny_dir):
 @pytest.fixture(scope="session")
 def plain_dir(tiny_source, tiny_dir, tmp_path_factory) -> Path:
     """The same weights as an optimum-style plain-attention graph (no GroupQueryAttention)."""
-    from plain_onnx import write_plain_model
+    from tests.support.plain_onnx import write_plain_model
     return write_plain_model(tiny_source, tiny_dir, tmp_path_factory.mktemp("plain") / "tiny-plain")
 
 

@@ -15,7 +15,8 @@ from engine.cli import main
 
 FIGURES = {"prompt_tokens", "reused_tokens", "prefilled_tokens", "generated_tokens", "ttft_ms", "prefill_ms",
            "resume_ms", "decode_tokens_per_s", "provider", "finish_reason", "resume", "cache_tokens_memory",
-           "cache_tokens_disk", "fallback_reason", "context_used", "context_window"}
+           "cache_tokens_disk", "fallback_reason", "context_used", "context_window", "dropped_messages",
+           "dropped_tokens"}
 
 
 def one_line_error(proc, *needles: str) -> str:
@@ -46,7 +47,10 @@ def parse_json(proc) -> dict:
 @pytest.mark.slow
 def test_generate_json_on_the_default_model(default_model_dir, run_cli, tmp_path):
     state = tmp_path / "state"
+    # --greedy is the argmax (no repetition penalty). Under the template's own default system
+    # prompt that answers in French; the GUI's default system prompt gets the fact.
     proc = run_cli("generate", "--chat", "What is the capital of France?", "--greedy", "--json",
+                   "--system", "You are a helpful assistant.",
                    "--max-tokens", "40", "--state-dir", state,
                    env={"AMBER_HOME": str(default_model_dir.parent.parent)})
     data = parse_json(proc)

@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 from engine.convert import ConversionCancelled, ModelImportError, convert_gguf
-from tiny_gguf import TinyConfig, TinyModel, spm_vocab, variant, write_tiny_gguf
+from tests.support.tiny_gguf import TinyConfig, TinyModel, spm_vocab, variant, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parents[2]
 

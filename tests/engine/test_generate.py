@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from engine.api import GenerationResult, SamplingParams, TextChunk
+from engine.api import GenerationResult, PrefillProgress, SamplingParams, TextChunk
 from engine.generate import Generator, collect, common_prefix
 from engine.model import load_model
 from engine.runner import Runner
@@ -51,8 +51,13 @@ def reference_greedy(model, prompt: list[int], n: int) -> tuple[list[int], list[
 def events(gen: Generator, cache, prompt, sampling, cancel=None) -> tuple[list[TextChunk], GenerationResult]:
     evs = list(gen.stream(cache, prompt, sampling, cancel))
     assert isinstance(evs[-1], GenerationResult)
-    assert all(isinstance(e, TextChunk) for e in evs[:-1])
-    return evs[:-1], evs[-1]
+    progress = [e for e in evs if isinstance(e, PrefillProgress)]
+    chunks = [e for e in evs[:-1] if not isinstance(e, PrefillProgress)]
+    assert all(isinstance(e, TextChunk) for e in chunks)
+    # Progress comes first (at least the start, unless nothing is computed), then only text.
+    assert evs[:len(progress)] == progress
+    assert progress or evs[-1].figures.finish_reason == "context_full"
+    return chunks, evs[-1]
 
 
 def fresh(gen: Generator, prompt, sampling) -> GenerationResult:
@@ -149,6 +154,8 @@ def test_cancel_from_another_thread_stops_within_one_step(generator):
         if isinstance(event, GenerationResult):
             result = event
             break
+        if isinstance(event, PrefillProgress):
+            continue
         chunks += 1
         seen_tokens += len(event.token_ids)
         if chunks == 4:
@@ -460,3 +467,20 @@ def test_plain_cache_truncate_and_continue(plain_model):
     again = collect(gen.stream(cache, prompt, greedy(8)))
     assert again.figures.reused_tokens == 29 and again.token_ids == r1.token_ids
     assert cache.keys[0].shape[2] == len(cache) == 30 + 7
+
+
+@pytest.mark.slow
+def test_greedy_on_the_default_model_is_the_argmax_despite_its_configs_penalty(default_model_dir):
+    """SmolLM2's generation_config.json asks for repetition_penalty 1.1; `greedy=True` is the argmax."""
+    from engine.model import load_model
+    model = load_model(default_model_dir, provider="cpu")
+    assert model.generation_config.get("repetition_penalty") == 1.1
+    gen = Generator(model)
+    prompt = gen.encode_chat([{"role": "user", "content": "List the days of the week, one per line."}])
+    got = collect(gen.stream(gen.new_cache(), prompt, SamplingParams(greedy=True, max_new_tokens=48)))
+    ref, _ = reference_greedy(model, prompt, 48)
+    assert got.token_ids == ref
+    # The config's penalty would change this reply (so the test can tell the two apart).
+    penalised = collect(gen.stream(gen.new_cache(), prompt,
+                                   SamplingParams(greedy=True, repetition_penalty=1.1, max_new_tokens=48)))
+    assert penalised.token_ids != ref

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import gguf_bytes as gb
-from bounded import run_bounded
+from tests.support import gguf_bytes as gb
+from tests.support.bounded import run_bounded
 from engine.convert import ModelImportError, convert_gguf
-from tiny_gguf import TinyConfig, write_tiny_gguf
+from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = TinyConfig()

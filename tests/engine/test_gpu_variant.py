@@ -14,7 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from tiny_gguf import TinyConfig, variant as cfg_variant, write_tiny_gguf
+from tests.support.tiny_gguf import TinyConfig, variant as cfg_variant, write_tiny_gguf
 
 BASE = TinyConfig()
 Q4K = dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512)

@@ -17,7 +17,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from bounded import run_bounded
+from tests.support.bounded import run_bounded
 from engine.model import ModelLoadError, load_model
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ from engine.model import load_model
 from engine.prefix_cache import PrefixCache
 from engine.runner import Runner
 from engine.sessions import SessionManager
-from tiny_gguf import TinyConfig, write_tiny_gguf
+from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parents[2]
 B = 16                 # block_tokens in these tests

@@ -11,7 +11,7 @@ from engine.api import ChatMessage, GenerationResult, SamplingParams, SessionKin
 from engine.remote import RemoteEndpoint, RemoteEngine, RemoteError, detect_flavor, list_models
 from engine.remote_http import normalize_base_url
 
-from raw_openai_server import RawServer
+from tests.support.raw_openai_server import RawServer
 
 MSGS = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hi")]
 SID = "0b6f2a52-3c1e-4a55-9d8e-1f0c1d7e2a10"

@@ -88,6 +88,19 @@ def test_resolve_explicit_greedy_and_zero_temperature():
     assert resolve_sampling(SamplingParams(), {"do_sample": True, "temperature": 0}).greedy
 
 
+def test_asked_for_greedy_is_the_argmax_without_the_configs_penalty():
+    cfg = {"do_sample": True, "temperature": 0.7, "repetition_penalty": 1.1}
+    for params in (SamplingParams(greedy=True), SamplingParams(temperature=0.0)):
+        r = resolve_sampling(params, cfg)
+        assert r.greedy and r.repetition_penalty == 1.0 and r.presence_penalty == 0.0
+    # A penalty the user sets explicitly still applies.
+    assert resolve_sampling(SamplingParams(greedy=True, repetition_penalty=1.2), cfg).repetition_penalty == 1.2
+    # Greedy because the model's own config does not sample: the config's penalty is the model's default.
+    assert resolve_sampling(SamplingParams(), {"repetition_penalty": 1.1}).repetition_penalty == 1.1
+    # Sampling keeps the config's penalty.
+    assert resolve_sampling(SamplingParams(), cfg).repetition_penalty == 1.1
+
+
 def test_resolve_none_params_means_defaults():
     assert resolve_sampling(None, None).greedy
 

@@ -8,7 +8,7 @@ AMBER_FUZZ_EXAMPLES overrides max_examples (both profiles).
 
 Every target asserts the same property: reading a damaged or generated file ends in success or
 in the reader's own one-line error, never another exception, a hang or unbounded memory (see
-tests/engine/bounded.py). The plugin part below counts the examples each target ran (every
+tests/support/bounded.py). The plugin part below counts the examples each target ran (every
 @given test under tests/fuzz, whoever wrote it) and, with AMBER_FUZZ_COUNTS=path, writes them
 there as JSON at the end of the session.
 """
@@ -18,7 +18,6 @@ import collections
 import functools
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 HERE = Path(__file__).resolve().parent
-# The tiny-model writer, the byte-level GGUF helpers and the bounded runner live with the
-# engine tests; the fuzz targets reuse them.
-sys.path.insert(0, str(HERE.parent / "engine"))
+# The tiny-model writer, the byte-level GGUF helpers and the bounded runner are in tests/support
+# (imported as tests.support.*), shared with the engine tests.
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
             HealthCheck.large_base_example]

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bounded import run_bounded
+from tests.support.bounded import run_bounded
 from engine.api import SamplingParams
 from engine.generate import Generator
 from engine.model import ModelLoadError, load_model
 from fuzz_util import scaled
-from tiny_gguf import TinyConfig, write_tiny_gguf
+from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 CFG = TinyConfig(n_layers=1, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=64, vocab_size=300)
 FILES = ("config.json", "generation_config.json", "tokenizer_config.json")

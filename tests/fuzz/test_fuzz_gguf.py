@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import gguf_bytes as gb
-from bounded import run_bounded
+from tests.support import gguf_bytes as gb
+from tests.support.bounded import run_bounded
 from fuzz_util import scaled
 from engine.convert import ModelImportError, convert_gguf
 from engine.convert.gguf_source import GGUFSource
 from engine.convert.tokenizer import build_tokenizer_files
-from tiny_gguf import TinyConfig, write_tiny_gguf
+from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 CFG = TinyConfig(n_layers=1, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=64, vocab_size=300)
 MAX_MB = 96           # traced memory for one tiny file (a correct read needs a few MiB)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.store import ConversationStore, NotFoundError, StoreError
-from bounded import run_bounded
+from tests.support.bounded import run_bounded
 from fuzz_util import scaled
 
 PAGE = 4096

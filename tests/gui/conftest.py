@@ -7,7 +7,6 @@ without the option they go to tmp_path.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -16,14 +15,36 @@ os.environ.setdefault("AMBER_THEME", "light")
 
 import pytest  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fake_engine import FakeEngine  # noqa: E402
+from tests.support.fake_engine import FakeEngine  # noqa: E402
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--screenshots", action="store", default=None, metavar="DIR",
                      help="save the GUI tests' screenshots in DIR")
+
+
+# Waits are upper bounds for "this happens", never speed targets: on a loaded 2-core machine a
+# 5 s wait for a streamed reply can run out. Every qtbot wait gets this many times its timeout.
+WAIT_SCALE = float(os.environ.get("AMBER_TEST_WAIT_SCALE", "4"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _generous_waits() -> Iterator[None]:
+    from pytestqt.qtbot import QtBot
+
+    originals = {name: getattr(QtBot, name) for name in ("waitUntil", "waitSignal", "waitSignals")}
+
+    def scaled(original: Callable[..., Any], default: int) -> Callable[..., Any]:
+        def wait(self: Any, *args: Any, timeout: int = default, **kwargs: Any) -> Any:
+            return original(self, *args, timeout=int(timeout * WAIT_SCALE), **kwargs)
+        return wait
+
+    QtBot.waitUntil = scaled(originals["waitUntil"], 5000)      # type: ignore[method-assign]
+    QtBot.waitSignal = scaled(originals["waitSignal"], 5000)    # type: ignore[method-assign]
+    QtBot.waitSignals = scaled(originals["waitSignals"], 5000)  # type: ignore[method-assign]
+    yield
+    for name, fn in originals.items():
+        setattr(QtBot, name, fn)
 
 
 @pytest.fixture(scope="session", autouse=True)

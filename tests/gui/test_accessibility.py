@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication, QDialog, QWidget
 
 from app.gui import accessibility as a11y
 from app.gui import theme
-from helpers import send, wait_idle
+from tests.support.gui import send, wait_idle
 
 
 def _describe(nodes: list[a11y.Node]) -> str:

@@ -9,7 +9,7 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 
 from app.gui import chat_view as cv
 from engine.api import ChatMessage
-from helpers import bubble_texts, open_chat, send, wait_idle
+from tests.support.gui import bubble_texts, open_chat, send, wait_idle
 
 LONG = " ".join(f"word{i}" for i in range(300))
 

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QApplication, QWidget
 from app.gui.settings import Settings
 from app.gui.single_instance import SingleInstance, server_name
 from engine.api import SessionKind
-from fake_engine import FakeEngine
-from helpers import open_chat, send, wait_idle
+from tests.support.fake_engine import FakeEngine
+from tests.support.gui import open_chat, send, wait_idle
 
 ROOT = Path(__file__).resolve().parents[2]
 

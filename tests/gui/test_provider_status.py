@@ -3,15 +3,12 @@ is not the one running, why (issue 16). Real engine: the tiny converted model an
 SessionManager, loaded by the app's own `open_engine`."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-
-from tiny_gguf import TinyConfig, write_tiny_gguf  # noqa: E402
+from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 
 @pytest.fixture(scope="module")

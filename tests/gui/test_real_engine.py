@@ -11,7 +11,7 @@ import pytest
 
 from app.gui.backend import Backend
 from engine.paths import DEFAULT_MODEL_NAME
-from helpers import send
+from tests.support.gui import send
 
 pytestmark = pytest.mark.slow
 

@@ -2,22 +2,18 @@
 real `amber-engine serve` process on 127.0.0.1 (the tiny model), stored as usual."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
 import stat
-from pathlib import Path
 
 import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
-from helpers import send, wait_idle
+from tests.support.gui import send, wait_idle
 
-TESTS = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("amber_server_fixtures", TESTS / "server" / "conftest.py")
-server_fixtures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(server_fixtures)   # ServerProcess, the tiny model (shared with tests/server)
+from tests.support import server as server_fixtures   # ServerProcess, the tiny model's config
+from tests.support.tiny_gguf import write_tiny_gguf
 
 KEY = server_fixtures.KEY_A
 SYSTEM = " ".join(f"Rule {i}: the quick brown fox jumps over the lazy dog." for i in range(10))
@@ -26,7 +22,7 @@ SYSTEM = " ".join(f"Rule {i}: the quick brown fox jumps over the lazy dog." for 
 @pytest.fixture(scope="module")
 def amber_server(tmp_path_factory):
     from engine.convert import convert_gguf
-    src = server_fixtures.write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny-chat.gguf",
+    src = write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny-chat.gguf",
                                           server_fixtures.TINY)
     model = convert_gguf(src.path, tmp_path_factory.mktemp("tiny-model") / "tiny-chat")
     s = server_fixtures.ServerProcess(model, tmp_path_factory.mktemp("srv") / "state", "--api-key", KEY)

@@ -2,7 +2,7 @@
 to disk: …; kept in memory"), only on that chat, and it goes when a later save succeeds."""
 from __future__ import annotations
 
-from helpers import open_chat, send, wait_idle
+from tests.support.gui import open_chat, send, wait_idle
 
 ENOSPC = "[Errno 28] No space left on device: 'sessions/x.json'"
 

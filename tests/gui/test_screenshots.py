@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from app.gui import theme
-from helpers import open_chat, send, wait_idle
+from tests.support.gui import open_chat, send, wait_idle
 
 QUESTION = "How do I read a file line by line in Python, and what is the KV cache?"
 
@@ -25,7 +25,7 @@ def populate(qtbot, w, engine):
     qtbot.waitUntil(lambda: w.chat_model.chat(pinned).kv_state == "disk", timeout=5000)
     w.new_chat(temporary=True)
     send(qtbot, w, "Quick private question")
-    from fake_engine import DEFAULT_REPLY
+    from tests.support.fake_engine import DEFAULT_REPLY
     engine.reply = ("Reading a file line by line is easy — iterate over the file object:\n\n"
                     "```python\nwith open(\"notes.txt\", encoding=\"utf-8\") as f:\n"
                     "    for line in f:\n        print(line.rstrip())\n```\n\n"
@@ -166,7 +166,7 @@ def test_screenshot_prefill_progress(make_window, engine, qtbot, shots):
 
 
 def test_screenshot_overflow_notice(make_window, home, qtbot, shots):
-    from fake_engine import FakeEngine
+    from tests.support.fake_engine import FakeEngine
 
     engine = FakeEngine(home / "state", context_window=160,
                         reply="Sure — continuing from the latest turns.")

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QLineEdit
 
 from app.gui import main_window as mw_mod
 from engine.api import SessionKind
-from helpers import open_chat, send, wait_idle
+from tests.support.gui import open_chat, send, wait_idle
 
 
 def test_new_chat_is_created_on_first_message(make_window, engine, qtbot):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fake_engine import FakeEngine
-from helpers import open_chat, send
+from tests.support.fake_engine import FakeEngine
+from tests.support.gui import open_chat, send
 
 from app.gui import chat_figures
 from app.gui.widgets.turn import LiveTurn, overflow_notice, prefill_text

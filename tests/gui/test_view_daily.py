@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QApplication
 
 import app.gui.main_window as mw_mod
 from app.gui.titles import derived_title
-from helpers import bubble_texts, open_chat, send, wait_idle
+from tests.support.gui import bubble_texts, open_chat, send, wait_idle
 
 
 def _hover(widget, inside: bool) -> None:

@@ -16,8 +16,8 @@ from app.gui.settings import Settings
 from app.gui.sidebar import snippet_parts
 from app.gui.widgets.search_jump import query_terms
 from app.gui.window_view import LONG_PLACEHOLDER, SHORT_PLACEHOLDER
-from fake_engine import FakeEngine
-from helpers import send, wait_idle
+from tests.support.fake_engine import FakeEngine
+from tests.support.gui import send, wait_idle
 
 LONG_CODE = "Here:\n\n```python\nvalue = '" + "x" * 400 + "'\n```\n\nDone."
 
@@ -277,9 +277,7 @@ def test_import_progress_moves_in_stages(qtbot):
 
 
 def test_real_gguf_import_reports_progress_as_it_goes(make_window, engine, qtbot, tmp_path):
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-    from tiny_gguf import write_tiny_gguf  # noqa: PLC0415
+    from tests.support.tiny_gguf import write_tiny_gguf  # noqa: PLC0415
     from app.gui.backend import import_gguf  # noqa: PLC0415
 
     write_tiny_gguf(tmp_path / "tiny.gguf")

@@ -4,16 +4,13 @@ SessionManager (for the scheduling tests that need to hold a generation).
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from server_helpers import KEY_A, KEY_B, TINY, DEFAULT_MODEL, ServerProcess  # noqa: E402
-from tiny_gguf import write_tiny_gguf  # noqa: E402
+from tests.support.server import KEY_A, KEY_B, TINY, DEFAULT_MODEL, ServerProcess
+from tests.support.tiny_gguf import write_tiny_gguf
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 
-from server_helpers import REPO
+from tests.support.server import REPO
 
 
 def serve(*args: str, tmp_path) -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from server_helpers import DEFAULT_MODEL
+from tests.support.server import DEFAULT_MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from server_helpers import KEY_A
+from tests.support.server import KEY_A
 
 MODEL = "tiny-chat"
 AUTH = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json"}

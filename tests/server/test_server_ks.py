@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ks import _asymptotic_p, _exact_p, ks_2samp, ks_statistic
+from tests.support.ks import _asymptotic_p, _exact_p, ks_2samp, ks_statistic
 
 
 def test_statistic_of_simple_samples():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from server_helpers import KEY_A, KEY_B
+from tests.support.server import KEY_A, KEY_B
 
 MODEL = "tiny-chat"
 # A system prompt longer than one KV block (128 tokens), so repeats can reuse cached blocks.

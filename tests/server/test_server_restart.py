@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import openai
 
-from server_helpers import KEY_A, KEY_B
+from tests.support.server import KEY_A, KEY_B
 
 MODEL = "tiny-chat"
 INSTRUCTIONS = " ".join(f"Guideline {i}: answer briefly and kindly." for i in range(8))

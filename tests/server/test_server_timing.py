@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from ks import ks_2samp
-from server_helpers import KEY_A, KEY_B, ServerProcess
-from tiny_gguf import TinyConfig, write_tiny_gguf
+from tests.support.ks import ks_2samp
+from tests.support.server import KEY_A, KEY_B, ServerProcess
+from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 # Bigger than the other tests' model, so that prefilling the prefix costs far more than the noise.
 TIMING_MODEL = TinyConfig(n_layers=4, n_embd=256, n_head=8, n_head_kv=4, head_dim=32, n_ff=768,

@@ -57,7 +57,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("tokens_per_s", sa.Float, nullable=True))
         batch.add_column(sa.Column("finish_reason", sa.String(32), nullable=True))
         batch.add_column(sa.Column("resumed_from_disk", sa.Boolean, nullable=True))
-    # Backfill from the JSON that 0001 kept (same derivation as app/store/store.py).
+    # Backfill from the JSON that 0001 kept (same derivation as app/store/queries.py).
     op.execute(
         """UPDATE messages SET
             generated_tokens = json_extract(figures_json, '$.generated_tokens'),

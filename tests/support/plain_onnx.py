@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from tiny_gguf import TinyModel
+from .tiny_gguf import TinyModel
 
 IR_VERSION = 10          # onnx 1.23 writes IR 14 by default, which ORT 1.31 rejects
 OPSET = 21

@@ -1,5 +1,5 @@
-"""Helpers for the API server tests (a module with its own name: `conftest` is ambiguous when the
-engine tests run in the same session)."""
+"""Helpers for the API server tests (and the GUI's remote-engine tests): the tiny model's
+config, API keys, and `ServerProcess` (a real `python -m engine serve` child)."""
 from __future__ import annotations
 
 import os
@@ -9,11 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
-ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engine"
-if str(ENGINE_TESTS) not in sys.path:
-    sys.path.insert(0, str(ENGINE_TESTS))
-
-from tiny_gguf import TinyConfig  # noqa: E402
+from .tiny_gguf import TinyConfig
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = TinyConfig(n_layers=2, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128,

@@ -1,0 +1,13 @@
+"""Test support shared by the suites, imported as `tests.support.<module>` (pytest puts the
+checkout's root on sys.path: `pythonpath` in pyproject.toml), never through `sys.path.insert`:
+
+- `fake_engine`: a scripted `ChatEngine` for the GUI tests and bench_gui;
+- `gui`: drivers for a real window (type and send, wait until idle, open a chat);
+- `tiny_gguf`: tiny random-weight GGUF models (llama/qwen2) with a NumPy reference forward;
+- `plain_onnx`: a plain-attention ONNX graph from a tiny model;
+- `raw_openai_server`: a scripted OpenAI-compatible HTTP server on 127.0.0.1;
+- `server`: a real `python -m engine serve` child process and the server tests' constants;
+- `bounded`: run a reader under a time and memory bound (hostile-input and fuzz tests);
+- `gguf_bytes`: GGUF files written byte by byte (hostile-input and fuzz tests);
+- `ks`: the two-sample Kolmogorov–Smirnov test the sampling tests use.
+"""
