@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as QT
 from engine.convert import EXACT, FAST, ModelImportError, convert_gguf
 from engine.convert.weights import convert_tensor
 from test_convert import Q4K, Runner, prompt, reference_logits
-from tiny_gguf import TinyConfig, variant, write_tiny_gguf
+from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
 
 BASE = TinyConfig()
 Q4_K_M = variant(BASE, wtype="Q4_K", tied=False, seed=40, **Q4K,
