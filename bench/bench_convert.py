@@ -205,7 +205,7 @@ def _child(func: str, args: dict[str, Any], pythonpath: Path, python: str | None
 
 # ---- the bench ------------------------------------------------------------------------------------
 def run(quick: bool = False, shapes: list[str] | None = None, baseline: str | None = None,
-        quants: tuple[str, ...] = QUANTS, gpu_variant: bool = True) -> dict[str, Any]:
+        quants: tuple[str, ...] = QUANTS, gpu_variant: bool = True, save: str | None = None) -> dict[str, Any]:
     """Figures per (shape, quantization); `baseline`: a checkout whose converter is measured too."""
     shapes = shapes or ["tiny"]
     side = common.side_python()
@@ -246,6 +246,8 @@ def run(quick: bool = False, shapes: list[str] | None = None, baseline: str | No
                     print(f"convert: {shape_name} {q} {label}: {json.dumps(row[label], default=str)}", flush=True)
                     shutil.rmtree(dest, ignore_errors=True)
                 rows.append(row)
+                if save:      # partial results survive a failure later on
+                    Path(save).write_text(json.dumps({"rows": rows}, indent=1, default=str))
                 src.unlink(missing_ok=True)
             f16.unlink(missing_ok=True)
     finally:
@@ -297,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help="write the section of docs/BENCHMARKS.md")
     p.add_argument("--json", help="also save the raw results here")
     a = p.parse_args(argv)
-    res = run(a.quick, a.shapes.split(","), a.baseline, tuple(a.quants.split(",")), not a.no_gpu_variant)
+    res = run(a.quick, a.shapes.split(","), a.baseline, tuple(a.quants.split(",")), not a.no_gpu_variant, a.json)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1, default=str))
     s = section(res)
