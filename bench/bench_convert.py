@@ -280,7 +280,8 @@ def section(res: dict[str, Any]) -> Section:
         sizes = (r.get("after") or {}).get("sizes") or {}
         if not sizes:
             continue
-        parts = [f"{k} {v['onnx'] / max(v['gguf'], 1):.3f}× ({r['types'].get(k, 0)} tensors)"
+        count = (lambda k: f" ({r['types'][k]} tensors)" if r.get("types", {}).get(k) else "")
+        parts = [f"{k} {v['onnx'] / max(v['gguf'], 1):.3f}×{count(k)}"
                  for k, v in sorted(sizes.items()) if v["gguf"] and k != "other"]
         lines.append(f"- {r['shape']} {r['quant']} size by type (ONNX / GGUF): " + ", ".join(parts))
     lines += ["", common.facts_line(res["facts"]) + " Speeds were measured on a shared, loaded machine; "
