@@ -42,8 +42,8 @@ def bundle_dir() -> Path | None:
 
 def bundled_models_dir() -> Path | None:
     """Read-only models shipped with the app: `$AMBER_BUNDLED_MODELS`, else `models/` in the bundle."""
-    try:    # the engine's own lookup once engine.paths has it (see docs/PACKAGING.md)
-        from engine import paths
+    try:    # the engine's own lookup once engine.base.paths has it (see docs/PACKAGING.md)
+        from engine.base import paths
 
         hook = getattr(paths, "bundled_models_dir", None)
         if hook is not None:
@@ -63,8 +63,9 @@ def find_default_model() -> tuple[Path, str]:
     """(folder, where): the user's converted default model, else the bundled one.
 
     Raises FileNotFoundError naming the places looked at."""
-    from engine import default_model, paths
+    from engine.convert import default_model
 
+    from engine.base import paths
     user = paths.models_dir() / paths.DEFAULT_MODEL_NAME
     if default_model.is_ready(user):
         return user, "user data"
@@ -119,7 +120,7 @@ def _version() -> str:
 def _check_data_dir() -> str:
     from app.store import ConversationStore
     from app.store.database import head_revision
-    from engine import paths
+    from engine.base import paths
 
     home = paths.amber_home()
     home.mkdir(parents=True, exist_ok=True)
@@ -170,7 +171,7 @@ def run_self_test(out: TextIO | None = None) -> int:
 
     A windowed build has no stdout (Windows): the report then goes to `<data dir>/self-test.log`."""
     if out is None and sys.stdout is None:
-        from engine import paths
+        from engine.base import paths
 
         paths.amber_home().mkdir(parents=True, exist_ok=True)
         with open(paths.amber_home() / "self-test.log", "w", encoding="utf-8") as log:
@@ -188,7 +189,7 @@ def run_self_test(out: TextIO | None = None) -> int:
     state: dict[str, object] = {}
 
     def load() -> str:
-        from engine.model import load_model   # first: engine turns ONNX Runtime's telemetry off
+        from engine.runtime.model import load_model   # first: engine turns ONNX Runtime's telemetry off
 
         import onnxruntime as ort
 
@@ -204,7 +205,7 @@ def run_self_test(out: TextIO | None = None) -> int:
         report.skip("pin and resume", "no model")
         return _verdict(report, out, t_start)
 
-    from engine import paths
+    from engine.base import paths
 
     paths.amber_home().mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".selftest-state-", dir=paths.amber_home()))
@@ -217,7 +218,7 @@ def run_self_test(out: TextIO | None = None) -> int:
 
 def _session_steps(report: _Report, model: object, scratch: Path) -> None:
     from engine.api import GenerationResult, SamplingParams, SessionKind
-    from engine.sessions import SessionManager
+    from engine.sessions.manager import SessionManager
 
     sampling = SamplingParams(greedy=True, max_new_tokens=8)
     sid = str(uuid.uuid4())

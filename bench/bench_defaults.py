@@ -102,8 +102,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     from pathlib import Path
 
     from engine.api import ChatMessage, SamplingParams
-    from engine.generate import Generator, collect
-    from engine.model import load_model
+    from engine.generation.generate import Generator, collect
+    from engine.runtime.model import load_model
 
     home = Path(os.environ.get("AMBER_TEST_HOME") or common.REPO / ".amber-dev")
     model = load_model(home / "models" / "SmolLM2-135M-Instruct", provider="cpu", threads=common.THREADS)

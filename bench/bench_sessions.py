@@ -13,7 +13,7 @@
 4. The physical limit: the session's KV bytes on disk ÷ the measured sequential read bandwidth
    of the same file system (a 256 MiB file, cold and warm).
 5. Save time per turn: for a pinned session of 256 … 4096 tokens, a 32-token turn is added and
-   `_save_async` + `wait_for_saves` timed (4 turns per length: three write only the tail, the
+   `disk.save_async` + `wait_for_saves` timed (4 turns per length: three write only the tail, the
    fourth completes a 128-token block).
 Both processes warm ONNX Runtime up first on a throwaway session (a 16-token prompt), so the
 comparison is resume vs prefill, not first-run costs of the runtime.
@@ -45,8 +45,8 @@ TARGET_LIMIT = 1.5
 
 # ---- workers --------------------------------------------------------------------------------------
 def _manager(model_dir: str, state_dir: str, threads: int, kv_store: str = "model") -> Any:
-    from engine.model import load_model
-    from engine.sessions import SessionManager
+    from engine.runtime.model import load_model
+    from engine.sessions.manager import SessionManager
     model = load_model(model_dir, "cpu", threads)
     t0 = time.perf_counter()
     mgr = SessionManager(model, state_dir, kv_store=kv_store)
@@ -56,7 +56,7 @@ def _manager(model_dir: str, state_dir: str, threads: int, kv_store: str = "mode
 def _warm_up(mgr: Any) -> None:
     """One throwaway generation so ORT's first-run costs are out of the timed part."""
     from engine.api import SamplingParams, SessionKind
-    from engine.generate import collect
+    from engine.generation.generate import collect
     sid = str(uuid.uuid4())
     mgr.open(sid, kind=SessionKind.TEMPORARY)
     collect(mgr.generate_tokens(sid, [1] + list(range(2000, 2015)), SamplingParams(greedy=True, max_new_tokens=2)))
@@ -86,7 +86,7 @@ def worker_build(model_dir: str, state_dir: str, threads: int, histories: dict[s
                  kv_store: str = "model") -> dict[str, Any]:
     """Pinned sessions, one per history file; returns their ids, sizes and the next token."""
     from engine.api import SamplingParams
-    from engine.generate import collect
+    from engine.generation.generate import collect
     mgr, _ = _manager(model_dir, state_dir, threads, kv_store)
     out: dict[str, Any] = {}
     for name, path in histories.items():
@@ -122,7 +122,7 @@ def worker_f16_error(model_dir: str, threads: int, lossless: dict[str, str], hal
     then `steps` teacher-forced steps (the lossless run's greedy tokens) on both caches."""
     import numpy as np
     from engine.api import SamplingParams
-    from engine.generate import collect
+    from engine.generation.generate import collect
     prompt = json.loads(Path(prompt_file).read_text())
     caches, mgrs = [], []
     for spec, kv_store in ((lossless, "model"), (half, "float16")):
@@ -177,14 +177,14 @@ def worker_saves(model_dir: str, state_dir: str, threads: int, tokens_file: str,
     out: dict[str, Any] = {}
     for length in lengths:
         runner.forward(s.cache, ids[len(s.cache):length])
-        mgr._save_async(s)
+        mgr.disk.save_async(s)
         assert mgr.wait_for_saves(120)
         snap, total = [], []
         for _ in range(turns):
             n = len(s.cache)
             runner.forward(s.cache, ids[n:n + turn_tokens])
             t0 = time.perf_counter()
-            mgr._save_async(s)
+            mgr.disk.save_async(s)
             t1 = time.perf_counter()
             assert mgr.wait_for_saves(120)
             t2 = time.perf_counter()
@@ -397,7 +397,7 @@ def section(res: dict[str, Any]) -> Section:
                  f"mean KL {f['mean_kl']:.2e}, same top-1 token {f['top1_agree']}/{f['steps']}.", ""]
     srows = [[length, f"{s['total_ms']:.1f} ms", f"{s['max_ms']:.1f} ms", f"{s['snapshot_ms']:.2f} ms"]
              for length, s in res["saves"].items()]
-    body += [f"Save time of a {TURN_TOKENS}-token turn (`_save_async` + `wait_for_saves`, fsync included) against "
+    body += [f"Save time of a {TURN_TOKENS}-token turn (`disk.save_async` + `wait_for_saves`, fsync included) against "
              f"the history length; median of {SAVE_TURNS} turns (three rewrite the private tail, one also writes "
              "a new 128-token block: the max column). It should stay flat.", "",
              table(["History (tokens)", "Save (median)", "Save (max)", "Snapshot on the generating thread"], srows),

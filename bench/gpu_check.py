@@ -39,7 +39,8 @@ TEMP_CHATS = 20
 
 
 def default_model_dir() -> Path:
-    from engine import default_model, paths
+    from engine.convert import default_model
+    from engine.base import paths
     home = os.environ.get("AMBER_TEST_HOME") or os.environ.get("AMBER_HOME")
     if home:
         os.environ["AMBER_HOME"] = home
@@ -52,7 +53,7 @@ def default_model_dir() -> Path:
 # ---- measurements ---------------------------------------------------------------------------------
 def greedy(model: Any, prompt: list[int], n: int) -> list[int]:
     """Plain argmax decoding (no penalties): the tokens two providers must agree on."""
-    from engine.runner import Runner
+    from engine.runtime.runner import Runner
     runner = Runner(model)
     cache = runner.new_cache()
     logits = runner.forward(cache, prompt)
@@ -69,7 +70,7 @@ def greedy(model: Any, prompt: list[int], n: int) -> list[int]:
 
 def forced_logits(model: Any, prompt: list[int], continuation: list[int]) -> np.ndarray:
     """Logits after the prompt and after each continuation token, fed one at a time (decode steps)."""
-    from engine.runner import Runner
+    from engine.runtime.runner import Runner
     runner = Runner(model)
     cache = runner.new_cache()
     rows = [np.array(runner.forward(cache, prompt), np.float32)]
@@ -98,7 +99,7 @@ def compare(ref: Any, other: Any, prompts: list[list[int]], n: int) -> dict[str,
 
 def speed(model: Any, quick: bool = False) -> dict[str, float]:
     """Prefill tok/s at PREFILL_SIZES and decode tok/s at DECODE_CONTEXTS (best of a few runs)."""
-    from engine.runner import Runner
+    from engine.runtime.runner import Runner
     runner = Runner(model)
     rng = np.random.default_rng(0)
     vocab = int(model.config.get("vocab_size") or 1000)
@@ -130,8 +131,8 @@ def speed(model: Any, quick: bool = False) -> dict[str, float]:
 def pinned_resume(model: Any, state_dir: Path, prompt_tokens: int = 2000) -> dict[str, Any]:
     """A pinned chat built, saved, dropped from memory and resumed: TTFT vs re-prefilling it."""
     from engine.api import GenerationResult, SamplingParams, SessionKind
-    from engine.generate import collect
-    from engine.sessions import SessionManager
+    from engine.generation.generate import collect
+    from engine.sessions.manager import SessionManager
     rng = np.random.default_rng(1)
     vocab = int(model.config.get("vocab_size") or 1000)
     ids = [int(t) for t in rng.integers(10, vocab - 10, prompt_tokens)]
@@ -179,8 +180,8 @@ def device_memory_mib() -> float | None:
 
 def temporary_chats(model: Any, state_dir: Path, n: int = TEMP_CHATS) -> dict[str, Any]:
     from engine.api import SamplingParams, SessionKind
-    from engine.generate import collect
-    from engine.sessions import SessionManager
+    from engine.generation.generate import collect
+    from engine.sessions.manager import SessionManager
     mgr = SessionManager(model, state_dir)
     before = device_memory_mib()
     peak = before
@@ -200,7 +201,7 @@ def temporary_chats(model: Any, state_dir: Path, n: int = TEMP_CHATS) -> dict[st
 def cuda_status() -> tuple[bool, str]:
     """(usable, why not): whether a strict CUDA session can be created at all."""
     import onnxruntime as ort
-    from engine.providers import provider_library_problem
+    from engine.runtime.providers import provider_library_problem
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         return False, "this ONNX Runtime build has no CUDAExecutionProvider"
     problem = provider_library_problem("CUDAExecutionProvider")
@@ -212,7 +213,7 @@ def cuda_status() -> tuple[bool, str]:
 
 
 def chat_prompts(model: Any, texts: list[str]) -> list[list[int]]:
-    from engine.generate import Generator
+    from engine.generation.generate import Generator
     gen = Generator(model)
     return [gen.encode_chat([{"role": "user", "content": t}]) for t in texts]
 
@@ -232,7 +233,7 @@ def exact_copy(model_dir: Path, dest: Path) -> Path:
 
 
 def run_cpu_part(model_dir: Path, quick: bool = False) -> dict[str, Any]:
-    from engine.model import load_model
+    from engine.runtime.model import load_model
     threads = int(os.environ.get("AMBER_BENCH_THREADS", "2"))
     load = os.getloadavg()[0]
     fp32 = load_model(model_dir, "cpu", threads, variant="fp32")
@@ -254,7 +255,7 @@ def run_cpu_part(model_dir: Path, quick: bool = False) -> dict[str, Any]:
 
 def run_cuda(model_dir: Path, quick: bool = False) -> dict[str, Any]:
     from engine.convert.variants import build_variant
-    from engine.model import load_model
+    from engine.runtime.model import load_model
     t0 = time.perf_counter()
     build_variant(model_dir)
     res: dict[str, Any] = {"convert_s": time.perf_counter() - t0}

@@ -1,6 +1,6 @@
 """`python -m engine` is `amber-engine`."""
 import sys
 
-from .cli import launch
+from engine.cli import launch
 
 sys.exit(launch())

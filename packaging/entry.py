@@ -1,7 +1,7 @@
 """The built app's entry point (PyInstaller runs this file as `__main__`).
 
 It starts `app.main.main` (which handles `--self-test`), with one thing an installed build needs
-until `engine.paths` has it (see docs/PACKAGING.md; the shim steps aside once it does): the
+until `engine.base.paths` has it (see docs/PACKAGING.md; the shim steps aside once it does): the
 default model bundled in `<bundle>/models/` is used when the user has no converted copy.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ from app import main as amber_main   # first: app.main records the start time wh
 
 
 def _bundled_model_lookup() -> None:
-    from engine import paths
+    from engine.base import paths
 
     if hasattr(paths, "bundled_models_dir"):
-        return   # engine.paths knows about the bundle itself
+        return   # engine.base.paths knows about the bundle itself
     from app.selftest import bundled_models_dir
 
     bundled = bundled_models_dir()
@@ -25,7 +25,7 @@ def _bundled_model_lookup() -> None:
 
     def default_model_dir():   # type: ignore[no-untyped-def]
         # called when the model is prepared (a worker thread): the import costs the window nothing
-        from engine.default_model import is_ready
+        from engine.convert.default_model import is_ready
 
         user = user_default()
         candidate = bundled / paths.DEFAULT_MODEL_NAME
@@ -38,7 +38,7 @@ def _bundled_model_lookup() -> None:
 
 
 def main() -> int:
-    from engine.hugepages import reexec_with_huge_pages
+    from engine.runtime.hugepages import reexec_with_huge_pages
 
     reexec_with_huge_pages({amber_main.LAUNCHED_AT: repr(amber_main._STARTED)})
     argv = sys.argv[1:]

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine import default_model  # noqa: E402
-from engine.fingerprint import CACHE_FILE, model_fingerprint  # noqa: E402
-from engine.model import find_graph  # noqa: E402
+from engine.convert import default_model  # noqa: E402
+from engine.runtime.fingerprint import CACHE_FILE, model_fingerprint  # noqa: E402
+from engine.runtime.model import find_graph  # noqa: E402
 
 
 def stage(src: Path, dest: Path, epoch: int) -> str:

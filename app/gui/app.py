@@ -10,7 +10,7 @@ from typing import Sequence
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from engine import paths
+from engine.base import paths
 
 from . import theme
 from .main_window import MainWindow
@@ -48,7 +48,7 @@ def run_app(argv: Sequence[str], *, started_at: float | None = None) -> int:
         QTimer.singleShot(0, report)
     code = app.exec()
     instance.close()
-    from .main_window import shutdown_runner  # noqa: PLC0415
+    from .lifecycle import shutdown_runner  # noqa: PLC0415
 
     if shutdown_runner().pending:
         # the bounded quit wait gave up on a stuck save: do not hang in interpreter teardown

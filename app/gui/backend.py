@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from engine import paths
+from engine.base import paths
 from engine.api import ChatEngine
 
 from .settings import Settings
@@ -40,8 +40,8 @@ def open_engine(model_dir: Path, state_dir: Path, settings: Settings,
                 progress: ProgressFn | None = None) -> ChatEngine:
     """Load the model in `model_dir` and return a session manager over it (worker thread).
     `progress(fraction, text)` reports making the model's GPU variant (first use of a GPU)."""
-    from engine.model import load_model  # noqa: PLC0415 - heavy, and may not exist yet
-    from engine.sessions import SessionManager  # noqa: PLC0415
+    from engine.runtime.model import load_model  # noqa: PLC0415 - heavy, and may not exist yet
+    from engine.sessions.manager import SessionManager  # noqa: PLC0415
 
     provider = settings.provider if settings.provider in ("auto", "cpu", "gpu") else "auto"
     variant_progress = None
@@ -108,7 +108,7 @@ def prepare_model(name: str, progress: ProgressFn) -> Path:
         if is_model_dir(candidate):
             return candidate
         log.warning("model %s not found; using the default model", name)
-    from engine.default_model import ensure_default_model  # noqa: PLC0415
+    from engine.convert.default_model import ensure_default_model  # noqa: PLC0415
 
     return Path(ensure_default_model(progress=_adapt_progress(progress)))
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.chat.kv import chat_salt, is_remote_engine  # noqa: F401 - where they used to live
 from engine.api import ChatEngine
 
 if TYPE_CHECKING:   # engine.remote pulls in the HTTP stack: imported when first needed
-    from engine.remote import RemoteEndpoint
+    from engine.remote.engine import RemoteEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def load_remotes(home: Path) -> list[SavedRemote]:
     except (OSError, ValueError) as exc:
         log.warning("%s unreadable (%s); no remote servers", path, type(exc).__name__)
         return []
-    from engine.remote import RemoteEndpoint, RemoteError  # noqa: PLC0415
+    from engine.remote.engine import RemoteEndpoint, RemoteError  # noqa: PLC0415
     out: list[SavedRemote] = []
     for item in raw.get("remotes", []) if isinstance(raw, dict) else []:
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
@@ -121,32 +121,11 @@ def find_remote(home: Path, choice: str) -> SavedRemote | None:
 
 def open_remote_engine(choice: str, home: Path) -> ChatEngine:
     """Connects to the saved endpoint `choice` (worker thread); RemoteError says why it cannot."""
-    from engine.remote import RemoteEngine, RemoteError  # noqa: PLC0415
+    from engine.remote.engine import RemoteEngine, RemoteError  # noqa: PLC0415
     saved = find_remote(home, choice)
     if saved is None:
         raise RemoteError("this remote server is no longer saved; pick a model again")
     return RemoteEngine(saved.endpoint)
-
-
-def chat_salt(engine: Any, store: Any, chat_id: str, detail: Any = None,
-              temporary: bool = False) -> str | None:
-    """The salt to open a chat with: the stored one, or — for an engine that wants one per chat
-    (remote vLLM / Amber servers) — a new 256-bit salt, stored with the chat first. Temporary
-    chats never get a stored salt (the engine keeps a throwaway one in memory)."""
-    if store is None:
-        return None
-    if detail is None:
-        detail = store.get_conversation(chat_id)
-    salt = getattr(detail, "cache_salt", None)
-    if salt or temporary or not getattr(engine, "per_chat_salt", False):
-        return salt
-    salt = secrets.token_urlsafe(32)     # 256 bits, as engine.remote.new_cache_salt
-    store.set_cache_salt(chat_id, salt)
-    return salt
-
-
-def is_remote_engine(engine: Any) -> bool:
-    return bool(getattr(engine, "is_remote", False))
 
 
 def temporary_notice(engine: Any, base: str) -> str:

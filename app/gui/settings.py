@@ -1,4 +1,4 @@
-"""Application settings, persisted as JSON at `engine.paths.settings_path()`.
+"""Application settings, persisted as JSON at `engine.base.paths.settings_path()`.
 
 Written atomically (temp file + fsync + rename); unknown keys are kept, bad values fall back to
 the defaults, so a hand-edited or older file never stops the app from starting.

@@ -15,13 +15,15 @@ import logging
 import threading
 import time
 import traceback
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, TypeVar
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot, QCoreApplication
 
 log = logging.getLogger(__name__)
 
 Callback = Callable[[Any], None]
+T = TypeVar("T")
+Failure = Callable[[BaseException], None]
 
 
 class _Relay(QObject):
@@ -81,8 +83,11 @@ class TaskRunner(QObject):
         self._pending: set[_Relay] = set()
         self._lock = threading.Lock()
 
-    def run_task(self, func: Callable[[], Any], callback: Callback | None = None,
-                 error: Callback | None = None) -> None:
+    def run_task(self, func: Callable[[], T], callback: Callable[[T], None] | None = None,
+                 error: Failure | None = None) -> None:
+        """The one way to do background work (Anki's QueryOp): `func` (the op) runs on the pool;
+        `callback(result)` (success) or `error(exc)` (failure) runs on the UI thread; without
+        `error` a failure is logged with its traceback."""
         relay = _Relay(self, callback, error)
         with self._lock:
             self._pending.add(relay)
@@ -124,8 +129,8 @@ def default_runner() -> TaskRunner:
     return _default
 
 
-def run_task(func: Callable[[], Any], callback: Callback | None = None,
-             error: Callback | None = None) -> None:
+def run_task(func: Callable[[], T], callback: Callable[[T], None] | None = None,
+             error: Failure | None = None) -> None:
     """Run `func()` off the UI thread; `callback(result)` / `error(exc)` run on the UI thread."""
     default_runner().run_task(func, callback, error)
 

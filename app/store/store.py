@@ -34,7 +34,7 @@ class ConversationStore:
     def __init__(self, db_path: Path | str | None = None, *,
                  busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
         if db_path is None:
-            from engine.paths import database_path
+            from engine.base.paths import database_path
 
             db_path = database_path()
         self._db: Database = open_database(db_path, busy_timeout_ms=busy_timeout_ms)

@@ -12,6 +12,8 @@ from typing import Callable, Protocol
 import numpy as np
 import onnx
 
+from .arch import ARCHS
+from .arch_weights import extra_vector_sizes, load_layer
 from .errors import ModelImportError
 from .gguf_source import GGUFSource, ModelSpec
 from .graph import LayerWeights, ModelWeights, build_graph
@@ -101,8 +103,14 @@ class _WeightLoader:
         factors = self.optional_vector("rope_freqs.weight")
         if factors is not None:
             self._sized(factors, "rope_freqs.weight", spec.head_dim // 2)
+        long_short: list[np.ndarray | None] = [None, None]
+        if spec.params.longrope is not None:
+            for j, which in enumerate(("long", "short")):
+                name = f"rope_factors_{which}.weight"
+                long_short[j] = self._sized(self.vector(name), name, spec.head_dim // 2)
         return ModelWeights(embedding=embedding, output=None, final_norm=final_norm, layers=[],
-                            rope_factors=factors, output_fn=self.output)
+                            rope_factors=factors, output_fn=self.output, rope_long=long_short[0],
+                            rope_short=long_short[1])
 
     def output(self) -> Weight | None:
         if self.spec.tied_embeddings:
@@ -118,17 +126,9 @@ class _WeightLoader:
 
     def layer(self, i: int) -> LayerWeights:
         spec = self.spec
-        b = f"blk.{i}"
-        lw = LayerWeights(
-            attn_norm=self.vector(f"{b}.attn_norm.weight"), ffn_norm=self.vector(f"{b}.ffn_norm.weight"),
-            q=self.matrix(f"{b}.attn_q.weight"), k=self.matrix(f"{b}.attn_k.weight"),
-            v=self.matrix(f"{b}.attn_v.weight"), o=self.matrix(f"{b}.attn_output.weight"),
-            gate=self.matrix(f"{b}.ffn_gate.weight"), up=self.matrix(f"{b}.ffn_up.weight"),
-            down=self.matrix(f"{b}.ffn_down.weight"),
-            q_bias=self.optional_vector(f"{b}.attn_q.bias"), k_bias=self.optional_vector(f"{b}.attn_k.bias"),
-            v_bias=self.optional_vector(f"{b}.attn_v.bias"))
+        lw = load_layer(self, spec, i)     # the architecture's tensor layout (arch_weights.py)
         self._check_layer(i, lw)       # before the permutation, which indexes by the metadata's shapes
-        if spec.architecture == "llama":
+        if ARCHS[spec.architecture].permute_qk:
             # llama.cpp stores llama Q/K rows permuted for its interleaved rotary; qwen2 is not permuted.
             lw.q, lw.k = lw.q.rows(self.q_perm), lw.k.rows(self.k_perm)
             if lw.q_bias is not None:
@@ -145,7 +145,8 @@ class _WeightLoader:
     def _check_layer(self, i: int, lw: LayerWeights) -> None:
         s = self.spec
         for key, size in (("attn_norm", s.n_embd), ("ffn_norm", s.n_embd), ("q_bias", s.n_head * s.head_dim),
-                          ("k_bias", s.n_head_kv * s.head_dim), ("v_bias", s.n_head_kv * s.head_dim)):
+                          ("k_bias", s.n_head_kv * s.head_dim), ("v_bias", s.n_head_kv * s.head_dim),
+                          *extra_vector_sizes(s).items()):
             v = getattr(lw, key)
             if v is not None:
                 self._sized(v, f"layer {i} {key}", size)

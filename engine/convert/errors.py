@@ -1,7 +1,7 @@
 """The one error type model import raises: its message is shown to the user as is."""
 from __future__ import annotations
 
-from ..oneline import one_line
+from engine.base.oneline import one_line
 
 
 class ModelImportError(Exception):

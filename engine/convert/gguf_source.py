@@ -11,9 +11,9 @@ from gguf import GGUFReader
 from gguf.gguf_reader import ReaderTensor
 
 from . import gguf_scan as gs
+from .arch import ARCHS, SUPPORTED_ARCHITECTURES, ArchParams, read_arch_params
 from .errors import ModelImportError
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
 GGUF_MAGIC = b"GGUF"
 _INT_TYPES = (gs.UINT8, gs.INT8, gs.UINT16, gs.INT16, gs.UINT32, gs.INT32, gs.UINT64, gs.INT64)
 _FLOAT_TYPES = (gs.FLOAT32, gs.FLOAT64)
@@ -49,10 +49,11 @@ class ModelSpec:
     rope_scaling: dict[str, Any] = field(default_factory=dict)
     tied_embeddings: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    params: ArchParams = field(default_factory=ArchParams)   # architecture-specific (arch.py)
 
     def to_config(self) -> dict[str, Any]:
         """A Hugging Face style config.json for the converted model."""
-        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[self.architecture]
+        arch = ARCHS[self.architecture].hf_class
         cfg: dict[str, Any] = {
             "architectures": [arch],
             "model_type": self.architecture,
@@ -71,6 +72,7 @@ class ModelSpec:
         }
         if self.rope_scaling:
             cfg["rope_scaling"] = self.rope_scaling
+        cfg.update(self.params.config)
         return cfg
 
 
@@ -264,6 +266,13 @@ class GGUFSource:
                                                   required=True)}
         if self.has_tensor("rope_freqs.weight"):
             scaling = {"rope_type": "llama3-factors"}
+        params = read_arch_params(self, arch, n_layers, n_embd, n_head, head_dim, context)
+        if params.longrope is not None:
+            if scaling:
+                raise ModelImportError(f"{name}: long-context RoPE factors together with rope scaling "
+                                       f"'{scaling['rope_type']}'")
+            scaling = {"rope_type": "longrope", "original_max_position_embeddings": params.longrope.original_context,
+                       "attention_factor": params.longrope.attn_factor}
         return ModelSpec(
             architecture=arch,
             name=str(self.str_field("general.name", self.path.stem)),
@@ -279,6 +288,7 @@ class GGUFSource:
             rope_theta=self.float_field(f"{arch}.rope.freq_base", 10000.0, lo=0.0, hi=1e12),
             rope_scaling=scaling,
             tied_embeddings=not self.has_tensor("output.weight"),
+            params=params,
         )
 
     def float_tensor(self, name: str) -> np.ndarray:

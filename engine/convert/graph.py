@@ -3,6 +3,8 @@
 Per layer: RMSNorm (fused with the residual add), one MatMulNBits for Q|K|V where their forms
 match, `com.microsoft.GroupQueryAttention` with rotary inside, output projection, RMSNorm, one
 MatMulNBits for gate|up, SiLU, down projection. Only the last position's logits are computed.
+What other architectures add or change (Q/K norms, post-norms, GeGLU, soft-caps, sliding windows,
+per-layer rotary) comes from graph_blocks.py, driven by the table in arch.py.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from . import graph_blocks as blocks
 from .gguf_source import ModelSpec
 from .weights import Scale, Weight, concat_rows, pack_bits, pack_nibbles
 from .writer import DataWriter
@@ -37,6 +40,10 @@ class LayerWeights:
     q_bias: np.ndarray | None = None
     k_bias: np.ndarray | None = None
     v_bias: np.ndarray | None = None
+    q_norm: np.ndarray | None = None          # per-head Q/K RMSNorm (qwen3, gemma3)
+    k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None  # gemma's norms of the attention / MLP outputs
+    post_ffn_norm: np.ndarray | None = None
 
 
 @dataclass
@@ -47,19 +54,8 @@ class ModelWeights:
     layers: list[LayerWeights] = field(default_factory=list)
     rope_factors: np.ndarray | None = None   # llama3 frequency factors (rope_freqs.weight)
     output_fn: Callable[[], Weight | None] | None = None   # loads `output` when the graph needs it
-
-
-def rope_tables(spec: ModelSpec, factors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin caches [max_positions, head_dim/2] for GroupQueryAttention's rotary."""
-    hd = spec.head_dim
-    inv_freq = 1.0 / (spec.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
-    if factors is not None:
-        inv_freq = inv_freq / factors.astype(np.float64)
-    positions = np.arange(spec.context_length, dtype=np.float64)
-    if spec.rope_scaling.get("rope_type") == "linear":
-        positions = positions / float(spec.rope_scaling["factor"])
-    angles = np.outer(positions, inv_freq)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    rope_long: np.ndarray | None = None      # phi3 long-context factors (rope_factors_long/short.weight)
+    rope_short: np.ndarray | None = None
 
 
 @dataclass
@@ -325,13 +321,12 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
     seqlens = g.op1("ReduceSum", ["attention_mask", g.const([1])], keepdims=0)
     seqlens_k = g.op1("Cast", [g.op1("Sub", [seqlens, g.const(1)])], to=TensorProto.INT32)
     total_len = g.op1("Cast", [g.op1("Gather", [g.op1("Shape", ["attention_mask"]), g.const(1)])], to=TensorProto.INT32)
-    cos, sin = rope_tables(spec, weights.rope_factors)
-    cos_name, sin_name = g.init("rotary.cos_cache", cos), g.init("rotary.sin_cache", sin)
+    ropes = blocks.rope_inputs(g, spec, weights, total_len)   # (cos, sin) per layer
 
     emb = weights.embedding
     emb_dense16 = emb.kind == "dense" and emb.dense is not None and emb.dense.dtype == np.float16
     emb_params = None if emb.kind == "dense" else g.quant_inits("model.embed_tokens", emb)
-    h = g.embedding("input_ids", emb, emb_params)
+    h = blocks.scale_embedding(g, spec, g.embedding("input_ids", emb, emb_params))
     lw = get_layer(0)
     x = g.op1("SimplifiedLayerNormalization", [h, g.init("model.layers.0.input_layernorm.weight", lw.attn_norm)],
               axis=-1, epsilon=spec.rms_eps)
@@ -352,18 +347,20 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
                           g.linear(x, lw.k, f"{p}.self_attn.k_proj", lw.k_bias),
                           g.linear(x, lw.v, f"{p}.self_attn.v_proj", lw.v_bias)]
         del qkv_w
+        qkv_inputs = blocks.qk_norm(g, spec, lw, p, qkv_inputs)
         attn = g.op("GroupQueryAttention",
                     qkv_inputs + [f"past_key_values.{i}.key", f"past_key_values.{i}.value",
-                                  seqlens_k, total_len, cos_name, sin_name],
+                                  seqlens_k, total_len, *ropes[i]],
                     outputs=[g.name("attn"), f"present.{i}.key", f"present.{i}.value"], domain=MS,
-                    num_heads=nh, kv_num_heads=nkv, scale=float(1.0 / np.sqrt(hd)),
-                    do_rotary=1, rotary_interleaved=0, local_window_size=-1)[0]
+                    num_heads=nh, kv_num_heads=nkv, do_rotary=1, rotary_interleaved=0,
+                    **blocks.gqa_attrs(spec, i))[0]
         if i == n_layers - 1:
             # Only the last position feeds the logits: the last layer's tail runs on one token.
             last = [g.const([-1]), g.const([INT64_MAX]), g.const([1])]
             attn = g.op1("Slice", [attn] + last)
             h = g.op1("Slice", [h] + last)
         o = g.linear(attn, lw.o, f"{p}.self_attn.o_proj")
+        o = blocks.post_norm(g, spec, o, lw.post_attn_norm, f"{p}.post_attention_norm.weight")
         x, _, _, h = g.op("SkipSimplifiedLayerNormalization",
                           [o, h, g.init(f"{p}.post_attention_layernorm.weight", lw.ffn_norm)],
                           outputs=[g.name("x"), "", "", g.name("h")], domain=MS, epsilon=spec.rms_eps)
@@ -378,8 +375,9 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
             gate = g.linear(x, lw.gate, f"{p}.mlp.gate_proj")
             up = g.linear(x, lw.up, f"{p}.mlp.up_proj")
         del gu_w
-        act = g.op1("Mul", [g.op1("Mul", [gate, g.op1("Sigmoid", [gate])]), up])
+        act = blocks.activation(g, spec, gate, up)
         down = g.linear(act, lw.down, f"{p}.mlp.down_proj")
+        down = blocks.post_norm(g, spec, down, lw.post_ffn_norm, f"{p}.post_feedforward_layernorm.weight")
         if i + 1 < n_layers:
             lw = get_layer(i + 1)
             gamma, gname = lw.attn_norm, f"model.layers.{i + 1}.input_layernorm.weight"
@@ -395,6 +393,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
         g.lm_head(x, emb, emb_params, tied=True, dense16=emb_dense16)
     else:
         g.lm_head(x, output, None, tied=False)
+    blocks.final_softcap(g, spec)
 
     graph = helper.make_graph(g.nodes, "amber_decoder", inputs, outputs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],

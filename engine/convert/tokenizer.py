@@ -140,11 +140,13 @@ def build_tokenizer_files(src: GGUFSource) -> tuple[dict[str, Any], dict[str, An
 
     template = src.str_field("tokenizer.chat_template")
     pad_id = src.token_id("tokenizer.ggml.padding_token_id", len(tokens))
+    unk_id = src.token_id("tokenizer.ggml.unknown_token_id", len(tokens))
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": bos, "eos_token": eos,
         "pad_token": tokens[pad_id] if pad_id is not None else None,
-        "unk_token": None, "add_bos_token": add_bos, "add_eos_token": False,
+        "unk_token": tokens[unk_id] if unk_id is not None else None,
+        "add_bos_token": add_bos, "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
         "model_max_length": None,
     }

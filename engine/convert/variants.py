@@ -64,6 +64,7 @@ KERNELS: dict[str, dict[str, set[str]]] = {
         "Add": _ANY, "Sub": _ANY, "Mul": _ANY, "Div": _ANY, "Sigmoid": _ANY, "MatMul": _ANY, "Gemm": _ANY,
         "Cast": _ANY, "Gather": _ANY, "Reshape": _ANY, "Unsqueeze": _ANY, "Concat": _ANY, "Slice": _ANY,
         "Split": _ANY, "ReduceSum": _ANY, "ReduceMax": _ANY, "Identity": _ANY, "Shape": _ANY,
+        "Greater": _ANY,     # phi3's long/short rotary switch (graph_blocks.rope_inputs)
     },
     "DmlExecutionProvider": {
         "GroupQueryAttention": {"float", "float16"}, "MatMulNBits": {"float", "float16"},
@@ -73,6 +74,7 @@ KERNELS: dict[str, dict[str, set[str]]] = {
         "Add": _ANY, "Sub": _ANY, "Mul": _ANY, "Div": _ANY, "Sigmoid": _ANY, "MatMul": _ANY, "Gemm": _ANY,
         "Cast": _ANY, "Gather": _ANY, "Reshape": _ANY, "Unsqueeze": _ANY, "Concat": _ANY, "Slice": _ANY,
         "Split": _ANY, "ReduceSum": _ANY, "ReduceMax": _ANY, "Identity": _ANY, "Shape": _ANY,
+        "Greater": _ANY,
     },
 }
 
@@ -260,9 +262,10 @@ class _Rewriter:
             lengths = self.node("ReduceSum", [self.node("Cast", ["attention_mask"], to=TensorProto.INT32),
                                               self.const([1], np.int64)], keepdims=0)
             self.node("ReduceMax", [lengths], outputs=[total_len + "_fp16v"], keepdims=0)
-            for n in g.node:
-                if n.op_type == "GroupQueryAttention":
-                    n.input[6] = total_len + "_fp16v"
+            for n in g.node:   # GroupQueryAttention, and phi3's rotary switch (graph_blocks.py)
+                for j, name in enumerate(n.input):
+                    if name == total_len:
+                        n.input[j] = total_len + "_fp16v"
             if sk is not None:
                 self.node("Sub", [lengths, self.const(1, np.int32)], outputs=[seqlens_k + "_fp16v"])
                 for n in g.node:

@@ -1,6 +1,6 @@
 """The model library: search the Hugging Face Hub, download (resumable, verified), convert, list, remove.
 
-No Qt here; the GUI (app/gui/model_library.py) and the CLI (engine/cli_models.py) both use it.
+No Qt here; the GUI (app/gui/model_library.py) and the CLI (engine/cli/models.py) both use it.
 """
 from __future__ import annotations
 

@@ -33,5 +33,5 @@ def recommended() -> tuple[Recommended, ...]:
 
 def supported_architectures() -> tuple[str, ...]:
     """The GGUF architectures this build's converter accepts (other helpers add to the list)."""
-    from ..convert.gguf_source import SUPPORTED_ARCHITECTURES
+    from engine.convert.gguf_source import SUPPORTED_ARCHITECTURES
     return tuple(SUPPORTED_ARCHITECTURES)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from .. import paths
+from engine.base import paths
 from .errors import AuthRequired, DiskFull, HubError, NotFound, OfflineError
 
 DEFAULT_ENDPOINT = "https://huggingface.co"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import paths
+from engine.base import paths
 from .catalog import supported_architectures
 from .download import CancelToken, Progress, ProgressFn, download_file
 from .errors import Cancelled, DiskFull, HubError
@@ -141,7 +141,7 @@ def _install_locked(p: Plan, *, token: str | None, progress: ProgressFn | None,
 
 
 def _convert(src: Path, dest: Path, progress: ProgressFn | None, cancel: CancelToken | None, weights: str) -> None:
-    from ..convert import FAST, ConversionCancelled, ModelImportError, convert_gguf
+    from engine.convert import FAST, ConversionCancelled, ModelImportError, convert_gguf
 
     def tick(done: int, total: int, what: str) -> None:
         if progress:

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..api import ChatEngine
+from engine.api import ChatEngine
 from . import chat, errors, responses
 from .auth import KeyRing, load_secret
 from .service import ServerConfig, Service

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..kvfile import atomic_write
+from engine.kvstore.kvfile import atomic_write
 from .errors import ApiError
 
 SECRET_FILE = "server-secret"

@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ..api import GenerationResult, TextChunk
+from engine.api import GenerationResult, TextChunk
 from .errors import ApiError, sse_error
 from .schemas import ChatCompletionRequest, CompletionRequest
 from .service import Run, Service, amber_figures, chat_usage, finish_reason

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..kvfile import atomic_write
+from engine.kvstore.kvfile import atomic_write
 from .errors import ApiError
 
 ID_PATTERN = re.compile(r"resp_[0-9a-f]{48}")

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Iterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ..api import ChatMessage, GenerationResult, SessionKind, TextChunk
+from engine.api import ChatMessage, GenerationResult, SessionKind, TextChunk
 from .auth import Caller
 from .chat import SSE_HEADERS, sse
 from .errors import ApiError, error_body

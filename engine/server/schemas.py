@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
-from ..api import ChatMessage, OverflowPolicy, SamplingParams
+from engine.api import ChatMessage, OverflowPolicy, SamplingParams
 from .errors import ApiError
 
 MAX_MESSAGES = 4096

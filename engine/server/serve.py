@@ -9,7 +9,7 @@ from pathlib import Path
 
 import uvicorn
 
-from ..api import ChatEngine
+from engine.api import ChatEngine
 from .app import create_app
 from .service import ServerConfig
 
@@ -73,7 +73,7 @@ def serve_in_thread(engine: ChatEngine, host: str = LOOPBACK, port: int = 0, sta
     if state_dir is None:
         state_dir = getattr(engine, "state_dir", None)
         if state_dir is None:
-            from .. import paths
+            from engine.base import paths
             state_dir = paths.state_dir()
     sock = _bind(host, port)
     bound = sock.getsockname()[1]

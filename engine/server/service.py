@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 from starlette.requests import Request
 
-from ..api import ChatEngine, ChatMessage, FinishReason, GenerationResult, SamplingParams, SessionKind, TextChunk
+from engine.api import ChatEngine, ChatMessage, FinishReason, GenerationResult, SamplingParams, SessionKind, TextChunk
 from .auth import Caller, KeyRing
 from .errors import ApiError
 from .scheduler import END, Job, Scheduler
@@ -63,8 +63,8 @@ def chat_usage(result: GenerationResult) -> dict[str, Any]:
 
 def to_api_error(exc: BaseException) -> ApiError:
     """An engine exception as the client's error: bad input is a 4xx, never a 500."""
-    from ..chat_template import ChatTemplateError
-    from ..sessions import SessionError
+    from engine.text.chat_template import ChatTemplateError
+    from engine.sessions.manager import SessionError
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, SessionError):

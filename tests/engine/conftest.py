@@ -37,7 +37,7 @@ def tiny_dir(tiny_source, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tiny_dir):
     """The tiny model loaded on CPU (one LoadedModel shared by the whole test session)."""
-    from engine.model import load_model
+    from engine.runtime.model import load_model
     return load_model(tiny_dir, provider="cpu", threads=1)
 
 
@@ -50,13 +50,13 @@ def plain_dir(tiny_source, tiny_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def plain_model(plain_dir):
-    from engine.model import load_model
+    from engine.runtime.model import load_model
     return load_model(plain_dir, provider="cpu", threads=1)
 
 
 @pytest.fixture
 def generator(tiny_model):
-    from engine.generate import Generator
+    from engine.generation.generate import Generator
     return Generator(tiny_model)
 
 

@@ -1,4 +1,4 @@
-"""engine.chat_template: HF apply_chat_template semantics on real-world templates."""
+"""engine.text.chat_template: HF apply_chat_template semantics on real-world templates."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from engine.api import ChatMessage
-from engine.chat_template import (CHATML_TEMPLATE, ChatTemplate, ChatTemplateError,
+from engine.text.chat_template import (CHATML_TEMPLATE, ChatTemplate, ChatTemplateError,
                                   load_chat_template)
 
 # SmolLM2-Instruct's template (tokenizer_config.json): ChatML with a default system prompt.

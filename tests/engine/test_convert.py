@@ -51,18 +51,32 @@ CONFIGS = [
     variant(BASE, wtype="BF16", tied=False, seed=18),
     variant(BASE, wtype="Q4_1", rope_freqs=True, rope_theta=500000.0, seed=19),   # llama 3.x style
     variant(BASE, rope_linear=4.0, n_head_kv=4, seed=20),
-    # Exact 5- and 6-bit forms (high bits as a 2-bit matmul, low nibbles as a 4-bit one).
-    variant(BASE, wtype="Q5_0", tied=False, seed=30),
-    variant(BASE, wtype="Q5_1", arch="qwen2", bias=True, seed=31),
-    variant(BASE, wtype="Q5_K", tied=False, seed=32, **Q4K),
-    variant(BASE, wtype="Q6_K", arch="qwen2", bias=True, seed=33, **Q4K),
+    # Exact 5- and 6-bit forms (two 4-bit matmuls in the exact mode).
+    variant(BASE, wtype="Q5_0", tied=False, seed=50),
+    variant(BASE, wtype="Q5_1", arch="qwen2", bias=True, seed=51),
+    variant(BASE, wtype="Q5_K", tied=False, seed=52, **Q4K),
+    variant(BASE, wtype="Q6_K", arch="qwen2", bias=True, seed=53, **Q4K),
     # A Q4_K_M mix as llama.cpp writes it: Q4_K with Q6_K V/down/output, Q5_0 where rows are not
     # multiples of 256, Q8_0 elsewhere; and the fused forms that cannot fuse.
-    variant(BASE, wtype="Q4_K", tied=False, seed=34, **Q4K,
+    variant(BASE, wtype="Q4_K", tied=False, seed=54, **Q4K,
             overrides=(("attn_v.weight", "Q6_K"), ("ffn_down.weight", "Q6_K"), ("output.weight", "Q6_K"),
                        ("token_embd.weight", "Q5_0"))),
-    variant(BASE, wtype="Q5_0", seed=35,
+    variant(BASE, wtype="Q5_0", seed=55,
             overrides=(("attn_v.weight", "Q8_0"), ("ffn_up.weight", "Q4_1"), ("ffn_down.weight", "Q8_0"))),
+    # Architectures beyond llama/qwen2 (arch.py), each in float and in llama.cpp's quantized forms.
+    variant(BASE, arch="qwen3", rms_eps=1e-6, seed=30),                               # per-head Q/K norms
+    variant(BASE, arch="qwen3", wtype="Q4_K", tied=False, seed=31, **Q4K),
+    variant(BASE, arch="qwen3", wtype="Q8_0", n_head_kv=1, seed=32),
+    variant(BASE, arch="gemma2", rms_eps=1e-6, sliding_window=16, attn_softcap=50.0 / 25,
+            final_softcap=30.0 / 10, seed=33),                                         # softcaps that bite
+    variant(BASE, arch="gemma2", wtype="Q4_0", sliding_window=16, attn_softcap=2.0, final_softcap=3.0,
+            head_dim=32, seed=34),
+    variant(BASE, arch="gemma3", n_layers=6, sliding_window=16, rope_theta=1e6, rope_linear=8.0,
+            rms_eps=1e-6, seed=35),                                                    # 5 local + 1 global
+    variant(BASE, arch="gemma3", wtype="Q4_K", n_layers=6, sliding_window=24, rope_theta=1e6, seed=36, **Q4K),
+    variant(BASE, arch="phi3", tied=False, longrope=64, seed=37),                     # fused QKV, gate|up
+    variant(BASE, arch="phi3", wtype="Q4_1", tied=False, seed=38),
+    variant(BASE, arch="phi3", wtype="Q8_0", tied=False, sliding_window=32, longrope=64, n_head_kv=4, seed=39),
 ]
 IDS = [c.name for c in CONFIGS]
 assert len(set(IDS)) == len(IDS), IDS
@@ -84,44 +98,85 @@ def _rotate_half(x: np.ndarray) -> np.ndarray:
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _sliding(c: TinyConfig, layer: int) -> bool:
+    """Hugging Face's sliding layers: gemma2 the even ones, gemma3 all but every 6th, phi3 all."""
+    if not c.sliding_window:
+        return False
+    return {"gemma2": layer % 2 == 0, "gemma3": (layer + 1) % 6 != 0}.get(c.arch, True)
+
+
 def reference_logits(model: TinyModel, ids: list[int] | np.ndarray) -> np.ndarray:
-    """A Hugging Face Llama/Qwen2 forward pass in float64; the last position's logits [vocab]."""
+    """A Hugging Face Llama/Qwen2/Qwen3/Gemma2/Gemma3/Phi3 forward pass in float64; the last
+    position's logits [vocab]. Written from the transformers modelling code, not from the importer."""
     c, W = model.config, model.weights
     ids = np.asarray(ids)
     T, H, KV, hd = len(ids), c.n_head, c.n_head_kv, c.head_dim
-    inv_freq = 1.0 / (c.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
-    if "rope_factors" in W:                                          # llama3 frequency factors
-        inv_freq = inv_freq / W["rope_factors"]
-    positions = np.arange(T, dtype=np.float64)
-    if c.rope_linear:                                                # linear position interpolation
-        positions = positions / c.rope_linear
-    angles = np.outer(positions, inv_freq)
-    emb = np.concatenate([angles, angles], axis=-1)                  # [T, hd]: first half / second half
-    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+    gemma = c.arch in ("gemma2", "gemma3")
+
+    def norm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return _rms_norm(x, 1.0 + w if gemma else w, c.rms_eps)    # Gemma's RMSNorm: x * (1 + w)
+
+    def rotary(theta: float, linear: float) -> tuple[np.ndarray, np.ndarray]:
+        inv_freq = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+        mscale = 1.0
+        if "rope_factors" in W:                                      # llama3 frequency factors
+            inv_freq = inv_freq / W["rope_factors"]
+        if c.longrope:                                               # phi3 longrope, chosen by length
+            inv_freq = inv_freq / (W["rope_long"] if T > c.longrope else W["rope_short"])
+            factor = c.context_length / c.longrope
+            mscale = np.sqrt(1 + np.log(factor) / np.log(c.longrope))
+        positions = np.arange(T, dtype=np.float64) / linear          # linear position interpolation
+        angles = np.outer(positions, inv_freq)
+        emb = np.concatenate([angles, angles], axis=-1)              # [T, hd]: first half / second half
+        return np.cos(emb)[:, None, :] * mscale, np.sin(emb)[:, None, :] * mscale
+
+    rope_global = rotary(c.rope_theta, c.rope_linear or 1.0)
+    rope_local = rotary(10000.0, 1.0) if c.arch == "gemma3" else rope_global   # rope_local_base_freq
+    scale = 1.0 / np.sqrt(hd)                                        # query_pre_attn_scalar = head_dim
     causal = np.triu(np.full((T, T), -np.inf), k=1)
+    band = causal + np.tril(np.full((T, T), -np.inf), k=-c.sliding_window) if c.sliding_window else causal
     x = W["embed"][ids]
+    if gemma:
+        x = x * np.sqrt(c.n_embd)
     for i in range(c.n_layers):
         p = f"layers.{i}."
-        h = _rms_norm(x, W[p + "attn_norm"], c.rms_eps)
+        sliding = _sliding(c, i)
+        cos, sin = rope_local if sliding else rope_global
+        h = norm(x, W[p + "attn_norm"])
         q = h @ W[p + "q"].T + W.get(p + "q_bias", 0.0)
         k = h @ W[p + "k"].T + W.get(p + "k_bias", 0.0)
         v = h @ W[p + "v"].T + W.get(p + "v_bias", 0.0)
         q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
+        if p + "q_norm" in W:                                        # qwen3 / gemma3: per-head norms
+            q, k = norm(q, W[p + "q_norm"]), norm(k, W[p + "k_norm"])
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         out = np.empty((T, H, hd))
         group = H // KV
         for head in range(H):
             kv = head // group
-            scores = q[:, head] @ k[:, kv].T / np.sqrt(hd) + causal
+            scores = q[:, head] @ k[:, kv].T * scale
+            if c.attn_softcap:
+                scores = np.tanh(scores / c.attn_softcap) * c.attn_softcap
+            scores = scores + (band if sliding else causal)
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             out[:, head] = (scores / scores.sum(-1, keepdims=True)) @ v[:, kv]
-        x = x + out.reshape(T, H * hd) @ W[p + "o"].T
-        h = _rms_norm(x, W[p + "ffn_norm"], c.rms_eps)
+        o = out.reshape(T, H * hd) @ W[p + "o"].T
+        x = x + (norm(o, W[p + "post_attn_norm"]) if gemma else o)
+        h = norm(x, W[p + "ffn_norm"])
         gate = h @ W[p + "gate"].T
-        x = x + ((gate / (1.0 + np.exp(-gate))) * (h @ W[p + "up"].T)) @ W[p + "down"].T
-    last = _rms_norm(x[-1], W["final_norm"], c.rms_eps)
-    return last @ W.get("lm_head", W["embed"]).T
+        act = _gelu_tanh(gate) if gemma else gate / (1.0 + np.exp(-gate))
+        mlp = (act * (h @ W[p + "up"].T)) @ W[p + "down"].T
+        x = x + (norm(mlp, W[p + "post_ffn_norm"]) if gemma else mlp)
+    last = norm(x[-1], W["final_norm"])
+    logits = last @ W.get("lm_head", W["embed"]).T
+    if c.final_softcap:
+        logits = np.tanh(logits / c.final_softcap) * c.final_softcap
+    return logits
 
 
 # ---- running the converted model -----------------------------------------------------------
@@ -395,6 +450,7 @@ def test_output_folder_files(build, cfg):
     tc = json.loads((f / "tokenizer_config.json").read_text())
     assert (tc["bos_token"], tc["eos_token"]) == ("<|im_start|>", "<|im_end|>")
     assert tc["add_bos_token"] is False
+    assert tc["unk_token"] is None              # the GGUF has no tokenizer.ggml.unknown_token_id
     template = (f / "chat_template.jinja").read_text()
     assert template.startswith("{% for message in messages %}") and "<|im_start|>assistant" in template
     assert tc["chat_template"] == template
@@ -630,6 +686,7 @@ def test_spm_tokenizer_config(spm_tokenizer):
     _, out = spm_tokenizer
     tc = json.loads((out / "tokenizer_config.json").read_text())
     assert (tc["bos_token"], tc["eos_token"], tc["add_bos_token"]) == ("<s>", "</s>", True)
+    assert tc["unk_token"] == "<unk>"          # the GGUF's tokenizer.ggml.unknown_token_id (0)
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [2]
     assert not (out / "chat_template.jinja").exists()
 
@@ -765,8 +822,7 @@ def test_destination_is_a_file(tmp_path):
 
 # ---- the command line ----------------------------------------------------------------------
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    if not (REPO / "engine" / "cli.py").is_file():
-        pytest.skip("engine/cli.py does not exist yet")
+    assert (REPO / "engine" / "cli" / "main.py").is_file()
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "engine", "convert", *args], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=120)

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import default_model, paths
-from engine.default_model import DefaultModelError, ensure_default_model, is_ready
+from engine.convert import default_model
+
+from engine.base import paths
+from engine.convert.default_model import DefaultModelError, ensure_default_model, is_ready
 
 
 def _fake_ready(folder: Path) -> Path:

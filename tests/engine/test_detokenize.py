@@ -1,4 +1,4 @@
-"""engine.detokenize: incremental detokenization on real (in-memory) tokenizers, stop strings."""
+"""engine.text.detokenize: incremental detokenization on real (in-memory) tokenizers, stop strings."""
 from __future__ import annotations
 
 import string
@@ -9,7 +9,7 @@ import random
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from engine.detokenize import IncrementalDecoder, StopStringMatcher
+from engine.text.detokenize import IncrementalDecoder, StopStringMatcher
 
 FFFD = "\ufffd"
 

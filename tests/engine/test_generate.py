@@ -1,4 +1,4 @@
-"""engine.generate / engine.runner on the tiny converted chat model (and a plain-attention twin):
+"""engine.generation.generate / engine.runtime.runner on the tiny converted chat model (and a plain-attention twin):
 greedy vs a step-by-step reference loop, split prompts, cancellation, stop strings, UTF-8
 streaming, the context window, the figures, prefix reuse, and optimum plain-attention graphs.
 """
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from engine.api import GenerationResult, PrefillProgress, SamplingParams, TextChunk
-from engine.generate import Generator, collect, common_prefix
-from engine.model import load_model
-from engine.runner import Runner
+from engine.generation.generate import Generator, collect, common_prefix
+from engine.runtime.model import load_model
+from engine.runtime.runner import Runner
 
 CACHE_TOL = 5e-4     # one-row vs many-row float32 kernels sum in different orders (see test_convert)
 PLAIN_TOL = 1e-3     # plain-attention graph vs GroupQueryAttention graph of the same weights
@@ -236,7 +236,7 @@ UTF8_TEXT = "Emoji 😀🎉👍🏽 and 漢字, 東京は日本の首都です�
 
 
 class _Scripted:
-    """Stands in for engine.generate.Sampler: emits a fixed token script, then EOS."""
+    """Stands in for engine.generation.generate.Sampler: emits a fixed token script, then EOS."""
     script: list[int] = []
     eos = 2
 
@@ -255,7 +255,7 @@ def test_utf8_streaming_never_emits_broken_characters(generator, tiny_model, mon
     # Precondition: some characters really are split over several byte tokens.
     assert sum("\ufffd" in tok.decode([i]) for i in ids) >= 4
     _Scripted.script, _Scripted.eos = ids, tiny_model.eos_token_ids[0]
-    monkeypatch.setattr("engine.generate.Sampler", _Scripted)
+    monkeypatch.setattr("engine.generation.generate.Sampler", _Scripted)
     chunks, result = events(generator, generator.new_cache(), generator.encode_chat(CHAT),
                             greedy(len(ids) + 5))
     assert result.figures.finish_reason == "eos"
@@ -270,7 +270,7 @@ def test_utf8_stop_string_inside_multibyte_run(generator, tiny_model, monkeypatc
     tok = tiny_model.tokenizer
     ids = tok.encode(UTF8_TEXT, add_special_tokens=False).ids
     _Scripted.script, _Scripted.eos = ids, tiny_model.eos_token_ids[0]
-    monkeypatch.setattr("engine.generate.Sampler", _Scripted)
+    monkeypatch.setattr("engine.generation.generate.Sampler", _Scripted)
     chunks, result = events(generator, generator.new_cache(), generator.encode_chat(CHAT),
                             greedy(len(ids) + 5, stop=["🎉👍"]))
     assert result.figures.finish_reason == "stop"
@@ -281,7 +281,7 @@ def test_utf8_stop_string_inside_multibyte_run(generator, tiny_model, monkeypatc
 def test_eos_keeps_every_reply_token_in_the_cache(generator, tiny_model, monkeypatch):
     script = tiny_model.tokenizer.encode(" Paris.", add_special_tokens=False).ids
     _Scripted.script, _Scripted.eos = script, tiny_model.eos_token_ids[0]
-    monkeypatch.setattr("engine.generate.Sampler", _Scripted)
+    monkeypatch.setattr("engine.generation.generate.Sampler", _Scripted)
     prompt = generator.encode_chat(CHAT)
     cache = generator.new_cache()
     result = collect(generator.stream(cache, prompt, greedy(20)))
@@ -472,7 +472,7 @@ def test_plain_cache_truncate_and_continue(plain_model):
 @pytest.mark.slow
 def test_greedy_on_the_default_model_is_the_argmax_despite_its_configs_penalty(default_model_dir):
     """SmolLM2's generation_config.json asks for repetition_penalty 1.1; `greedy=True` is the argmax."""
-    from engine.model import load_model
+    from engine.runtime.model import load_model
     model = load_model(default_model_dir, provider="cpu")
     assert model.generation_config.get("repetition_penalty") == 1.1
     gen = Generator(model)

@@ -12,12 +12,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from engine import providers
+from engine.runtime import providers
 from engine.api import SamplingParams, SessionKind
-from engine.generate import Generator, collect
-from engine.kvfile import MAGIC
-from engine.model import load_model
-from engine.sessions import SessionManager
+from engine.generation.generate import Generator, collect
+from engine.kvstore.kvfile import MAGIC
+from engine.runtime.model import load_model
+from engine.sessions.manager import SessionManager
 
 B = 16
 P1 = [int(t) for t in np.random.default_rng(5).integers(3, 420, 40)]
@@ -36,7 +36,7 @@ def fp16_model(tiny_dir):
 
 @pytest.fixture
 def managers(monkeypatch, tmp_path):
-    monkeypatch.setattr("engine.prefix_cache.JANITOR_DELAY_S", 0.01)
+    monkeypatch.setattr("engine.kvstore.prefix_cache.JANITOR_DELAY_S", 0.01)
     made: list[SessionManager] = []
 
     def make(model, state: Path) -> SessionManager:
@@ -102,7 +102,7 @@ def test_existing_folder_gets_the_variant_on_first_use(tiny_dir, tmp_path):
 
 
 def test_variant_of_a_foreign_graph_is_refused_with_one_line(plain_dir):
-    from engine.model import ModelLoadError
+    from engine.runtime.model import ModelLoadError
     with pytest.raises(ModelLoadError, match="not an Amber-converted graph"):
         load_model(plain_dir, provider="cpu", variant="fp16")
 

@@ -25,6 +25,12 @@ CONFIGS = [
     cfg_variant(BASE, wtype="Q4_0", arch="qwen2", bias=True, tied=False, seed=4),
     cfg_variant(BASE, wtype="Q4_K", seed=5, **Q4K),
     cfg_variant(BASE, wtype="Q8_0", arch="qwen2", bias=True, n_head_kv=4, seed=6),
+    # Architectures beyond llama/qwen2: per-head Q/K norms, GeGLU, post-norms, soft-caps, sliding
+    # windows with local/global rotary, fused Q|K|V and gate|up, long-context RoPE.
+    cfg_variant(BASE, arch="qwen3", wtype="Q4_K", seed=7, **Q4K),
+    cfg_variant(BASE, arch="gemma2", wtype="Q4_0", sliding_window=16, attn_softcap=2.0, final_softcap=3.0, seed=8),
+    cfg_variant(BASE, arch="gemma3", n_layers=6, sliding_window=16, rope_theta=1e6, rope_linear=8.0, seed=9),
+    cfg_variant(BASE, arch="phi3", wtype="Q4_1", tied=False, longrope=32, seed=10),
 ]
 IDS = [c.name for c in CONFIGS]
 # float16 rounding of activations, scales, zero points and KV on these random-weight models (the
@@ -173,7 +179,7 @@ def _scratch_copy(model_dir: Path, dest: Path) -> Path:
 @pytest.mark.slow
 def test_default_model_fp16_variant_agrees_with_float32(default_model_dir, tmp_path):
     from bench.gpu_check import PROMPTS, chat_prompts, compare, exact_copy
-    from engine.model import load_model
+    from engine.runtime.model import load_model
     folder = _scratch_copy(default_model_dir, tmp_path / default_model_dir.name)
     fp16 = load_model(folder, provider="cpu", variant="fp16")
     assert fp16.variant == "fp16" and fp16.kv.dtype == np.float16

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.kvcache import MIN_CAPACITY, KVCache
-from engine.model import KVLayout
+from engine.runtime.kvcache import MIN_CAPACITY, KVCache
+from engine.runtime.model import KVLayout
 
 LAYOUT = KVLayout(n_layers=2, kv_heads=2, head_dim=4, dtype=np.float32,
                   past_names=[("pk0", "pv0"), ("pk1", "pv1")], present_names=[("k0", "v0"), ("k1", "v1")],

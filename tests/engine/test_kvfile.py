@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import kvfile
-from engine.kvfile import KVFileError, KVShape, read_kv_into, write_kv_file
+from engine.kvstore import kvfile
+from engine.kvstore.kvfile import KVFileError, KVShape, read_kv_into, write_kv_file
 
 SHAPE = KVShape(fingerprint="f" * 16, dtype="float32", n_layers=3, kv_heads=2, head_dim=8)
 TOKENS = list(range(100, 105))
@@ -75,7 +75,7 @@ def test_iov_batches_cover_more_views_than_one_call_takes(tmp_path: Path, monkey
 
 
 def test_half_to_float_equals_numpys_cast_on_every_float16_value() -> None:
-    from engine.halfcast import half_to_float
+    from engine.runtime.halfcast import half_to_float
     every = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(256, 256)   # incl. subnormals, inf, nan
     got, want = half_to_float(every), every.astype(np.float32)
     assert got.dtype == np.float32 and got.shape == (256, 256)

@@ -18,7 +18,7 @@ import onnx
 import pytest
 
 from tests.support.bounded import run_bounded
-from engine.model import ModelLoadError, load_model
+from engine.runtime.model import ModelLoadError, load_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -226,7 +226,7 @@ def test_engine_start_leaves_no_ort_telemetry(tiny_dir, tmp_path):
     assert bare.returncode == 0, bare.stderr
     if not _ort_traces(tmp_path / "bare"):
         pytest.skip("this ONNX Runtime build records no local telemetry: nothing to turn off")
-    code = ("import engine.model as m, engine.generate as g, engine.api as a\n"
+    code = ("import engine.runtime.model as m, engine.generation.generate as g, engine.api as a\n"
             f"model = m.load_model({str(tiny_dir)!r}, provider='cpu', threads=1)\n"
             "gen = g.Generator(model)\n"
             "list(gen.stream(gen.new_cache(), [1, 2, 3], a.SamplingParams(greedy=True, max_new_tokens=2)))\n"

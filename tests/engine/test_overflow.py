@@ -8,9 +8,9 @@ import pytest
 
 from engine.api import (ChatMessage, GenerationResult, OverflowPolicy, PrefillProgress, SamplingParams,
                         TextChunk)
-from engine.generate import collect
-from engine.overflow import fit_messages, reply_room
-from engine.sessions import SessionManager
+from engine.generation.generate import collect
+from engine.generation.overflow import fit_messages, reply_room
+from engine.sessions.manager import SessionManager
 
 SYSTEM = "You are brief."
 MAX_NEW = 16
@@ -34,7 +34,7 @@ def sampling(policy: OverflowPolicy, max_new: int = MAX_NEW) -> SamplingParams:
 
 @pytest.fixture
 def manager(tiny_model, tmp_path, monkeypatch):
-    monkeypatch.setattr("engine.prefix_cache.JANITOR_DELAY_S", 0.01)
+    monkeypatch.setattr("engine.kvstore.prefix_cache.JANITOR_DELAY_S", 0.01)
     m = SessionManager(tiny_model, tmp_path / "state", block_tokens=16)
     yield m
     m.shutdown(timeout=5)
@@ -148,7 +148,7 @@ def test_fit_messages_cuts_at_a_user_message_and_is_sticky():
 
 # ---- prefill progress ---------------------------------------------------------------------------
 def test_prefill_progress_is_sent_at_the_start_and_between_chunks(manager, monkeypatch):
-    monkeypatch.setattr("engine.generate.PREFILL_CHUNK", 16)
+    monkeypatch.setattr("engine.generation.generate.PREFILL_CHUNK", 16)
     s = manager.open(None, "temporary").session_id
     msgs = conversation(2)
     events = list(manager.generate(s, msgs, sampling(OverflowPolicy.STOP, 4)))

@@ -1,4 +1,4 @@
-"""The shared prefix cache (engine.prefix_cache + its use by engine.sessions): salt isolation, hit
+"""The shared prefix cache (engine.kvstore.prefix_cache + its use by engine.sessions.manager): salt isolation, hit
 correctness from both tiers, the memory LRU, age expiry on an injected clock, pinned blocks, the
 disk budget and the janitor thread, crash consistency at startup, concurrent sessions, temporary
 sessions, spill on close and the `amber-engine cache` CLI.
@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 
 from engine.api import GenerationResult, SamplingParams, TextChunk
-from engine.blockstore import BlockStore, block_keys
+from engine.kvstore.blockstore import BlockStore, block_keys
 from engine.convert import convert_gguf
-from engine.generate import Generator, collect
-from engine.kvfile import KVShape
-from engine.model import load_model
-from engine.prefix_cache import PrefixCache
-from engine.runner import Runner
-from engine.sessions import SessionManager
+from engine.generation.generate import Generator, collect
+from engine.kvstore.kvfile import KVShape
+from engine.runtime.model import load_model
+from engine.kvstore.prefix_cache import PrefixCache
+from engine.runtime.runner import Runner
+from engine.sessions.manager import SessionManager
 from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -243,7 +243,7 @@ def test_cached_block_arrays_equal_freshly_computed_kv(model, managers, tmp_path
 # ---- memory tier LRU ---------------------------------------------------------------------------
 def _bare_cache(tmp_path: Path, memory_bytes: int, **kw) -> PrefixCache:
     shape = KVShape("f" * 16, "float32", 1, 1, 4)
-    return PrefixCache(BlockStore(tmp_path, shape, 4), lambda k: False, memory_bytes=memory_bytes, **kw)
+    return PrefixCache(BlockStore(tmp_path, shape, 4), memory_bytes=memory_bytes, **kw)
 
 
 def _arr(v: float) -> np.ndarray:

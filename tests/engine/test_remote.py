@@ -8,8 +8,8 @@ import time
 import pytest
 
 from engine.api import ChatMessage, GenerationResult, SamplingParams, SessionKind, TextChunk
-from engine.remote import RemoteEndpoint, RemoteEngine, RemoteError, detect_flavor, list_models
-from engine.remote_http import normalize_base_url
+from engine.remote.engine import RemoteEndpoint, RemoteEngine, RemoteError, detect_flavor, list_models
+from engine.remote.http import normalize_base_url
 
 from tests.support.raw_openai_server import RawServer
 
@@ -220,7 +220,7 @@ def test_cancel_cuts_a_silent_stream_and_the_server_sees_it(server):
     b'{"error": {"message": "the prompt has 635 tokens; this server accepts at most 511", "code": "context_length_exceeded"}}',
 ])
 def test_servers_ways_of_saying_too_long_are_recognised(body):
-    from engine.remote_http import ContextOverflow, status_error
+    from engine.remote.http import ContextOverflow, status_error
     ep = RemoteEndpoint("http://127.0.0.1:1/v1", "m")
     assert isinstance(status_error(ep, 400, body, "/chat/completions"), ContextOverflow)
     assert not isinstance(status_error(ep, 400, b'{"error": {"message": "temperature must be <= 2"}}', "x"),

@@ -1,4 +1,4 @@
-"""engine.sampling: parameter resolution, the masking steps, penalties and the sampler itself."""
+"""engine.text.sampling: parameter resolution, the masking steps, penalties and the sampler itself."""
 from __future__ import annotations
 
 import time
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine.api import SamplingParams
-from engine.sampling import (ResolvedSampling, Sampler, apply_min_p, apply_penalties,
+from engine.text.sampling import (ResolvedSampling, Sampler, apply_min_p, apply_penalties,
                              apply_top_k, apply_top_p, nucleus_indices, resolve_sampling,
                              softmax)
 
@@ -349,7 +349,7 @@ def test_sampler_is_fast_on_a_49k_vocab():
 
 
 def test_frequency_penalty_subtracts_once_per_occurrence():
-    from engine.sampling import apply_frequency_penalty
+    from engine.text.sampling import apply_frequency_penalty
     logits = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
     out = apply_frequency_penalty(logits, np.array([1, 1, 1, 3]), 0.5)
     assert out.tolist() == [1.0, 0.5, 3.0, 3.5]

@@ -1,4 +1,4 @@
-"""engine.sessions on the tiny converted chat model: pinned resume after a restart, crashes while
+"""engine.sessions.manager on the tiny converted chat model: pinned resume after a restart, crashes while
 saving, damaged/foreign/old KV files, ENOSPC, temporary sessions, concurrency, pin/unpin/delete,
 incremental saves, startup clean-up and the memory budget.
 
@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from engine.api import GenerationResult, SamplingParams, SessionKind
-from engine.generate import Generator, collect
-from engine.kvfile import FORMAT_VERSION, MAGIC, looks_like_kv_file
-from engine.manifest import seal
-from engine.sessions import SessionError, SessionManager
+from engine.generation.generate import Generator, collect
+from engine.kvstore.kvfile import FORMAT_VERSION, MAGIC, looks_like_kv_file
+from engine.sessions.manifest import seal
+from engine.sessions.manager import SessionError, SessionManager
 
 B = 16                                     # block size used by these tests
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ def state(tmp_path) -> Path:
 def managers(tiny_model, state, monkeypatch):
     """managers(**kw) -> a new SessionManager over the tiny model and `state`; all shut down at the end."""
     # The cache janitor waits this long after a write before a pass; shutdown waits for it.
-    monkeypatch.setattr("engine.prefix_cache.JANITOR_DELAY_S", 0.01)
+    monkeypatch.setattr("engine.kvstore.prefix_cache.JANITOR_DELAY_S", 0.01)
     made: list[SessionManager] = []
 
     def make(**kw) -> SessionManager:
@@ -237,7 +237,7 @@ def test_chat_transcript_resumes_and_reuses_the_saved_history(tiny_model, manage
     r2 = collect(m2.chat(s, "And Spain?", sampling=greedy()))
     history = m2.transcript(s)[:-1]
     prompt2 = m2.generator.encode_chat(history)
-    from engine.generate import common_prefix
+    from engine.generation.generate import common_prefix
     assert r2.figures.resume == "disk" and r2.figures.fallback_reason is None
     assert r2.figures.reused_tokens == common_prefix(saved, prompt2) >= len(saved) - len(r1.token_ids)
     assert r2.figures.prefilled_tokens == len(prompt2) - r2.figures.reused_tokens
@@ -248,11 +248,11 @@ def test_chat_transcript_resumes_and_reuses_the_saved_history(tiny_model, manage
 CHILD = r'''
 import json, os, sys, time
 from pathlib import Path
-import engine.kvfile as kvfile, engine.sessions as sessions
+import engine.kvstore.kvfile as kvfile, engine.sessions.manager as sessions
 from engine.api import SamplingParams
-from engine.generate import collect
-from engine.model import load_model
-from engine.sessions import SessionManager
+from engine.generation.generate import collect
+from engine.runtime.model import load_model
+from engine.sessions.manager import SessionManager
 
 model_dir, state, sid, mode, n, p1, p2 = sys.argv[1:8]
 n, p1, p2 = int(n), json.loads(p1), json.loads(p2)
@@ -491,8 +491,7 @@ def test_enospc_while_saving_keeps_the_session_working(tiny_model, managers, sta
 
     def full(path, chunks):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-    monkeypatch.setattr("engine.kvfile.atomic_write", full)
-    monkeypatch.setattr("engine.sessions.atomic_write", full)
+    monkeypatch.setattr("engine.kvstore.kvfile.atomic_write", full)
 
     r2 = collect(m.chat(s, "Tell me more", sampling=greedy()))
     assert r2.figures.finish_reason in ("length", "eos")
@@ -717,10 +716,9 @@ def test_a_short_turn_on_a_long_history_writes_one_block_and_one_tail(tiny_model
     before = set(files(state))
     assert kinds(state) == {"manifest": 1, "block": 9, "tail": 1, "other": 0}   # 309 = 9 x 32 + 21
 
-    import engine.kvfile as kvfile
-    import engine.sessions as sessions
+    import engine.kvstore.kvfile as kvfile      # blocks, tails and manifests are all written through it
     written: list[tuple[str, int]] = []
-    real_kv, real_manifest = kvfile.atomic_write, sessions.atomic_write
+    real_kv = kvfile.atomic_write
 
     def spy(real):
         def wrapper(path, chunks):
@@ -729,7 +727,6 @@ def test_a_short_turn_on_a_long_history_writes_one_block_and_one_tail(tiny_model
             return n
         return wrapper
     monkeypatch.setattr(kvfile, "atomic_write", spy(real_kv))
-    monkeypatch.setattr(sessions, "atomic_write", spy(real_manifest))
 
     p2 = long_prompt + r1.token_ids + random_prompt(10, seed=9)     # ~20 new tokens this turn
     collect(m.generate_tokens(s, p2, greedy(10)))
@@ -837,7 +834,7 @@ def test_session_prompt_over_the_window_is_reported_not_crashed(tiny_model, mana
 # ---- bounded waits -----------------------------------------------------------------------------
 def _stuck_save(managers, monkeypatch):
     """A manager whose pinned save hangs in the writer thread until the returned event is set."""
-    import engine.kvfile as kvfile
+    import engine.kvstore.kvfile as kvfile
     release = threading.Event()
     real = kvfile.atomic_write
 
@@ -874,7 +871,7 @@ def test_shutdown_is_bounded_when_a_save_hangs(managers, monkeypatch):
 # ---- plain-attention (optimum) graphs ----------------------------------------------------------
 def test_pinned_resume_on_a_plain_attention_model(plain_model, tmp_path, monkeypatch):
     """Exact-size caches (no shared buffer): saved blocks and tail load back by concatenation."""
-    monkeypatch.setattr("engine.prefix_cache.JANITOR_DELAY_S", 0.01)
+    monkeypatch.setattr("engine.kvstore.prefix_cache.JANITOR_DELAY_S", 0.01)
     state = tmp_path / "plain-state"
     m = SessionManager(plain_model, state, block_tokens=B)
     try:

@@ -19,9 +19,9 @@ import pytest
 
 from engine.api import SessionKind
 from engine.cli import main
-from engine.generate import Generator, collect
-from engine.manifest import seal
-from engine.sessions import SessionError, SessionManager
+from engine.generation.generate import Generator, collect
+from engine.sessions.manifest import seal
+from engine.sessions.manager import SessionError, SessionManager
 
 B = 16
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def state(tmp_path) -> Path:
 
 @pytest.fixture
 def managers(tiny_model, state, monkeypatch):
-    monkeypatch.setattr("engine.prefix_cache.JANITOR_DELAY_S", 0.01)
+    monkeypatch.setattr("engine.kvstore.prefix_cache.JANITOR_DELAY_S", 0.01)
     made: list[SessionManager] = []
 
     def make(**kw) -> SessionManager:
@@ -291,9 +291,9 @@ def test_odd_file_in_the_block_folder(tiny_model, managers, state, tmp_path, odd
 # ---- 4. two processes on one pinned session -----------------------------------------------------
 HOLDER = r'''
 import sys, time
-from engine.model import load_model
-from engine.sessions import SessionManager
-from engine.generate import collect
+from engine.runtime.model import load_model
+from engine.sessions.manager import SessionManager
+from engine.generation.generate import collect
 from engine.api import SamplingParams
 model_dir, state, sid = sys.argv[1:4]
 m = SessionManager(load_model(model_dir, provider="cpu", threads=1), state, block_tokens=16)
@@ -358,10 +358,10 @@ def test_second_process_on_a_pinned_session_fails_clearly(tiny_dir, managers, st
 WRITER = r'''
 import json, os, sys, time
 from pathlib import Path
-import engine.kvfile as kvfile, engine.sessions as sessions
-from engine.model import load_model
-from engine.sessions import SessionManager
-from engine.generate import collect
+import engine.kvstore.kvfile as kvfile, engine.sessions.manager as sessions
+from engine.runtime.model import load_model
+from engine.sessions.manager import SessionManager
+from engine.generation.generate import collect
 from engine.api import SamplingParams
 model_dir, state, sid, prompt = sys.argv[1:5]
 m = SessionManager(load_model(model_dir, provider="cpu", threads=1), state, block_tokens=16)
@@ -392,7 +392,7 @@ m.shutdown()
 
 def test_gc_and_cache_clear_in_another_process_spare_a_live_writer(tiny_model, tiny_dir, managers, state,
                                                                   tmp_path, monkeypatch):
-    monkeypatch.setattr("engine.sessions.BLOCKS_LOCK_WAIT_S", 0.5, raising=False)
+    monkeypatch.setattr("engine.sessions.refs.BLOCKS_LOCK_WAIT_S", 0.5)
     s = sid()
     writer = _child(WRITER, tmp_path, str(tiny_dir), str(state), s, json.dumps(P1))
     try:
@@ -444,8 +444,7 @@ def test_full_disk_on_a_pinned_turn_exits_non_zero_with_one_line(tiny_dir, state
 
     def full(path, chunks):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-    monkeypatch.setattr("engine.kvfile.atomic_write", full)
-    monkeypatch.setattr("engine.sessions.atomic_write", full)
+    monkeypatch.setattr("engine.kvstore.kvfile.atomic_write", full)
     rc = main([*common, "--chat", "Tell me more"])
     out, err = capsys.readouterr()
     assert rc == 2 and out.strip()                      # the reply is still printed

@@ -1,4 +1,4 @@
-"""Token-exact chat history (engine.history, engine.chat_history) on the tiny converted model.
+"""Token-exact chat history (engine.generation.history, engine.generation.chat_history) on the tiny converted model.
 
 After any reply (finished, cut at max tokens, stopped by a stop string, cancelled, regenerated,
 edited, full of odd characters or stopped after a partial UTF-8 character), the next turn
@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.api import ChatMessage, GenerationResult, SamplingParams, SessionKind, TextChunk
-from engine.generate import collect
-from engine.history import HistoryFormatError, TokenHistory, common_text_prefix
-from engine.sessions import SessionManager
+from engine.generation.generate import collect
+from engine.generation.history import HistoryFormatError, TokenHistory, common_text_prefix
+from engine.sessions.manager import SessionManager
 
 B = 16
 # The template's glue around a new user turn (both models use ChatML): this before and after it.
@@ -76,7 +76,7 @@ def run(m: SessionManager, s: str, messages: list[ChatMessage], sampling: Sampli
 
 @pytest.fixture
 def managers(tiny_model, tmp_path, monkeypatch):
-    monkeypatch.setattr("engine.prefix_cache.JANITOR_DELAY_S", 0.01)
+    monkeypatch.setattr("engine.kvstore.prefix_cache.JANITOR_DELAY_S", 0.01)
     made: list[SessionManager] = []
 
     def make(state: Path | None = None) -> SessionManager:
@@ -209,7 +209,7 @@ def test_a_special_token_inside_a_reply_stays_in_the_held_ids(managers):
     """A reply with a special token in it (SmolLM2 has 17: <jupyter_code>, <filename>, ...): the
     text the caller gets back skips it, the held ids keep it, and the next turn still matches."""
     from engine.api import GenerationFigures
-    from engine.history import reply_marks
+    from engine.generation.history import reply_marks
     m = managers()
     planner = m.planner
     tok = m.model.tokenizer
@@ -274,7 +274,7 @@ def test_history_round_trips_and_matches_the_longest_mark():
 # ---- the real default model --------------------------------------------------------------------
 @pytest.mark.slow
 def test_default_model_history_is_token_exact_in_memory_and_after_a_restart(default_model_dir, tmp_path):
-    from engine.model import load_model
+    from engine.runtime.model import load_model
     model = load_model(default_model_dir, provider="cpu")
     state = tmp_path / "state"
     m = SessionManager(model, state)

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from tests.support.bounded import run_bounded
 from engine.api import SamplingParams
-from engine.generate import Generator
-from engine.model import ModelLoadError, load_model
+from engine.generation.generate import Generator
+from engine.runtime.model import ModelLoadError, load_model
 from fuzz_util import scaled
 from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 

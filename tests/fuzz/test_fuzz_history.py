@@ -1,4 +1,4 @@
-"""Fuzzing the saved token-history reader (engine.history.TokenHistory.from_json, the manifest's
+"""Fuzzing the saved token-history reader (engine.generation.history.TokenHistory.from_json, the manifest's
 "history" field): generated structures and mutated real histories. The property: a TokenHistory
 whose ids lie in the vocabulary and whose marks start at (0, 0), increase and stay in range — or
 one HistoryFormatError; never another exception. A history that passes also plans a prompt
@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.history import HistoryFormatError, TokenHistory, plan_prompt
+from engine.generation.history import HistoryFormatError, TokenHistory, plan_prompt
 
 VOCAB = 420
 FUZZ = settings(deadline=None)       # examples and health checks: the profile (tests/fuzz/conftest.py)

@@ -1,4 +1,4 @@
-"""Fuzzing the KV file reader (engine.kvfile): mutated real files and generated headers. The
+"""Fuzzing the KV file reader (engine.kvstore.kvfile): mutated real files and generated headers. The
 property: the payload read back exactly, or one KVFileError with a reason; never another
 exception, a hang or an unbounded allocation (the header length is capped, the payload is read
 into the caller's buffer of the expected size)."""
@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.kvfile import FORMAT_VERSION, MAGIC, KVFileError, KVShape, looks_like_kv_file, read_kv_file, write_kv_file
+from engine.kvstore.kvfile import FORMAT_VERSION, MAGIC, KVFileError, KVShape, looks_like_kv_file, read_kv_file, write_kv_file
 
 SHAPE = KVShape("fp:test", "float32", 2, 2, 4)
 FUZZ = settings(deadline=None)       # examples and health checks: the profile (tests/fuzz/conftest.py)

@@ -1,4 +1,4 @@
-"""Fuzzing the session manifest reader (engine.manifest): generated structures and mutated real
+"""Fuzzing the session manifest reader (engine.sessions.manifest): generated structures and mutated real
 files. The property: one clear error (ManifestError, or a Loaded with its reason) or a manifest
 whose every field has its type and every file name its form; never another exception, never a
 hang. Example counts come from the Hypothesis profile (tests/fuzz/conftest.py: "default",
@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.manifest import (KINDS, Manifest, ManifestDir, ManifestError, encode, is_block_key, is_tail_name,
+from engine.sessions.manifest import (KINDS, Manifest, ManifestDir, ManifestError, encode, is_block_key, is_tail_name,
                              seal, validate)
 
 SID = "3f2c1a9e-7b4d-4c55-9a0e-2d3b4c5d6e7f"

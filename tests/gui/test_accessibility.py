@@ -103,8 +103,8 @@ def test_a_streamed_reply_is_announced_once_when_it_finishes(make_window, engine
 
 
 def _dialogs(w: Any) -> list[QDialog]:
-    from app.gui.remote_dialog import RemoteDialog
-    from app.gui.settings_dialog import ChatSettingsDialog, SettingsDialog
+    from app.gui.dialogs.remote_dialog import RemoteDialog
+    from app.gui.dialogs.settings_dialog import ChatSettingsDialog, SettingsDialog
     # the settings dialog as the window opens it: with the API server panel
     out: list[QDialog] = [SettingsDialog(w.settings, w.home, parent=w, server=w.api_server())]
     out.append(RemoteDialog(w.tasks.run_task, parent=w))

@@ -7,7 +7,7 @@ import time
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 
-from app.gui import chat_view as cv
+from app.gui.widgets import chat_view as cv
 from engine.api import ChatMessage
 from tests.support.gui import bubble_texts, open_chat, send, wait_idle
 

@@ -138,7 +138,7 @@ def test_quit_waits_for_pending_saves_but_not_for_generation(make_window, engine
 
 
 def test_quit_wait_is_bounded_and_visible(make_window, engine, qtbot, monkeypatch):
-    from app.gui import main_window as mw_mod
+    from app.gui.controllers import engine as mw_mod   # QUIT_WAIT_S lives with the engine
 
     monkeypatch.setattr(mw_mod, "QUIT_WAIT_S", 1.0)
 
@@ -178,7 +178,7 @@ def test_settings_round_trip_and_bad_files(tmp_path):
 
 
 def test_settings_dialog_changes_defaults_and_clears_cache(make_window, engine, qtbot, monkeypatch):
-    from app.gui.settings_dialog import SettingsDialog
+    from app.gui.dialogs.settings_dialog import SettingsDialog
 
     w = make_window(engine)
     send(qtbot, w, "hello")
@@ -210,7 +210,7 @@ def test_settings_dialog_changes_defaults_and_clears_cache(make_window, engine, 
 
 
 def test_chat_settings_override_the_defaults(make_window, engine, qtbot, monkeypatch):
-    from app.gui.settings_dialog import ChatSettingsDialog
+    from app.gui.dialogs.settings_dialog import ChatSettingsDialog
 
     w = make_window(engine)
     send(qtbot, w, "hello")

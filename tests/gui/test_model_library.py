@@ -1,4 +1,4 @@
-"""The model library dialog (app/gui/model_library.py) against the local Hub of tests/hub: the
+"""The model library dialog (app/gui/dialogs/model_library.py) against the local Hub of tests/hub: the
 recommended list, search, a repo's files with the verdict, download + conversion with progress,
 the model in the picker; a dropped download resumed from the dialog; a gated repo asks for a token."""
 from __future__ import annotations
@@ -49,7 +49,7 @@ def pick_quant(qtbot, dlg, quant: str) -> None:
 
 def test_search_pick_download_convert_and_it_is_in_the_picker(qtbot, make_window, engine, local_hub,
                                                                monkeypatch):
-    import app.gui.model_library as ml
+    import app.gui.dialogs.model_library as ml
     from app.gui.backend import list_models
     messages = []     # every label the worker produced (the relay coalesces what reaches the screen)
     real = ml.progress_text
@@ -80,7 +80,7 @@ def test_search_pick_download_convert_and_it_is_in_the_picker(qtbot, make_window
 
 def test_a_dropped_download_is_resumed_from_the_dialog(qtbot, make_window, engine, local_hub, tiny_q8,
                                                        monkeypatch):
-    from app.gui.model_library import ModelLibraryDialog
+    from app.gui.dialogs.model_library import ModelLibraryDialog
     monkeypatch.setattr("engine.hub.download.RETRIES", 0)
     local_hub.cut["Tiny-Chat-Q8_0.gguf"] = 20000
     dlg = ModelLibraryDialog()
@@ -97,7 +97,7 @@ def test_a_dropped_download_is_resumed_from_the_dialog(qtbot, make_window, engin
 
 
 def test_a_gated_repo_asks_for_a_token(qtbot, local_hub, tiny_q8, home):
-    from app.gui.model_library import ModelLibraryDialog
+    from app.gui.dialogs.model_library import ModelLibraryDialog
     local_hub.repos["gated-org/Locked-GGUF"] = Repo(files={"Locked-Q8_0.gguf": tiny_q8}, gated=True)
     asked = []
     dlg = ModelLibraryDialog(ask_token=lambda why: asked.append(why) or TOKEN)
@@ -111,7 +111,7 @@ def test_a_gated_repo_asks_for_a_token(qtbot, local_hub, tiny_q8, home):
 
 
 def test_offline_search_shows_one_message(qtbot, local_hub, monkeypatch):
-    from app.gui.model_library import ModelLibraryDialog
+    from app.gui.dialogs.model_library import ModelLibraryDialog
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     dlg = ModelLibraryDialog()
     qtbot.addWidget(dlg)
@@ -126,7 +126,7 @@ def test_a_late_answer_for_an_earlier_pick_is_ignored(qtbot, local_hub, monkeypa
     import time
 
     import engine.hub
-    from app.gui.model_library import ModelLibraryDialog
+    from app.gui.dialogs.model_library import ModelLibraryDialog
     real = engine.hub.plan
 
     def slow_for_f32(repo, which=None, **kw):

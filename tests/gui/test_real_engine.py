@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.gui.backend import Backend
-from engine.paths import DEFAULT_MODEL_NAME
+from engine.base.paths import DEFAULT_MODEL_NAME
 from tests.support.gui import send
 
 pytestmark = pytest.mark.slow

@@ -109,7 +109,7 @@ def test_screenshot_first_launch_loading(make_window, engine, qtbot, shots):
 
 
 def test_screenshot_settings(make_window, engine, qtbot, shots):
-    from app.gui.settings_dialog import SettingsDialog
+    from app.gui.dialogs.settings_dialog import SettingsDialog
 
     w = make_window(engine)
     dlg = SettingsDialog(w.settings, w.home, parent=w)
@@ -228,7 +228,7 @@ def test_screenshot_queued_and_search_hit(make_window, engine, qtbot, shots):
 
 
 def test_screenshot_chat_settings_overflow(make_window, engine, qtbot, shots):
-    from app.gui.settings_dialog import ChatSettingsDialog
+    from app.gui.dialogs.settings_dialog import ChatSettingsDialog
 
     w = make_window(engine)
     send(qtbot, w, "Plan a long project with me")

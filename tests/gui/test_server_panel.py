@@ -18,7 +18,7 @@ def free_port() -> int:
 
 
 def test_switch_serves_the_windows_engine_and_copies_the_address(qtbot, make_window, engine, home):
-    from app.gui.settings_dialog import SettingsDialog
+    from app.gui.dialogs.settings_dialog import SettingsDialog
     w = make_window(engine)
     control = w.api_server()
     assert control is w.api_server()          # one per window
@@ -71,7 +71,7 @@ def test_switch_serves_the_windows_engine_and_copies_the_address(qtbot, make_win
 
 
 def test_a_busy_port_is_reported_and_the_switch_goes_back_off(qtbot, make_window, engine, home):
-    from app.gui.settings_dialog import SettingsDialog
+    from app.gui.dialogs.settings_dialog import SettingsDialog
     w = make_window(engine)
     dlg = SettingsDialog(w.settings, home, parent=w, server=w.api_server())
     qtbot.addWidget(dlg)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLineEdit
 
-from app.gui import main_window as mw_mod
+from app.gui.controllers import deletions as mw_mod   # UNDO_MS
 from engine.api import SessionKind
 from tests.support.gui import open_chat, send, wait_idle
 

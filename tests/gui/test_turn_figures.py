@@ -172,7 +172,7 @@ def test_rolling_window_drops_the_system_prompt_first(make_window, home, qtbot):
 
 
 def test_overflow_choice_in_the_chat_settings_dialog(make_window, engine, qtbot):
-    from app.gui.settings_dialog import ChatSettingsDialog, SettingsDialog
+    from app.gui.dialogs.settings_dialog import ChatSettingsDialog, SettingsDialog
 
     w = make_window(engine)
     send(qtbot, w, "hi")

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog
 from app.gui import theme
 from app.gui.import_progress import staged
 from app.gui.settings import Settings
-from app.gui.sidebar import snippet_parts
+from app.gui.widgets.sidebar import snippet_parts
 from app.gui.widgets.search_jump import query_terms
 from app.gui.window_view import LONG_PLACEHOLDER, SHORT_PLACEHOLDER
 from tests.support.fake_engine import FakeEngine
@@ -156,7 +156,7 @@ def test_long_code_lines_scroll_and_copy_stays_visible(make_window, engine, qtbo
 
 
 def test_theme_setting_system_light_dark(make_window, engine, qtbot, monkeypatch):
-    from app.gui.settings_dialog import SettingsDialog
+    from app.gui.dialogs.settings_dialog import SettingsDialog
 
     w = make_window(engine)
     try:
@@ -311,7 +311,7 @@ def test_cancel_wins_over_a_late_success(make_window, engine, qtbot, tmp_path, m
         (made / "model.onnx").write_text("x")
         return made
 
-    monkeypatch.setattr("app.gui.main_window.UNDO_MS", 10000)
+    monkeypatch.setattr("app.gui.controllers.deletions.UNDO_MS", 10000)
     w = make_window(engine, gguf_importer=importer, model_lister=lambda: [])
     w.import_clear.setInterval(300)
     dlg = w.import_model(tmp_path / "x.gguf", gguf=True)

@@ -14,7 +14,7 @@ import pytest
 from tests.support.hub_server import REPO, TOKEN, Repo
 
 from engine import hub as H
-from engine import paths
+from engine.base import paths
 
 
 def models() -> Path:
@@ -105,8 +105,8 @@ def test_download_convert_and_the_model_generates(hub, tiny_ggufs):
     [inst] = H.list_installed()
     assert inst.name == "Tiny-Chat-Q8_0" and inst.source == f"{REPO} (Q8_0)"
     from engine.api import GenerationResult, SamplingParams
-    from engine.generate import Generator
-    from engine.model import load_model
+    from engine.generation.generate import Generator
+    from engine.runtime.model import load_model
     gen = Generator(load_model(dest, provider="cpu", threads=1))
     events = list(gen.stream(gen.new_cache(), gen.encode_chat([{"role": "user", "content": "Hello"}]),
                              SamplingParams(greedy=True, max_new_tokens=5)))
@@ -246,7 +246,7 @@ def test_onnx_repo_downloads_as_a_model_folder(hub, tiny_dir_files):
     p = H.plan("onnx-org/Tiny-Chat")
     assert p.variant.kind == "onnx" and p.name == "Tiny-Chat"
     dest = H.install(p)
-    from engine.model import load_model
+    from engine.runtime.model import load_model
     model = load_model(dest, provider="cpu", threads=1)
     assert model is not None and (dest / "model.onnx").is_file() and (dest / "config.json").is_file()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.api import ChatMessage, GenerationResult, SamplingParams, SessionKind, TextChunk
-from engine.remote import RemoteEndpoint, RemoteEngine, RemoteError
+from engine.remote.engine import RemoteEndpoint, RemoteEngine, RemoteError
 
 SID = "5b0f2d9e-8f7c-4d0a-9c1b-2e3f4a5b6c7d"
 TMP = "6c1e3f0a-9a8d-4e1b-8d2c-3f4a5b6c7d8e"
@@ -40,7 +40,7 @@ def llama_server(tmp_path_factory):
     if not py.is_file() or subprocess.run([str(py), "-c", "import llama_cpp.server"],
                                           capture_output=True).returncode != 0:
         pytest.fail(f"{py}: no llama_cpp.server; run `make bench-deps` (it installs llama-cpp-python[server])")
-    from engine import default_model   # noqa: PLC0415
+    from engine.convert import default_model   # noqa: PLC0415
     from bench.bench_engine import test_home   # noqa: PLC0415
     wheel = test_home() / "downloads" / default_model.WHEEL_FILE
     if not wheel.is_file():

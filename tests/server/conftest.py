@@ -22,7 +22,7 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_dir):
-    from engine.model import load_model
+    from engine.runtime.model import load_model
     return load_model(tiny_dir, provider="cpu", threads=1)
 
 

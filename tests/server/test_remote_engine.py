@@ -1,4 +1,4 @@
-"""engine.remote.RemoteEngine (Amber as a client) against Amber's own server: a real
+"""engine.remote.engine.RemoteEngine (Amber as a client) against Amber's own server: a real
 `amber-engine serve` process on 127.0.0.1 over the tiny model (the fixtures of tests/server)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from engine.api import ChatMessage, GenerationResult, SamplingParams, SessionKind, TextChunk
-from engine.remote import RemoteEndpoint, RemoteEngine, RemoteError, new_cache_salt
+from engine.remote.engine import RemoteEndpoint, RemoteEngine, RemoteError, new_cache_salt
 
 MODEL = "tiny-chat"
 # Longer than one KV block (128 tokens), so a repeat can reuse the server's cached blocks.
@@ -48,8 +48,8 @@ def test_connects_and_learns_the_server(remote, server):
 
 
 def test_streamed_reply_equals_the_local_engine_and_figures_are_the_servers(remote, tiny_model, tmp_path):
-    from engine.generate import collect
-    from engine.sessions import SessionManager
+    from engine.generation.generate import collect
+    from engine.sessions.manager import SessionManager
     remote.open(CHAT_1, SessionKind.REGULAR, new_cache_salt())
     chunks, result = turn(remote, CHAT_1, "What is the capital of France?", system="")
     m = SessionManager(tiny_model, tmp_path / "direct")

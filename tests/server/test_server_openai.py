@@ -25,8 +25,8 @@ def test_models_lists_the_served_model(client_a):
 
 def test_chat_completion_equals_the_engine_and_reports_usage(client_a, tiny_model, tmp_path):
     from engine.api import ChatMessage, SamplingParams, SessionKind
-    from engine.generate import collect
-    from engine.sessions import SessionManager
+    from engine.generation.generate import collect
+    from engine.sessions.manager import SessionManager
     r = chat(client_a, "What is the capital of France?", max_tokens=16)
     choice = r.choices[0]
     assert r.object == "chat.completion" and r.model == MODEL

@@ -13,7 +13,7 @@ import pytest
 
 from engine.api import GenerationResult
 from engine.server import ServerConfig, serve_in_thread
-from engine.sessions import SessionManager
+from engine.sessions.manager import SessionManager
 
 MODEL = "tiny-chat"
 

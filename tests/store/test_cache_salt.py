@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from app.store import ConversationStore
-from engine.remote import new_cache_salt
+from engine.remote.engine import new_cache_salt
 
 
 def test_salt_survives_a_reopen_and_the_updated_order(store: ConversationStore, db_path):

@@ -1,6 +1,7 @@
 """Writes tiny random-weight GGUF files for the importer's tests.
 
-`write_tiny_gguf` produces a llama.cpp-style GGUF (llama or qwen2) and returns, next to it, the
+`write_tiny_gguf` produces a llama.cpp-style GGUF (llama, qwen2, qwen3, gemma2, gemma3 or phi3, in
+the tensor layout and metadata llama.cpp's convert_hf_to_gguf.py writes for each) and returns, next to it, the
 Hugging Face-order float weights the file encodes (after the quantization round trip, i.e. exactly
 the values a correct importer must reproduce) and the in-memory tokenizer the vocabulary came from.
 Nothing here imports `engine.convert`: the reference is independent of the code under test.
@@ -34,7 +35,28 @@ TRAINING_TEXT = [
     "Emoji 🎉🙂👍🏽 and ünïcödé façade naïve",
     "   leading spaces, trailing spaces   \n\n\ttabs and\r\nnewlines",
 ]
+# Chat templates and their special tokens per architecture, shaped like the real models' (shortened).
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == 'assistant' "
+    "else message['role'] %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}")
+PHI3_TEMPLATE = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}")
+QWEN3_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\n\n</think>\n\n' }}"
+    "{% endif %}{% endif %}")
+ARCH_CHAT: dict[str, tuple[str, tuple[str, ...], str]] = {   # arch -> (template, extra specials, end of turn)
+    "gemma2": (GEMMA_TEMPLATE, ("<start_of_turn>", "<end_of_turn>"), "<end_of_turn>"),
+    "gemma3": (GEMMA_TEMPLATE, ("<start_of_turn>", "<end_of_turn>"), "<end_of_turn>"),
+    "phi3": (PHI3_TEMPLATE, ("<|user|>", "<|assistant|>", "<|end|>"), "<|end|>"),
+    "qwen3": (QWEN3_TEMPLATE, ("<think>", "</think>"), "<|im_end|>"),
+}
+GEMMA_ARCHS = ("gemma2", "gemma3")
 WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "I32")
+
 
 
 @dataclass(frozen=True)
@@ -57,6 +79,10 @@ class TinyConfig:
     vocab_size: int = 420
     rope_freqs: bool = False           # llama3-style rope_freqs.weight frequency factors
     rope_linear: float = 0.0           # linear rope scaling factor (0 = none)
+    sliding_window: int = 0            # {arch}.attention.sliding_window (gemma2/gemma3/phi3)
+    attn_softcap: float = 0.0          # gemma2 attn_logit_softcapping (0 = none)
+    final_softcap: float = 0.0         # gemma2 final_logit_softcapping
+    longrope: int = 0                  # phi3 long-context RoPE: original context length (0 = none)
     seed: int = 0
 
     @property
@@ -73,6 +99,14 @@ class TinyConfig:
             parts.append("ropefreqs")
         if self.rope_linear:
             parts.append(f"ropelinear{self.rope_linear:g}")
+        if self.n_layers != 2:
+            parts.append(f"L{self.n_layers}")
+        if self.sliding_window:
+            parts.append(f"swa{self.sliding_window}")
+        if self.attn_softcap or self.final_softcap:
+            parts.append(f"softcap{self.attn_softcap:g}-{self.final_softcap:g}")
+        if self.longrope:
+            parts.append(f"longrope{self.longrope}")
         return "-".join(parts)
 
 
@@ -93,7 +127,7 @@ class TinyModel:
 
 
 @lru_cache(maxsize=None)
-def _trained_tokenizer_json(vocab_size: int, pre: str) -> str:
+def _trained_tokenizer_json(vocab_size: int, pre: str, extra_specials: tuple[str, ...] = ()) -> str:
     tok = Tokenizer(models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre == "smollm":      # SmolLM's pre-tokenizer splits digits one by one first
@@ -101,15 +135,15 @@ def _trained_tokenizer_json(vocab_size: int, pre: str) -> str:
     else:
         tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + list(extra_specials),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(TRAINING_TEXT * 4, trainer)
     return tok.to_str()
 
 
-def trained_tokenizer(vocab_size: int = 420, pre: str = "default") -> Tokenizer:
-    """A tiny byte-level BPE trained in memory (ids 0..2 are the special tokens)."""
-    return Tokenizer.from_str(_trained_tokenizer_json(vocab_size, pre))
+def trained_tokenizer(vocab_size: int = 420, pre: str = "default", extra_specials: tuple[str, ...] = ()) -> Tokenizer:
+    """A tiny byte-level BPE trained in memory (ids 0..2 are the special tokens, then `extra_specials`)."""
+    return Tokenizer.from_str(_trained_tokenizer_json(vocab_size, pre, extra_specials))
 
 
 SPM_PIECES = ["▁", "e", "h", "l", "o", "t", "a", "r", "i", "s", "n", "d", "w", "H", "▁t", "he", "▁the", "ll",
@@ -225,7 +259,9 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
     """
     path = Path(path)
     rng = np.random.default_rng(cfg.seed)
-    tok = trained_tokenizer(cfg.vocab_size, cfg.pre)
+    chat = ARCH_CHAT.get(cfg.arch)
+    tok = trained_tokenizer(cfg.vocab_size, cfg.pre, chat[1] if chat else ())
+    specials = SPECIAL_TOKENS + list(chat[1] if chat else ())
     vocab = tok.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     assert [vocab[t] for t in tokens] == list(range(len(tokens)))
@@ -256,6 +292,16 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
     if cfg.rope_linear:
         put(w.add_string, f"{a}.rope.scaling.type", "linear")
         put(w.add_float32, f"{a}.rope.scaling.factor", cfg.rope_linear)
+    if cfg.sliding_window:
+        put(w.add_uint32, f"{a}.attention.sliding_window", cfg.sliding_window)
+    if cfg.attn_softcap:
+        put(w.add_float32, f"{a}.attn_logit_softcapping", cfg.attn_softcap)
+    if cfg.final_softcap:
+        put(w.add_float32, f"{a}.final_logit_softcapping", cfg.final_softcap)
+    if cfg.longrope:   # what convert_hf_to_gguf.py writes for Phi-3 longrope (attention factor as HF computes it)
+        put(w.add_uint32, f"{a}.rope.scaling.original_context_length", cfg.longrope)
+        put(w.add_float32, f"{a}.rope.scaling.attn_factor", float(np.sqrt(
+            1 + np.log(cfg.context_length / cfg.longrope) / np.log(cfg.longrope))))
     if hd * H != D:
         put(w.add_uint32, f"{a}.attention.key_length", hd)
         put(w.add_uint32, f"{a}.attention.value_length", hd)
@@ -266,18 +312,19 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
         w.add_token_scores(spm_scores)
         w.add_bos_token_id(1)
         w.add_eos_token_id(2)
-        w.add_unk_token_id(0)
+        if "tokenizer.ggml.unknown_token_id" not in omit:
+            w.add_unk_token_id(0)
     elif tokenizer:
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre(cfg.pre)
         w.add_token_list(tokens)
-        w.add_token_types([3 if t in SPECIAL_TOKENS else 1 for t in tokens])
+        w.add_token_types([3 if t in specials else 1 for t in tokens])
         w.add_token_merges(merges)
         w.add_bos_token_id(vocab["<|im_start|>"])
         w.add_eos_token_id(vocab["<|im_end|>"])
         w.add_pad_token_id(vocab["<|endoftext|>"])
         w.add_add_bos_token(False)
-        w.add_chat_template(CHATML_TEMPLATE)
+        w.add_chat_template(chat[0] if chat else CHATML_TEMPLATE)
     for key, value in (metadata or {}).items():
         if isinstance(value, bool):
             w.add_bool(key, value)
@@ -292,41 +339,73 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
     pending: list[tuple[str, np.ndarray, QT | None]] = []
 
     def matrix(name: str, hf: str, n: int, k: int, permute_heads: int = 0) -> None:
+        fused(name, [(hf, n)], k, permute_heads)
+
+    def fused(name: str, parts: list[tuple[str, int]], k: int, permute_heads: int = 0) -> None:
+        """One GGUF matrix holding the parts' rows one after the other (phi3's Q|K|V, gate|up);
+        stacking whole rows of blocks is exact, so each part's reference values are too."""
         wtype = next((t for suffix, t in overrides.items() if name.endswith(suffix)), cfg.wtype)
-        data, deq, qtype = encode_matrix(rng, n, k, wtype, std=1.0 / np.sqrt(k))
+        datas = []
+        for hf, n in parts:
+            data, deq, qtype = encode_matrix(rng, n, k, wtype, std=1.0 / np.sqrt(k))
+            ref[hf] = deq
+            datas.append(data)
+        data = np.concatenate(datas) if len(datas) > 1 else datas[0]
         if permute_heads:
             # The reference keeps HF order; the file holds llama.cpp's permuted rows. Permuting
             # whole rows of quantized blocks is exact, so the reference is still exact.
             data = llama_permute(data, permute_heads)
-        ref[hf] = deq
         pending.append((name, data, qtype))
 
-    def vector(name: str, hf: str, values: np.ndarray, permute_heads: int = 0) -> None:
+    gemma = a in GEMMA_ARCHS
+
+    def vector(name: str, hf: str, values: np.ndarray, permute_heads: int = 0, norm: bool = False) -> None:
         values = values.astype(np.float32)
         ref[hf] = values.astype(np.float64)
+        if norm and gemma:
+            # Gemma's RMSNorm multiplies by (1 + w); llama.cpp's converter stores 1 + w. The
+            # reference keeps Hugging Face's w.
+            ref[hf] = (values - 1.0).astype(np.float64)
         pending.append((name, llama_permute(values, permute_heads) if permute_heads else values, None))
 
     matrix("token_embd.weight", "embed", n_vocab, D)
     if cfg.rope_freqs:   # llama3 style: low frequencies slowed down, high ones kept
         vector("rope_freqs.weight", "rope_factors", np.linspace(1.0, 8.0, hd // 2))
+    if cfg.longrope:     # phi3: per-frequency factors for short and long contexts
+        vector("rope_factors_long.weight", "rope_long", np.linspace(1.0, 12.0, hd // 2))
+        vector("rope_factors_short.weight", "rope_short", np.linspace(1.0, 1.5, hd // 2))
     for i in range(cfg.n_layers):
         b, p = f"blk.{i}", f"layers.{i}."
         perm_q = H if a == "llama" else 0
         perm_k = KV if a == "llama" else 0
-        vector(f"{b}.attn_norm.weight", p + "attn_norm", 1.0 + 0.1 * rng.standard_normal(D))
-        matrix(f"{b}.attn_q.weight", p + "q", H * hd, D, perm_q)
-        matrix(f"{b}.attn_k.weight", p + "k", KV * hd, D, perm_k)
-        matrix(f"{b}.attn_v.weight", p + "v", KV * hd, D)
+        vector(f"{b}.attn_norm.weight", p + "attn_norm", 1.0 + 0.1 * rng.standard_normal(D), norm=True)
+        if a == "phi3":
+            fused(f"{b}.attn_qkv.weight", [(p + "q", H * hd), (p + "k", KV * hd), (p + "v", KV * hd)], D)
+        else:
+            matrix(f"{b}.attn_q.weight", p + "q", H * hd, D, perm_q)
+            matrix(f"{b}.attn_k.weight", p + "k", KV * hd, D, perm_k)
+            matrix(f"{b}.attn_v.weight", p + "v", KV * hd, D)
+        if a in ("qwen3", "gemma3"):
+            vector(f"{b}.attn_q_norm.weight", p + "q_norm", 1.0 + 0.2 * rng.standard_normal(hd), norm=True)
+            vector(f"{b}.attn_k_norm.weight", p + "k_norm", 1.0 + 0.2 * rng.standard_normal(hd), norm=True)
         if cfg.bias:
             vector(f"{b}.attn_q.bias", p + "q_bias", 0.3 * rng.standard_normal(H * hd), perm_q)
             vector(f"{b}.attn_k.bias", p + "k_bias", 0.3 * rng.standard_normal(KV * hd), perm_k)
             vector(f"{b}.attn_v.bias", p + "v_bias", 0.3 * rng.standard_normal(KV * hd))
         matrix(f"{b}.attn_output.weight", p + "o", D, H * hd)
-        vector(f"{b}.ffn_norm.weight", p + "ffn_norm", 1.0 + 0.1 * rng.standard_normal(D))
-        matrix(f"{b}.ffn_gate.weight", p + "gate", F, D)
-        matrix(f"{b}.ffn_up.weight", p + "up", F, D)
+        if gemma:
+            vector(f"{b}.post_attention_norm.weight", p + "post_attn_norm", 1.0 + 0.1 * rng.standard_normal(D),
+                   norm=True)
+        vector(f"{b}.ffn_norm.weight", p + "ffn_norm", 1.0 + 0.1 * rng.standard_normal(D), norm=True)
+        if a == "phi3":
+            fused(f"{b}.ffn_up.weight", [(p + "gate", F), (p + "up", F)], D)
+        else:
+            matrix(f"{b}.ffn_gate.weight", p + "gate", F, D)
+            matrix(f"{b}.ffn_up.weight", p + "up", F, D)
         matrix(f"{b}.ffn_down.weight", p + "down", D, F)
-    vector("output_norm.weight", "final_norm", 1.0 + 0.1 * rng.standard_normal(D))
+        if gemma:
+            vector(f"{b}.post_ffw_norm.weight", p + "post_ffn_norm", 1.0 + 0.1 * rng.standard_normal(D), norm=True)
+    vector("output_norm.weight", "final_norm", 1.0 + 0.1 * rng.standard_normal(D), norm=True)
     if not cfg.tied:
         matrix("output.weight", "lm_head", n_vocab, D)
 

@@ -1,0 +1,144 @@
+"""One turn of a chat as a plain generator: a `TurnRequest` in, `TurnEvent`s out, then a
+`TurnOutcome` (the generator's return value).
+
+`run_turn(request, store, engine, cancel)` writes the user message (send / edit), asks the engine
+for the reply, stores what came back (a partial reply when cancelled, the error when it failed)
+and reads the chat's new state back. It runs on a worker thread (the GUI drives it through
+`GeneratorWorker`); it knows nothing of Qt or of what is on screen.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Generator, Literal
+
+from engine.api import (CancelToken, ChatMessage, GenerationResult, PrefillProgress, SessionKind,
+                        TextChunk)
+
+from .kv import chat_salt, kv_state_of
+from .overflow import overflow_policy
+
+Mode = Literal["send", "edit", "regenerate"]
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """What to do: `send` adds `text` at the end, `edit` adds it as a sibling of the edited
+    message (under `parent_id`), `regenerate` writes a new reply under `parent_id`."""
+
+    chat_id: str
+    mode: Mode
+    settings: Any                   # app.gui.settings.Settings (a copy: the worker owns it)
+    text: str = ""
+    parent_id: Any = None
+    kind: SessionKind = SessionKind.REGULAR
+    create: bool = False            # make the conversation first (a draft's first message)
+    open_session: bool = False      # the engine has not opened this chat with this kind yet
+    temporary: bool = False         # a memory-only chat: no stored salt, no stored KV state
+    model_name: str | None = None   # recorded with the reply
+
+
+@dataclass(frozen=True)
+class UserSaved:
+    """The user message is stored (`row` is None for a regenerate)."""
+
+    row: Any
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Prefill:
+    done: int
+    total: int
+
+
+TurnEvent = UserSaved | Chunk | Prefill
+
+
+@dataclass
+class TurnOutcome:
+    """How the turn ended: the chat's active path after it, the stored reply (None when nothing
+    came back), the reply's figures, the engine's word on the session, the generation error."""
+
+    rows: list[Any]
+    assistant: Any
+    figures: dict[str, Any] | None
+    info: Any
+    error: BaseException | None
+    detail: Any
+    text: str = ""
+
+
+def run_turn(req: TurnRequest, store: Any, engine: Any,
+             cancel: CancelToken | threading.Event) -> Generator[TurnEvent, None, TurnOutcome]:
+    """Run one turn; see the module docstring. Store errors propagate; engine errors end up in
+    `TurnOutcome.error` with whatever text had streamed stored as the reply."""
+    chat_id, settings = req.chat_id, req.settings
+    if req.create and not req.temporary:
+        store.create_conversation(id=chat_id, system_prompt=settings.system_prompt,
+                                  model_id=getattr(engine, "model_name", ""))
+    detail = store.get_conversation(chat_id)
+    user = None
+    if req.mode == "send":
+        user = store.add_message(chat_id, "user", req.text)
+    elif req.mode == "edit":
+        user = store.add_message(chat_id, "user", req.text, parent_id=req.parent_id)
+    path = store.active_path(chat_id)
+    if req.mode == "regenerate":
+        ids = [m.id for m in path]
+        path = path[: ids.index(req.parent_id) + 1] if req.parent_id in ids else path
+    yield UserSaved(user)
+    if req.open_session:
+        engine.open(chat_id, req.kind, chat_salt(engine, store, chat_id, detail, req.temporary))
+    overrides = dict(getattr(detail, "settings", None) or {})
+    system = getattr(detail, "system_prompt", "") or settings.system_prompt
+    messages = ([ChatMessage("system", system)] if system else []) + \
+        [ChatMessage(m.role, m.content) for m in path]
+    sampling = settings.sampling.to_params(overrides.get("sampling"))
+    sampling.overflow = overflow_policy(overrides, settings)
+    reply, result, error = "", None, None
+    try:
+        for ev in engine.generate(chat_id, messages, sampling, cancel):
+            if isinstance(ev, TextChunk):
+                reply += ev.text
+                yield Chunk(ev.text, len(ev.token_ids))
+            elif isinstance(ev, PrefillProgress):
+                yield Prefill(ev.done, ev.total)
+            elif isinstance(ev, GenerationResult):
+                result = ev
+    except Exception as exc:  # noqa: BLE001 - reported with the (partial) reply
+        error = exc
+    figures = result.figures.to_dict() if result is not None else None
+    if result is not None and result.text and len(result.text) >= len(reply):
+        reply = result.text
+    if figures is not None and cancel.is_set():
+        figures["finish_reason"] = "cancelled"
+    assistant = None
+    if reply or result is not None:
+        assistant = store.add_message(chat_id, "assistant", reply,
+                                      parent_id=user.id if user else req.parent_id,
+                                      figures=figures, model_name=req.model_name)
+    rows = store.active_path(chat_id)
+    try:
+        info = engine.info(chat_id)
+    except Exception:  # noqa: BLE001 - a session the engine no longer has: nothing to show
+        info = None
+    if info is not None and not req.temporary:
+        store.set_kv_state(chat_id, *kv_state_of(info))
+    return TurnOutcome(rows=rows, assistant=assistant, figures=figures, info=info, error=error,
+                       detail=store.get_conversation(chat_id), text=reply)
+
+
+def drain(gen: Generator[TurnEvent, None, TurnOutcome]) -> tuple[list[TurnEvent], TurnOutcome]:
+    """Run a turn to the end (the CLI, tests): its events and its outcome."""
+    events: list[TurnEvent] = []
+    while True:
+        try:
+            events.append(next(gen))
+        except StopIteration as stop:
+            return events, stop.value

@@ -1,0 +1,98 @@
+"""The bar above the chat: its title (and whether it is pinned / temporary), the model picker,
+the import menu, this chat's settings and the settings."""
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout
+
+from .. import accessibility as a11y
+from .. import theme
+from .elided import ElidedLabel
+
+
+class ChatHeader(QFrame):
+    modelPicked = Signal(int)           # index in the model picker
+    getModelsRequested = Signal()       # the model library (Hugging Face)
+    importGgufRequested = Signal()
+    importFolderRequested = Signal()
+    connectRemoteRequested = Signal()
+    chatSettingsRequested = Signal()
+    settingsRequested = Signal()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("ChatHeader")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        hl = QHBoxLayout(self)
+        hl.setContentsMargins(18, 10, 12, 10)
+        titles = QVBoxLayout()
+        titles.setSpacing(0)
+        self.title_label = ElidedLabel("New chat")
+        self.title_label.setObjectName("ChatTitle")
+        self.subtitle_label = QLabel("")
+        self.subtitle_label.setObjectName("ChatSubtitle")
+        titles.addWidget(self.title_label)
+        titles.addWidget(self.subtitle_label)
+        hl.addLayout(titles, 1)
+        self.model_picker = QComboBox()
+        self.model_picker.setObjectName("ModelPicker")
+        self.model_picker.setToolTip("Model")
+        a11y.name(self.model_picker, "Model", "The model that writes the replies")
+        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.model_picker.activated.connect(self.modelPicked)
+        hl.addWidget(self.model_picker)
+        self.import_btn = QToolButton()
+        self.import_btn.setToolTip("Import a model, or connect to a server")
+        a11y.name(self.import_btn, "Import a model",
+                  "A GGUF file, an ONNX model folder, or an OpenAI-compatible server")
+        self.import_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.import_btn)
+        self.act_get_models = menu.addAction("Get models…", self.getModelsRequested.emit)
+        self.act_import_gguf = menu.addAction("Import GGUF file…", self.importGgufRequested.emit)
+        self.act_import_folder = menu.addAction("Import ONNX model folder…",
+                                                self.importFolderRequested.emit)
+        self.act_connect_remote = menu.addAction("Connect to an OpenAI-compatible server…",
+                                                 self.connectRemoteRequested.emit)
+        self.import_btn.setMenu(menu)
+        hl.addWidget(self.import_btn)
+        self.chat_settings_btn = QToolButton()
+        self.chat_settings_btn.setToolTip("This chat's settings (system prompt, sampling)")
+        a11y.name(self.chat_settings_btn, "Chat settings", "This chat's system prompt and sampling")
+        self.chat_settings_btn.clicked.connect(self.chatSettingsRequested)
+        hl.addWidget(self.chat_settings_btn)
+        self.settings_btn = QToolButton()
+        self.settings_btn.setToolTip("Settings (Ctrl+,)")
+        a11y.name(self.settings_btn, "Settings")
+        self.settings_btn.clicked.connect(self.settingsRequested)
+        hl.addWidget(self.settings_btn)
+        self.update_icons()
+        theme.changed_signal().connect(self.update_icons)
+
+    def update_icons(self, *_: Any) -> None:
+        t = theme.current()
+        self.import_btn.setIcon(theme.icon("import", t.text, 18))
+        self.settings_btn.setIcon(theme.icon("settings", t.text, 18))
+        self.chat_settings_btn.setIcon(theme.icon("sliders", t.text, 18))
+        self.act_import_gguf.setIcon(theme.icon("import", t.text, 16))
+        self.act_import_folder.setIcon(theme.icon("folder", t.text, 16))
+
+    def show_chat(self, title: str, subtitle: str, *, settings_enabled: bool) -> None:
+        self.title_label.setText(title)
+        self.subtitle_label.setText(subtitle)
+        self.subtitle_label.setVisible(bool(subtitle))
+        self.chat_settings_btn.setEnabled(settings_enabled)
+
+    def show_models(self, models: list[tuple[str, str, str]], current: str) -> None:
+        """The picker's entries — (label, `Settings.model` value, tooltip) — with `current`
+        selected; choosing one is `modelPicked`, filling it is not."""
+        picker, icon = self.model_picker, theme.icon("model", theme.current().text, 16)
+        picker.blockSignals(True)
+        picker.clear()
+        for label, value, tip in models:
+            picker.addItem(icon, label, value)
+            if tip:
+                picker.setItemData(picker.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        picker.setCurrentIndex(max(0, picker.findData(current)))
+        picker.blockSignals(False)

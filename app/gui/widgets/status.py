@@ -1,0 +1,142 @@
+"""Status bar: provider, tokens/s, context used of the window, and how the last reply started."""
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar,
+                               QWidget)
+
+from ..turn_figures import short_figures  # noqa: F401 - the bubbles use it from here too
+
+PROVIDER_NAMES = {
+    "CPUExecutionProvider": "CPU", "CUDAExecutionProvider": "CUDA",
+    "TensorrtExecutionProvider": "TensorRT", "CoreMLExecutionProvider": "CoreML",
+    "DmlExecutionProvider": "DirectML", "ROCMExecutionProvider": "ROCm",
+    "cpu": "CPU", "cuda": "CUDA", "coreml": "CoreML", "dml": "DirectML", "directml": "DirectML",
+}
+
+FALLBACK_CHARS = 60     # of the fallback reason shown beside the provider in the status bar
+
+
+def provider_label(provider: str) -> str:
+    return PROVIDER_NAMES.get(provider, PROVIDER_NAMES.get(provider.lower(), provider or "—"))
+
+
+def _ms(ms: float) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def how_started(f: dict[str, Any] | None) -> str:
+    """“resumed 2,048 tokens from disk in 31 ms” or “prefilled 2,048 tokens in 4.2 s”."""
+    if not f:
+        return ""
+    reused = int(f.get("reused_tokens") or 0)
+    prefilled = int(f.get("prefilled_tokens") or 0)
+    resume = f.get("resume") or "none"
+    parts = []
+    if reused and resume == "disk":
+        parts.append(f"resumed {reused:,} tokens from disk in {_ms(float(f.get('resume_ms') or 0))}")
+    elif reused:
+        parts.append(f"reused {reused:,} tokens from memory")
+    if prefilled:
+        parts.append(f"prefilled {prefilled:,} tokens in {_ms(float(f.get('prefill_ms') or 0))}")
+    text = ", ".join(parts)
+    if f.get("fallback_reason"):
+        text += f" (saved cache not used: {f['fallback_reason']})"
+    return text
+
+
+class StatusBar(QStatusBar):
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setSizeGripEnabled(False)
+        self.message = QLabel("")
+        self.message.setObjectName("StatusMessage")
+        # the transient message gives way to the figures (never squeezes them)
+        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.addWidget(self.message, 1)
+        self.kv = QLabel("")            # the KV state of the chat on screen (and only that chat)
+        self.kv.setObjectName("StatusKv")
+        self.addPermanentWidget(self.kv)
+        self.started = QLabel("")
+        self.started.setObjectName("StatusStarted")
+        self.addPermanentWidget(self.started)
+        self.speed = QLabel("")
+        self.speed.setObjectName("StatusSpeed")
+        self.addPermanentWidget(self.speed)
+        ctx = QWidget()
+        lay = QHBoxLayout(ctx)
+        lay.setContentsMargins(4, 0, 4, 0)
+        lay.setSpacing(6)
+        self.context = QLabel("")
+        self.context.setObjectName("StatusContext")
+        self.context_bar = QProgressBar()
+        self.context_bar.setObjectName("ContextBar")
+        self.context_bar.setAccessibleName("Context window used")
+        self.context_bar.setTextVisible(False)
+        self.context_bar.setFixedWidth(80)
+        self.context_bar.setFixedHeight(6)
+        lay.addWidget(self.context)
+        lay.addWidget(self.context_bar, 0, Qt.AlignmentFlag.AlignVCenter)
+        self.addPermanentWidget(ctx)
+        self.provider = QLabel("")
+        self.provider.setObjectName("StatusProvider")
+        self.addPermanentWidget(self.provider)
+        self.set_context(0, 0)
+
+    def set_provider(self, provider: str, fallback: str | None = None) -> None:
+        # The provider really running, and why it is not the GPU that was asked for: "CPU (CUDA
+        # failed: libcublasLt.so.13: cannot open…)"; the whole reason is in the tooltip.
+        text = provider_label(provider) if provider else ""
+        if provider and fallback:
+            text += f" ({fallback if len(fallback) <= FALLBACK_CHARS else fallback[:FALLBACK_CHARS - 1] + '…'})"
+        self.provider.setText(text)
+        self.provider.setToolTip(f"Execution provider: {provider}" +
+                                 (f"\nFell back: {fallback}" if fallback else ""))
+
+    def set_context(self, used: int, window: int) -> None:
+        if window:
+            self.context.setText(f"{used:,} / {window:,} tokens")
+            self.context_bar.setMaximum(window)
+            self.context_bar.setValue(min(used, window))
+            self.context_bar.show()
+        else:
+            self.context.setText("")
+            self.context_bar.hide()
+
+    def set_speed(self, tokens_per_s: float | None) -> None:
+        self.speed.setText(f"{tokens_per_s:.1f} tok/s" if tokens_per_s else "")
+
+    def set_figures(self, f: dict[str, Any] | None) -> None:
+        self.started.setText(how_started(f))
+        if f:
+            self.set_speed(float(f.get("decode_tokens_per_s") or 0) or None)
+            if f.get("context_window"):
+                self.set_context(int(f.get("context_used") or 0), int(f["context_window"]))
+        else:
+            self.set_speed(None)
+
+    def set_message(self, text: str) -> None:
+        self.message.setText(text)
+
+    # --- figures of the chat on screen -------------------------------------------------------
+    def set_kv(self, text: str) -> None:
+        """“1,146 tokens on disk — resumes without prefill”: about the chat shown, never another."""
+        self.kv.setText(text)
+
+    def show_chat(self, figures: dict[str, Any] | None, window: int, kv: str = "") -> None:
+        """Everything the bar says about a chat, replaced at once when another chat is shown."""
+        self.set_figures(figures)
+        used = int((figures or {}).get("context_used") or 0)
+        self.set_context(used, window)
+        self.set_kv(kv)
+
+    def set_live(self, live: Any, window: int = 0) -> None:
+        """The turn in progress (a `widgets.turn.LiveTurn`): prefill progress, then tokens and
+        tok/s so far; the previous turn's figures are not shown meanwhile."""
+        if live.decoding:
+            self.started.setText(f"generating: {live.tokens:,} tokens")
+        else:
+            self.started.setText(live.summary())
+        self.set_speed(live.tokens_per_s())

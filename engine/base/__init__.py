@@ -1,0 +1,1 @@
+"""Foundations every engine layer may use: Amber's folders (paths), safe file access (safefs), one-line messages."""

@@ -1,0 +1,41 @@
+"""What every `amber-engine` command group shares: the one-line error, the parser class, option types."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import NoReturn
+
+from engine.base import paths
+
+
+class CliError(Exception):
+    """Shown as one line on stderr; exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:   # one line, exit 2 (argparse prints usage too)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _model_dir(arg: str | None) -> Path:
+    if arg:
+        return Path(arg)
+    from engine.convert.default_model import is_ready
+    if not is_ready():
+        raise CliError(f"the default model is not prepared at {paths.default_model_dir()} "
+                       "(run: amber-engine fetch-default)")
+    return paths.default_model_dir()
+
+
+def add_kv_store_option(p: argparse.ArgumentParser) -> None:
+    from engine.api import KV_STORE_MODEL, KV_STORES
+    p.add_argument("--kv-store", choices=KV_STORES, default=KV_STORE_MODEL,
+                   help="saved KV: 'model' keeps the model's own dtype (lossless), 'float16' halves "
+                        "the bytes (use the same setting for every command on a state folder)")

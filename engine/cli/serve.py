@@ -1,0 +1,83 @@
+"""`amber-engine serve`: Amber's OpenAI-compatible API server over the engine's sessions."""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import signal
+import sys
+from pathlib import Path
+
+from engine.base import paths
+
+DEFAULT_PORT = 8080
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from engine.cli.common import CliError, _model_dir
+    from engine.runtime.model import ModelLoadError, load_model
+    from engine.server import ServerConfig, serve_forever
+    from engine.sessions.manager import SessionManager
+
+    keys = list(args.api_key or [])
+    keys += [k.strip() for k in os.environ.get("AMBER_API_KEYS", "").split(",") if k.strip()]
+    if not _is_loopback(args.host) and not keys:
+        # Anyone on the network could use the model and read cached prompts' timings otherwise.
+        raise CliError(f"--host {args.host} is reachable from other machines: give --api-key (or AMBER_API_KEYS)")
+    if args.max_prompt_tokens is not None and args.max_prompt_tokens <= 0:
+        raise CliError("--max-prompt-tokens must be positive")
+    try:
+        model = load_model(_model_dir(args.model), provider=args.provider)
+    except ModelLoadError as exc:
+        raise CliError(str(exc)) from None
+    state = Path(args.state_dir) if args.state_dir else paths.state_dir()
+    manager = SessionManager(model, state, kv_store=args.kv_store)
+    config = ServerConfig(api_keys=keys, max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
+                          max_new_tokens=args.max_tokens, max_queued=args.max_queued, max_active=args.max_active)
+
+    def ready(url: str) -> None:
+        # The first stdout line, parsed by scripts and tests: keep its form.
+        print(f"amber-engine: serving {url}", flush=True)
+        print(f"amber-engine: model {manager.model_name} ({manager.provider}), "
+              f"{'API keys required' if keys else 'no API key'}; Ctrl+C stops", file=sys.stderr, flush=True)
+
+    def terminate(signum, frame):   # uvicorn re-raises SIGTERM after its graceful shutdown: exit cleanly
+        raise SystemExit(0)
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        serve_forever(manager, args.host, args.port, state, config, on_ready=ready)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        manager.shutdown()      # waits (bounded) for pinned sessions' saves
+    return 0
+
+
+def add_serve_command(sub: argparse._SubParsersAction) -> None:
+    from engine.cli.common import _positive_int, add_kv_store_option
+    s = sub.add_parser("serve", help="serve an OpenAI-compatible API (loopback by default)")
+    s.add_argument("--model", help="model folder (default: the default model)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    s.add_argument("--api-key", action="append",
+                   help="accept this bearer key (repeatable; also AMBER_API_KEYS=k1,k2); none: no key needed")
+    s.add_argument("--provider", choices=["auto", "cpu", "gpu"], default="auto")
+    s.add_argument("--state-dir", help="engine state folder (default: in the user data folder)")
+    s.add_argument("--max-body-bytes", type=_positive_int, default=4 << 20)
+    s.add_argument("--max-prompt-tokens", type=int, help="longest prompt accepted (default: the context window)")
+    s.add_argument("--max-tokens", type=_positive_int, default=4096, help="most tokens one reply may generate")
+    s.add_argument("--max-active", type=_positive_int, default=4, help="generations interleaved at once")
+    s.add_argument("--max-queued", type=_positive_int, default=32, help="requests waiting beyond: 429")
+    add_kv_store_option(s)
+    s.set_defaults(func=cmd_serve)

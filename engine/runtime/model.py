@@ -1,0 +1,251 @@
+"""Loads a model folder in the Hugging Face optimum / onnx-community layout."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+from tokenizers import Tokenizer
+
+from engine.convert.errors import ModelImportError
+from engine.base.oneline import one_line
+from engine.runtime.fingerprint import model_fingerprint
+from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
+                           check_tokenizer_config, read_json_object)
+from engine.runtime.providers import CPU, ProviderChoice, create_session, short_name
+
+_PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+class ModelLoadError(Exception):
+    """A model folder cannot be loaded; the message names the file and what is wrong."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(one_line(str(message)))   # one line, whatever the file names hold
+
+
+@dataclass
+class KVLayout:
+    """The KV cache tensors as the session declares them (names, counts, dtype, shapes)."""
+    n_layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: type
+    past_names: list[tuple[str, str]]      # per layer: (key input, value input)
+    present_names: list[tuple[str, str]]   # per layer: (key output, value output)
+    shared_buffer: bool                    # GroupQueryAttention: past and present may be one buffer
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.n_layers * self.kv_heads * self.head_dim * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    name: str
+    session: Any                      # onnxruntime.InferenceSession
+    provider: str                     # e.g. "CPUExecutionProvider", as get_providers() reports
+    provider_fallback_reason: str | None
+    kv: KVLayout
+    tokenizer: Tokenizer
+    config: dict[str, Any]
+    generation_config: dict[str, Any]
+    tokenizer_config: dict[str, Any]
+    context_window: int
+    eos_token_ids: list[int]
+    fingerprint: str
+    input_names: set[str] = field(default_factory=set)
+    logits_name: str = "logits"
+    variant: str = "fp32"             # "fp16": the GPU variant (float16 activations and KV)
+    graph: Path | None = None         # the ONNX file the session runs
+
+    @property
+    def provider_short(self) -> str:
+        return short_name(self.provider)
+
+    @property
+    def attention(self) -> str:
+        return "gqa" if self.kv.shared_buffer else "standard"
+
+
+def find_graph(model_dir: Path) -> Path:
+    for candidate in (model_dir / "model.onnx", model_dir / "onnx" / "model.onnx",
+                      model_dir / "decoder_model_merged.onnx", model_dir / "onnx" / "decoder_model_merged.onnx"):
+        if candidate.is_file():
+            return candidate
+    raise ModelLoadError(f"{model_dir}: no model.onnx (looked in the folder and in onnx/)")
+
+
+def _read_json(path: Path, required: bool) -> dict[str, Any]:
+    try:
+        return read_json_object(path, required)
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
+
+
+def _check_folder_files(model_dir: Path, config: dict[str, Any], generation_config: dict[str, Any],
+                        tokenizer_config: dict[str, Any]) -> None:
+    """Types and ranges of what the loader and the sampler read from the folder's JSON files."""
+    from engine.text.sampling import resolve_sampling
+    try:
+        check_config(config, model_dir / "config.json")
+        check_generation_config(generation_config, model_dir / "generation_config.json",
+                                lambda gen: resolve_sampling(None, gen))
+        check_tokenizer_config(tokenizer_config, model_dir / "tokenizer_config.json")
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
+
+
+def _uses_gqa(graph: Path) -> bool:
+    """Also checks the graph's external-data references before ONNX Runtime reads them."""
+    proto = onnx.load(str(graph), load_external_data=False)
+    try:
+        check_external_data(proto, graph)
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
+    return any(n.op_type == "GroupQueryAttention" for n in proto.graph.node)
+
+
+def _dim(value: Any, fallback: int | None, what: str, graph: Path) -> int:
+    if isinstance(value, int) and value > 0:
+        return value
+    if fallback:
+        return int(fallback)
+    raise ModelLoadError(f"{graph}: cannot tell the KV {what} (symbolic in the graph, absent from config.json)")
+
+
+def read_kv_layout(session: Any, config: dict[str, Any], graph: Path, gqa: bool) -> KVLayout:
+    """KV names, count, dtype and shapes from the session's own inputs and outputs, like optimum."""
+    pasts: dict[int, dict[str, Any]] = {}
+    for inp in session.get_inputs():
+        m = _PAST.match(inp.name)
+        if m:
+            pasts.setdefault(int(m.group(1)), {})[m.group(2)] = inp
+    if not pasts:
+        raise ModelLoadError(f"{graph}: no past_key_values.N.key/value inputs (not a decoder with KV cache)")
+    n_layers = max(pasts) + 1
+    if sorted(pasts) != list(range(n_layers)) or any(len(v) != 2 for v in pasts.values()):
+        raise ModelLoadError(f"{graph}: past_key_values inputs are incomplete")
+    outputs = {o.name for o in session.get_outputs()}
+    present = [(f"present.{i}.key", f"present.{i}.value") for i in range(n_layers)]
+    missing = [n for pair in present for n in pair if n not in outputs]
+    if missing:
+        raise ModelLoadError(f"{graph}: missing outputs {missing[:2]}…")
+    first = pasts[0]["key"]
+    dtype = _ORT_TYPES.get(first.type)
+    if dtype is None:
+        raise ModelLoadError(f"{graph}: KV dtype {first.type} is not supported")
+    heads = config.get("num_key_value_heads") or config.get("num_attention_heads")
+    head_dim = config.get("head_dim") or (
+        config["hidden_size"] // config["num_attention_heads"]
+        if "hidden_size" in config and "num_attention_heads" in config else None)
+    shape = first.shape
+    return KVLayout(n_layers=n_layers, kv_heads=_dim(shape[1], heads, "head count", graph),
+                    head_dim=_dim(shape[3], head_dim, "head size", graph), dtype=dtype,
+                    past_names=[(f"past_key_values.{i}.key", f"past_key_values.{i}.value") for i in range(n_layers)],
+                    present_names=present, shared_buffer=gqa)
+
+
+def _token_ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+
+
+Variant = Literal["auto", "fp32", "fp16"]
+
+
+def _variant_maker(model_dir: Path, graph: Path, progress: Any) -> Any:
+    """The GPU graph for a folder: Amber's float16 variant (made on first use, with progress) for
+    graphs Amber converted; any other graph runs as it is."""
+    def make() -> str:
+        if not _uses_gqa(graph):
+            return str(graph)
+        from engine.convert.variants import ensure_variant
+        return str(ensure_variant(model_dir, graph, progress, spare_root=_spare_root()))
+    return make
+
+
+def _spare_root() -> Path | None:
+    """Where variants of read-only model folders go (Amber's data folder), if it can tell."""
+    try:
+        from engine.base import paths
+        return paths.amber_home() / "variants"
+    except Exception:
+        return None
+
+
+def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads: int | None = None,
+               variant: Variant = "auto", progress: Any = None) -> LoadedModel:
+    """Opens a model folder; every problem becomes a `ModelLoadError` that names the file.
+
+    `variant`: "auto" runs the float32 graph on CPU and the float16 variant on a GPU; "fp16" runs
+    the variant on whichever provider (on CPU: to check its numerics); "fp32" never uses it.
+    `progress(done, total, what)` reports making the variant (first use of a GPU)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ModelLoadError(f"{model_dir}: no such model folder")
+    graph = find_graph(model_dir)
+    config = _read_json(model_dir / "config.json", required=True)
+    generation_config = _read_json(model_dir / "generation_config.json", required=False)
+    tokenizer_config = _read_json(model_dir / "tokenizer_config.json", required=False)
+    _check_folder_files(model_dir, config, generation_config, tokenizer_config)
+    tok_path = model_dir / "tokenizer.json"
+    if not tok_path.is_file():
+        raise ModelLoadError(f"{tok_path}: missing")
+    try:
+        tokenizer = Tokenizer.from_file(str(tok_path))
+    except Exception as exc:
+        raise ModelLoadError(f"{tok_path}: not a valid tokenizer ({exc})") from None
+    try:
+        _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
+        cpu_graph = graph
+        if variant == "fp16":
+            from engine.convert.variants import ensure_variant
+            cpu_graph = ensure_variant(model_dir, graph, progress, spare_root=_spare_root())
+        gpu_graph: Any = str(graph) if variant == "fp32" else _variant_maker(model_dir, graph, progress)
+        if variant == "fp16":
+            gpu_graph = str(cpu_graph)
+        result = create_session(str(cpu_graph), provider, threads, gpu_model_path=gpu_graph)
+        graph = Path(result.model_path or cpu_graph)
+        gqa = _uses_gqa(graph)
+    except ModelLoadError:
+        raise
+    except ModelImportError as exc:
+        raise ModelLoadError(str(exc)) from None     # it names the file already
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"{graph}: ONNX Runtime cannot load it ({first_line[:400]})") from None
+    session = result.session
+    kv = read_kv_layout(session, config, graph, gqa)
+    inputs = {i.name for i in session.get_inputs()}
+    if "input_ids" not in inputs:
+        raise ModelLoadError(f"{graph}: no input_ids input")
+    logits = "logits" if "logits" in {o.name for o in session.get_outputs()} else session.get_outputs()[0].name
+    eos = []
+    for source in (generation_config.get("eos_token_id"), config.get("eos_token_id")):
+        for i in _token_ids(source):
+            if i not in eos:
+                eos.append(i)
+    eos_tok = tokenizer_config.get("eos_token")
+    if isinstance(eos_tok, dict):
+        eos_tok = eos_tok.get("content")
+    if isinstance(eos_tok, str) and tokenizer.token_to_id(eos_tok) is not None:
+        if tokenizer.token_to_id(eos_tok) not in eos:
+            eos.append(int(tokenizer.token_to_id(eos_tok)))
+    window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
+    name = model_dir.name
+    from engine.convert.variants import VARIANT_NAME, is_variant_folder
+    is_variant = graph.parent != model_dir and is_variant_folder(graph.parent)
+    return LoadedModel(path=model_dir, name=name, session=session, provider=result.provider,
+                       provider_fallback_reason=result.fallback_reason, kv=kv, tokenizer=tokenizer,
+                       config=config, generation_config=generation_config, tokenizer_config=tokenizer_config,
+                       context_window=window, eos_token_ids=eos,
+                       fingerprint=model_fingerprint(model_dir, graph, VARIANT_NAME if is_variant else ""),
+                       input_names=inputs, logits_name=logits, variant=VARIANT_NAME if is_variant else "fp32",
+                       graph=graph)

@@ -1,0 +1,188 @@
+"""Choosing an ONNX Runtime execution provider, and telling the truth about which one runs."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal
+
+import onnxruntime as ort
+
+ProviderChoice = Literal["auto", "cpu", "gpu"]
+CPU = "CPUExecutionProvider"
+GPU_PREFERENCE = ("CUDAExecutionProvider", "CoreMLExecutionProvider", "DmlExecutionProvider")
+COREML, DML = "CoreMLExecutionProvider", "DmlExecutionProvider"
+GPU_PROVIDERS = ("CUDAExecutionProvider", DML)   # the ones that run the float16 variant
+DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
+SHORT_NAMES = {"CPUExecutionProvider": "CPU", "CUDAExecutionProvider": "CUDA",
+               "CoreMLExecutionProvider": "CoreML", "DmlExecutionProvider": "DirectML",
+               "TensorrtExecutionProvider": "TensorRT"}
+
+
+@dataclass
+class SessionResult:
+    session: ort.InferenceSession
+    provider: str                   # what get_providers() reports first: the one that runs
+    fallback_reason: str | None     # why a GPU provider that was asked for is not the one running
+    model_path: str = ""            # the graph the session runs (the float16 variant on a GPU)
+
+
+def short_name(provider: str) -> str:
+    return SHORT_NAMES.get(provider, provider.replace("ExecutionProvider", ""))
+
+
+def _cuda_provider_library_present() -> bool:
+    capi = Path(ort.__file__).parent / "capi"
+    return any(capi.glob("*onnxruntime_providers_cuda*"))
+
+
+def wanted_providers(choice: ProviderChoice) -> list[str]:
+    """Providers to ask for, best first, CPU last."""
+    if choice == "cpu":
+        return [CPU]
+    available = ort.get_available_providers()
+    # CoreML has no kernels for GroupQueryAttention or MatMulNBits: a Mac runs on CPU (and says so).
+    gpus = [p for p in GPU_PREFERENCE if p in available and p != COREML]
+    if "CUDAExecutionProvider" in gpus and not _cuda_provider_library_present():
+        gpus.remove("CUDAExecutionProvider")   # listed by onnxruntime-gpu, but its library was not shipped
+    return gpus[:1] + [CPU]
+
+
+def session_options(threads: int | None = None) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3   # errors only; a failed CUDA load is reported through fallback_reason
+    if threads:
+        so.intra_op_num_threads = threads
+    return so
+
+
+def strict_session_options(provider: str, threads: int | None = None) -> ort.SessionOptions:
+    """Options for a GPU session that must run every node on `provider`: a node without a kernel
+    there is an error at creation, not a silent CPU path with copies in between."""
+    so = session_options(threads)
+    so.log_severity_level = 4    # a refusal is reported once, through fallback_reason
+    so.add_session_config_entry(DISABLE_CPU_FALLBACK, "1")
+    if provider == DML:
+        # DirectML supports neither memory patterns nor parallel execution (ORT's DirectML docs).
+        so.enable_mem_pattern = False
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return so
+
+
+def provider_library_problem(provider: str) -> str | None:
+    """Why `provider`'s shared library cannot be loaded (e.g. a missing CUDA runtime library), or
+    None. ORT only logs this and then creates a CPU session; loading the library ourselves names
+    the missing file."""
+    if provider != "CUDAExecutionProvider":
+        return None
+    lib = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+    if not lib.is_file():
+        return None
+    try:
+        ctypes.CDLL(str(lib))
+    except OSError:
+        # pip's NVIDIA wheels (onnxruntime-gpu[cuda,cudnn]) are not on the loader's path until
+        # ORT's preload_dlls loads them; an installed GPU build preloads its own copy at import.
+        _preload_cuda_quietly()
+        try:
+            ctypes.CDLL(str(lib))
+        except OSError as exc:
+            return str(exc).strip().splitlines()[0][:300]
+    return None
+
+
+_preload_tried = False
+
+
+def _preload_cuda_quietly() -> None:
+    """ORT's preload_dlls from the NVIDIA site packages, once; it prints its warnings on stdout,
+    which is the CLI's output, so they are swallowed (a failure shows as the missing library)."""
+    global _preload_tried
+    if _preload_tried or not hasattr(ort, "preload_dlls"):
+        return
+    _preload_tried = True
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            ort.preload_dlls(directory="")
+    except Exception:   # noqa: BLE001 - best effort; the library check reports what is missing
+        pass
+
+
+def _first_line(exc: BaseException) -> str:
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", str(exc).strip())
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def _explain(provider: str, gpu_path: str, exc: BaseException) -> str:
+    """One line: why the strict GPU session failed, naming the cause or the nodes it could not place."""
+    problem = provider_library_problem(provider)
+    if problem:
+        return f"{short_name(provider)} failed: {problem}"
+    detail = _first_line(exc)
+    try:
+        import onnx
+        from engine.convert.variants import unplaceable_nodes
+        nodes = unplaceable_nodes(onnx.load(gpu_path, load_external_data=False), provider)
+    except Exception:
+        nodes = []
+    if nodes:
+        # Grouped by op and type: "GroupQueryAttention float ×30 (GroupQueryAttention_12, …)".
+        groups: dict[str, list[str]] = {}
+        for entry in nodes:
+            name, _, kind = entry.partition(" (")
+            groups.setdefault(kind.rstrip(")"), []).append(name)
+        parts = [f"{kind} ×{len(names)} ({names[0]}{', …' if len(names) > 1 else ''})"
+                 for kind, names in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+        detail += f"; no {short_name(provider)} kernel for: {'; '.join(parts)}"
+    return f"{short_name(provider)} failed: {detail}"
+
+
+def create_session(model_path: str, choice: ProviderChoice = "auto", threads: int | None = None,
+                   gpu_model_path: str | Callable[[], str] | None = None) -> SessionResult:
+    """Creates a session on the best provider; on failure creates a CPU session and keeps the reason.
+
+    A GPU session runs `gpu_model_path` (the float16 variant; a callable makes it on first use) with
+    `session.disable_cpu_ep_fallback`, so it either runs every node on the GPU or fails, naming why.
+    The CPU session runs `model_path`."""
+    wanted = wanted_providers(choice)
+    reason = None
+    # ORT prints a CUDA library load failure on its default logger; Amber reports it as fallback_reason.
+    ort.set_default_logger_severity(4)
+    ort.disable_telemetry_events()   # the env switch in engine/__init__.py stops the local database too
+    if wanted[0] != CPU:
+        gpu = wanted[0]
+        problem = provider_library_problem(gpu)
+        if problem:
+            # The library cannot load (e.g. onnxruntime-gpu without the CUDA runtime): say which file
+            # is missing, and do not make the float16 variant for a GPU that cannot run it.
+            return _cpu(model_path, threads, f"{short_name(gpu)} failed: {problem}")
+        try:
+            path = gpu_model_path() if callable(gpu_model_path) else (gpu_model_path or model_path)
+        except Exception as exc:
+            reason = f"{short_name(gpu)} failed: its float16 variant could not be made ({_first_line(exc)})"
+        else:
+            try:
+                session = ort.InferenceSession(path, strict_session_options(gpu, threads), providers=[gpu])
+            except Exception as exc:
+                reason = _explain(gpu, path, exc)
+            else:
+                running = session.get_providers()[0]
+                if running == gpu:
+                    return SessionResult(session, running, None, path)
+                reason = f"{short_name(gpu)} is installed but could not be used (missing driver or libraries)"
+    if choice != "cpu" and reason is None:
+        if sys.platform == "darwin" and COREML in ort.get_available_providers():
+            reason = "CoreML has no kernels for GroupQueryAttention and MatMulNBits: running on CPU"
+        elif choice == "gpu":
+            reason = "no GPU execution provider is available in this ONNX Runtime build"
+    return _cpu(model_path, threads, reason)
+
+
+def _cpu(model_path: str, threads: int | None, reason: str | None) -> SessionResult:
+    session = ort.InferenceSession(model_path, session_options(threads), providers=[CPU])
+    return SessionResult(session, session.get_providers()[0], reason, model_path)
