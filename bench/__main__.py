@@ -1,4 +1,4 @@
-"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults ...] [--quick] [--write|--no-write]`
+"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert ...] [--quick] [--write|--no-write]`
 
 Runs the chosen benches (all of them by default), printing each figure as it goes, and rewrites
 each bench's own section of docs/BENCHMARKS.md (the other sections stay as they were).
@@ -21,7 +21,7 @@ from typing import Any
 from . import common
 from .common import Section, ok, table
 
-BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults")
+BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
 # Targets of benches written by others (issue 6 for the store), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
@@ -48,7 +48,7 @@ def _generic_section(key: str, title: str, res: dict[str, Any], targets: dict[st
     return Section(key, title, body, common.ORDER.get(key, 100))
 
 
-def _run_one(name: str, quick: bool, write: bool) -> dict[str, Any] | None:
+def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny") -> dict[str, Any] | None:
     start = time.perf_counter()
     load_before = common.load_average()
     print(f"== {name} (load average {load_before:.2f}) ==", flush=True)
@@ -58,6 +58,10 @@ def _run_one(name: str, quick: bool, write: bool) -> dict[str, Any] | None:
         res = mod.run(quick=quick)
         if write:
             mod.plot(res, common.DOCS / "bench_prefix.png")
+        section = mod.section(res)
+    elif name == "convert":     # the GGUF importer at real shapes (issue 15); `make bench`: tiny only
+        mod = importlib.import_module("bench.bench_convert")
+        res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
     elif name in ("engine", "compare", "sessions", "server", "defaults"):
         mod = importlib.import_module(f"bench.bench_{name}")
@@ -132,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", dest="write", action="store_true", default=None,
                         help="write docs/BENCHMARKS.md (default unless --quick)")
     parser.add_argument("--no-write", dest="write", action="store_false")
+    parser.add_argument("--shapes", default="tiny",
+                        help="convert bench: model shapes, comma-separated (tiny, 0.5b, 1.5b)")
     args = parser.parse_args(argv)
     if args.benches == ["deps"]:
         return deps()
@@ -151,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: list[list[str]] = []
     for name in chosen:
         try:
-            res = _run_one(name, args.quick, write)
+            res = _run_one(name, args.quick, write, args.shapes)
         except Exception:   # noqa: BLE001 - one benchmark failing is reported; the others still run
             traceback.print_exc()
             failed.append(name)

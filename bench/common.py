@@ -301,7 +301,8 @@ class Section:
                 f"<!-- bench:{self.key}:end -->")
 
 
-ORDER = {"summary": 0, "engine": 10, "compare": 20, "sessions": 30, "prefix": 35, "store": 40, "gui": 50, "server": 60}
+ORDER = {"summary": 0, "engine": 10, "compare": 20, "sessions": 30, "prefix": 35, "store": 40, "convert": 45, "gui": 50,
+         "server": 60}
 HEADER = """# Amber benchmarks
 
 Written by `make bench` (`python -m bench [engine|compare|sessions|prefix|store|gui ...] [--quick]`).

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.chat.kv import chat_salt, is_remote_engine  # noqa: F401 - where they used to live
+from app.files import write_text_atomically
 from engine.api import ChatEngine
 
 if TYPE_CHECKING:   # engine.remote pulls in the HTTP stack: imported when first needed
@@ -82,19 +81,7 @@ def _write(home: Path, remotes: list[SavedRemote]) -> None:
     data = {"remotes": [{"id": r.id, "name": r.endpoint.name, "base_url": r.endpoint.base_url,
                          "model": r.endpoint.model, "flavor": r.endpoint.flavor,
                          "api_key": r.endpoint.api_key} for r in remotes]}
-    fd, tmp = tempfile.mkstemp(prefix=".remotes-", suffix=".tmp", dir=path.parent)   # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_text_atomically(path, json.dumps(data, indent=2), ".remotes-")   # mode 0600
 
 
 def save_remote(home: Path, endpoint: "RemoteEndpoint", remote_id: str | None = None) -> SavedRemote:

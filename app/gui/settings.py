@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from app.files import write_text_atomically
 from engine.api import KV_STORE_MODEL, KV_STORES, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -113,29 +112,7 @@ class Settings:
         return {**extra, **d}
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(self.to_dict(), indent=2, sort_keys=True)
-        fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        try:  # make the rename itself durable
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+        write_text_atomically(path, json.dumps(self.to_dict(), indent=2, sort_keys=True), ".settings-")
 
     def copy(self) -> "Settings":
         return Settings.from_dict(json.loads(json.dumps(self.to_dict())))

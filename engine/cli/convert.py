@@ -17,6 +17,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
                            accuracy_level=EXACT if args.exact else FAST)
     except ModelImportError as exc:
         raise CliError(str(exc)) from None
+    if getattr(args, "report", False):
+        import json
+        from engine.convert import format_size_report
+        sizes = json.loads((Path(out) / "amber_import.json").read_text()).get("sizes") or {}
+        print(format_size_report(sizes), file=sys.stderr)
     print(out)
     return 0
 

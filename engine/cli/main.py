@@ -22,7 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--weights", choices=["auto", "int4", "int8", "fp16", "fp32"], default="auto")
     c.add_argument("--exact", action="store_true",
                    help="float32 activations in quantized matmuls: equals the dequantized GGUF, "
-                        "about 2x slower decoding (default: int8 activations, as llama.cpp)")
+                        "about 2x slower decoding (default: int8 activations, as llama.cpp); "
+                        "refuses tensor types it cannot keep exact (Q2_K, Q3_K, IQ*)")
+    c.add_argument("--report", action="store_true",
+                   help="print the output size by GGUF tensor type (also in amber_import.json)")
     c.set_defaults(func=cmd_convert)
 
     f = sub.add_parser("fetch-default", help="prepare the default model (SmolLM2-135M-Instruct)")

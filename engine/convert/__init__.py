@@ -20,13 +20,16 @@ from .graph import LayerWeights, ModelWeights, build_graph
 from .tokenizer import build_tokenizer_files, eos_token_ids
 from .variants import VARIANT_DIR, build_variant
 from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
+from .writer import DataWriter, drop_pages
 
-__all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_POLICIES", "EXACT", "FAST"]
+__all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_POLICIES", "EXACT", "FAST",
+           "format_size_report"]
 
 # MatMulNBits accuracy levels. EXACT computes in float32: the model equals the dequantized GGUF
 # to float rounding (the tests check this). FAST lets ONNX Runtime quantize activations to int8
 # per block of 32, the numerics llama.cpp uses for its quantized dot products: ~2x faster
-# decoding, mean KL 0.005 from EXACT on the default model. Amber's own imports use FAST.
+# decoding, mean KL 0.005 from EXACT on the default model (0.0049 with issue 15's forms, 0.0051
+# before: bench.bench_convert.kl_worker). Amber's own imports use FAST.
 EXACT, FAST = 0, 4
 
 ProgressFn = Callable[[int, int, str], None]   # (done, total, what)
@@ -56,6 +59,9 @@ class _WeightLoader:
         self.src, self.spec, self.policy = src, spec, policy
         self.progress, self.cancel = progress, cancel
         self.done, self.total = 0, len(src.tensors)
+        self.exact = False
+        self.q_perm = _llama_unpermute(spec.n_head, spec.head_dim)
+        self.k_perm = _llama_unpermute(spec.n_head_kv, spec.head_dim)   # K uses the KV head count
 
     def _tick(self, name: str) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -69,7 +75,8 @@ class _WeightLoader:
         if len(t.shape) != 2:
             raise ModelImportError(f"tensor {name}: expected a matrix, found shape {list(t.shape)}")
         k, n = int(t.shape[0]), int(t.shape[1])     # GGUF lists the fastest axis first
-        w = convert_tensor(name, t.tensor_type, t.data, n, k, policy or self.policy)
+        w = convert_tensor(name, t.tensor_type, t.data, n, k, policy or self.policy, exact=self.exact)
+        drop_pages(self.src.reader.data, int(t.data_offset), int(t.n_bytes))
         self._tick(name)
         return w
 
@@ -81,10 +88,17 @@ class _WeightLoader:
     def optional_vector(self, name: str) -> np.ndarray | None:
         return self.vector(name) if self.src.has_tensor(name) else None
 
-    def load(self) -> ModelWeights:
+    def head(self) -> ModelWeights:
+        """The embedding, final norm and rope factors; layers and output load when the graph needs them."""
         spec = self.spec
+        emb_t = self.src.tensor("token_embd.weight")
+        if len(emb_t.shape) == 2 and int(emb_t.shape[1]) != spec.vocab_size:
+            # The logits are as wide as the embedding table (padded vocabularies are common).
+            spec.vocab_size = int(emb_t.shape[1])
         embedding = self.matrix("token_embd.weight")
-        output = None if spec.tied_embeddings else self.matrix("output.weight")
+        if embedding.k != spec.n_embd:
+            raise ModelImportError(f"token_embd.weight rows have {embedding.k} values, expected {spec.n_embd} "
+                                   "from the model's metadata")
         final_norm = self._sized(self.vector("output_norm.weight"), "output_norm.weight", spec.n_embd)
         factors = self.optional_vector("rope_freqs.weight")
         if factors is not None:
@@ -94,33 +108,34 @@ class _WeightLoader:
             for j, which in enumerate(("long", "short")):
                 name = f"rope_factors_{which}.weight"
                 long_short[j] = self._sized(self.vector(name), name, spec.head_dim // 2)
-        layers = []
-        q_perm = _llama_unpermute(spec.n_head, spec.head_dim)
-        k_perm = _llama_unpermute(spec.n_head_kv, spec.head_dim)   # K uses the KV head count
-        for i in range(spec.n_layers):
-            lw = load_layer(self, spec, i)     # the architecture's tensor layout (arch_weights.py)
-            self._check_layer(i, lw)       # before the permutation, which indexes by the metadata's shapes
-            if ARCHS[spec.architecture].permute_qk:
-                # llama.cpp stores llama Q/K rows permuted for its interleaved rotary; qwen2 is not permuted.
-                lw.q, lw.k = lw.q.rows(q_perm), lw.k.rows(k_perm)
-                if lw.q_bias is not None:
-                    lw.q_bias = lw.q_bias[q_perm]
-                if lw.k_bias is not None:
-                    lw.k_bias = lw.k_bias[k_perm]
-            layers.append(lw)
+        return ModelWeights(embedding=embedding, output=None, final_norm=final_norm, layers=[],
+                            rope_factors=factors, output_fn=self.output, rope_long=long_short[0],
+                            rope_short=long_short[1])
+
+    def output(self) -> Weight | None:
+        if self.spec.tied_embeddings:
+            out = None
+        else:
+            out = self.matrix("output.weight")
+            if out.n != self.spec.vocab_size:
+                raise ModelImportError(f"output.weight has {out.n} rows but token_embd.weight has "
+                                       f"{self.spec.vocab_size}")
         if self.progress and self.done < self.total:
             self.progress(self.total, self.total, "unused tensors skipped")   # the bar always ends
-        rows = embedding.n
-        if embedding.k != spec.n_embd:
-            raise ModelImportError(f"token_embd.weight rows have {embedding.k} values, expected {spec.n_embd} "
-                                   "from the model's metadata")
-        if rows != spec.vocab_size:
-            # The logits are as wide as the embedding table (padded vocabularies are common).
-            spec.vocab_size = rows
-        if output is not None and output.n != rows:
-            raise ModelImportError(f"output.weight has {output.n} rows but token_embd.weight has {rows}")
-        return ModelWeights(embedding=embedding, output=output, final_norm=final_norm, layers=layers,
-                            rope_factors=factors, rope_long=long_short[0], rope_short=long_short[1])
+        return out
+
+    def layer(self, i: int) -> LayerWeights:
+        spec = self.spec
+        lw = load_layer(self, spec, i)     # the architecture's tensor layout (arch_weights.py)
+        self._check_layer(i, lw)       # before the permutation, which indexes by the metadata's shapes
+        if ARCHS[spec.architecture].permute_qk:
+            # llama.cpp stores llama Q/K rows permuted for its interleaved rotary; qwen2 is not permuted.
+            lw.q, lw.k = lw.q.rows(self.q_perm), lw.k.rows(self.k_perm)
+            if lw.q_bias is not None:
+                lw.q_bias = lw.q_bias[self.q_perm]
+            if lw.k_bias is not None:
+                lw.k_bias = lw.k_bias[self.k_perm]
+        return lw
 
     def _sized(self, v: np.ndarray, name: str, want: int) -> np.ndarray:
         if v.size != want:
@@ -178,23 +193,31 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
     src = GGUFSource(src_path)
     spec = src.spec()
     tok_json, tok_config, template = build_tokenizer_files(src)
-    try:
-        loaded = _WeightLoader(src, spec, weights, progress, cancel).load()
-    except ModelImportError as exc:     # the weight checks name the tensor; say which file too
-        raise ModelImportError(f"{src_path.name}: {exc}") from None
+    loader = _WeightLoader(src, spec, weights, progress, cancel)
+    loader.exact = accuracy_level == EXACT
+    emb_shape = src.tensor("token_embd.weight").shape
     n_tokens = len(tok_json["model"]["vocab"])
-    if n_tokens > spec.vocab_size:
+    rows = int(emb_shape[1]) if len(emb_shape) == 2 else spec.vocab_size
+    if n_tokens > rows:
         raise ModelImportError(f"{src_path.name}: the vocabulary has {n_tokens} tokens but token_embd.weight "
-                               f"has only {spec.vocab_size} rows")
-    model = build_graph(spec, loaded, accuracy_level=accuracy_level)
+                               f"has only {rows} rows")
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{dest.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        onnx.save_model(model, tmp / MODEL_FILE, save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=DATA_FILE, size_threshold=1024)
+        # Tensor by tensor: each is read from the memory-mapped GGUF, converted and written to the
+        # data file, then dropped (writer.py); only the graph's structure stays in memory.
+        writer = DataWriter(tmp / DATA_FILE, DATA_FILE)
+        try:
+            model = build_graph(spec, loader.head(), accuracy_level=accuracy_level, writer=writer,
+                                layer=loader.layer)
+        except ModelImportError as exc:     # the weight checks name the tensor; say which file too
+            raise ModelImportError(f"{src_path.name}: {exc}") from None
+        finally:
+            writer.close()
+        onnx.save_model(model, tmp / MODEL_FILE)
         del model
         if cancel is not None and cancel.is_set():
             raise ConversionCancelled()
@@ -218,7 +241,8 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
         _write_json(tmp / "amber_import.json", {
             "source": src_path.name, "source_bytes": src_path.stat().st_size, "weights": weights,
             "architecture": spec.architecture, "name": spec.name, "accuracy_level": accuracy_level,
-            "seconds": round(time.perf_counter() - started, 2)})
+            "seconds": round(time.perf_counter() - started, 2),
+            "sizes": size_report(src, writer.bytes_by_tag)})
         _fsync_tree(tmp)
         if dest.exists():
             dest.rmdir()    # empty, checked above
@@ -227,6 +251,31 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
+
+
+def size_report(src: GGUFSource, written: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Bytes by GGUF tensor type: in the GGUF and in model.onnx.data ("other": norms, rotary tables)."""
+    report: dict[str, dict[str, int]] = {}
+    for t in src.tensors.values():
+        kind = t.tensor_type.name if len(t.shape) == 2 else "other"
+        report.setdefault(kind, {"gguf": 0, "onnx": 0})["gguf"] += int(t.n_bytes)
+    for tag, n in written.items():
+        for kind in tag.split("+"):        # fused mixes are rare: counted under their first type
+            report.setdefault(kind, {"gguf": 0, "onnx": 0})["onnx"] += n
+            break
+    return report
+
+
+def format_size_report(report: dict[str, dict[str, int]]) -> str:
+    """The size report as a few lines of text (the CLI's --report)."""
+    lines = [f"{'type':<8}{'GGUF MiB':>10}{'ONNX MiB':>10}{'ratio':>8}"]
+    tg = to = 0
+    for kind, r in sorted(report.items(), key=lambda kv: -kv[1]["gguf"]):
+        tg, to = tg + r["gguf"], to + r["onnx"]
+        ratio = f"{r['onnx'] / r['gguf']:.3f}" if r["gguf"] else "-"
+        lines.append(f"{kind:<8}{r['gguf'] / 2**20:>10.1f}{r['onnx'] / 2**20:>10.1f}{ratio:>8}")
+    lines.append(f"{'total':<8}{tg / 2**20:>10.1f}{to / 2**20:>10.1f}{to / max(tg, 1):>8.3f}")
+    return "\n".join(lines)
 
 
 def print_progress(done: int, total: int, what: str) -> None:

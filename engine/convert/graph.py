@@ -17,7 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from . import graph_blocks as blocks
 from .gguf_source import ModelSpec
-from .weights import BLOCK, Weight, concat_rows, pack_nibbles
+from .weights import Scale, Weight, concat_rows, pack_bits, pack_nibbles
+from .writer import DataWriter
 
 MS = "com.microsoft"
 OPSET = 21
@@ -52,16 +53,21 @@ class ModelWeights:
     final_norm: np.ndarray
     layers: list[LayerWeights] = field(default_factory=list)
     rope_factors: np.ndarray | None = None   # llama3 frequency factors (rope_freqs.weight)
+    output_fn: Callable[[], Weight | None] | None = None   # loads `output` when the graph needs it
     rope_long: np.ndarray | None = None      # phi3 long-context factors (rope_factors_long/short.weight)
     rope_short: np.ndarray | None = None
 
 
 @dataclass
 class QInits:
-    """Initializer names of one quantized weight."""
-    packed: list[str]               # one MatMulNBits B input, or two (hi, lo nibbles of 8-bit)
-    scales: str
-    zero_points: str | None = None  # float, only for gathered (embedding) rows
+    """The graph values of one quantized weight: MatMulNBits inputs and what the embedding gathers."""
+    w: Weight                                   # metadata only once written (arrays released)
+    matmuls: list[tuple[str, int, str, str | None]] = field(default_factory=list)  # (B, bits, scales, zp)
+    correction: str | None = None               # float32 [nb, N]: added as blocksum(x) @ correction
+    stored: list[tuple[str, int, int]] = field(default_factory=list)  # (packed levels, bits, multiplier)
+    scale2d: str = ""                           # float32 [N, nb]
+    offset2d: str | None = None                 # float32 [N, nb]
+    gather_shift: int = 0                       # added to the stored levels (the center moves with it)
 
 
 def pack_nibbles_pairs(levels: np.ndarray) -> np.ndarray:
@@ -70,21 +76,34 @@ def pack_nibbles_pairs(levels: np.ndarray) -> np.ndarray:
     return packed
 
 
-class _Graph:
-    """A tiny helper around onnx.helper that names things uniquely."""
+def packed_zero_points(values: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 zero points [N, nb] -> MatMulNBits' packed zero points (each row padded to whole bytes)."""
+    per = 8 // bits
+    pad = (-values.shape[1]) % per
+    if pad:
+        values = np.concatenate([values, np.zeros((values.shape[0], pad), np.uint8)], axis=1)
+    return pack_bits(values, bits).reshape(-1)
 
-    def __init__(self, accuracy_level: int) -> None:
+
+class _Graph:
+    """A tiny helper around onnx.helper that names things uniquely; initializers stream to disk."""
+
+    def __init__(self, accuracy_level: int, writer: DataWriter | None = None) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[TensorProto] = []
         self.accuracy_level = accuracy_level
+        self.writer = writer
         self._n = 0
 
     def name(self, base: str) -> str:
         self._n += 1
         return f"{base}_{self._n}"
 
-    def init(self, name: str, arr: np.ndarray) -> str:
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+    def init(self, name: str, arr: np.ndarray, tag: str = "other") -> str:
+        if self.writer is not None:
+            self.inits.append(self.writer.tensor(name, arr, tag))
+        else:
+            self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
         return name
 
     def const(self, arr: Any, dtype: Any = np.int64) -> str:
@@ -100,114 +119,171 @@ class _Graph:
     def op1(self, op_type: str, inputs: list[str], **kw: Any) -> str:
         return self.op(op_type, inputs, **kw)[0]
 
-    # ---- building blocks -------------------------------------------------------------------
-    def quant_inits(self, prefix: str, w: Weight, with_zero_points: bool = False) -> QInits:
-        """Initializers for a quantized weight (float zero points only where rows are gathered)."""
-        assert w.values is not None and w.scales is not None
-        scales = self.init(f"{prefix}.scales", w.scales.reshape(-1).astype(np.float32))
-        zps = None
-        if with_zero_points and w.zero_points is not None:
-            zps = self.init(f"{prefix}.zero_points", w.zero_points.reshape(-1).astype(np.float32))
-        if w.kind == "q8" and self.accuracy_level == 0:
-            # Exact 8-bit: q = 16*hi + lo, each nibble a 4-bit MatMulNBits (ORT's 8-bit CPU kernel
-            # either dequantizes every call or quantizes the activations).
-            hi = self.init(f"{prefix}.qweight_hi", pack_nibbles(w.values >> 4))
-            lo = self.init(f"{prefix}.qweight_lo", pack_nibbles(w.values & 0x0F))
-            return QInits([hi, lo], scales, zps)
-        return QInits([self.init(f"{prefix}.qweight", w.packed())], scales, zps)
+    # ---- weight preparation: compact on disk, float32 at load -------------------------------
+    # These nodes take only initializers, so ONNX Runtime's constant folding computes them once
+    # when the session is made (the same float32 products llama.cpp's dequantizer forms); the
+    # file keeps the GGUF's own float16 numbers and small integers.
+    def scale_value(self, name: str, s: Scale, n: int, nb: int, tag: str) -> str:
+        """float32 [N, nb] named `name` from a compact `Scale`."""
+        if s.factor is None:
+            if s.base.dtype == np.float32:
+                return self.init(name, s.base.reshape(n, nb), tag)
+            return self.op1("Cast", [self.init(name + "_f16", s.base, tag)], to=TensorProto.FLOAT, outputs=[name])
+        g = s.group
+        base = self.op1("Cast", [self.init(name + "_base", s.base, tag)], to=TensorProto.FLOAT)
+        factor = self.op1("Cast", [self.init(name + "_factor", s.factor, tag)], to=TensorProto.FLOAT)
+        prod = self.op1("Mul", [self.op1("Reshape", [base, self.const([n, nb // g, 1])]),
+                                self.op1("Reshape", [factor, self.const([n, nb // g, g])])])
+        return self.op1("Reshape", [prod, self.const([n, nb])], outputs=[name])
+
+    def unpack(self, packed: str, bits: int, shape: list[int]) -> str:
+        """Packed levels [.., bytes] -> uint8 levels reshaped to `shape` (first value lowest bits)."""
+        if bits == 8:
+            return self.op1("Reshape", [packed, self.const(shape)])
+        mask = self.const((1 << bits) - 1, np.uint8)
+        parts = []
+        for j in range(8 // bits):
+            v = packed if j == 0 else self.op1("BitShift", [packed, self.const(bits * j, np.uint8)], direction="RIGHT")
+            if j < 8 // bits - 1:
+                v = self.op1("BitwiseAnd", [v, mask])
+            parts.append(self.op1("Unsqueeze", [v, self.const([-1])]))
+        return self.op1("Reshape", [self.op1("Concat", parts, axis=-1), self.const(shape)])
+
+    def quant_inits(self, prefix: str, w: Weight) -> QInits:
+        """Writes a quantized weight's initializers and the (folded) values MatMulNBits takes."""
+        assert w.levels is not None and w.scale is not None
+        tag, n, nb, blk = w.qtype or "other", w.n, w.nb, w.block
+        q = QInits(w)
+        q.scale2d = self.scale_value(f"{prefix}.scale_values", w.scale, n, nb, tag)
+        if w.offset is not None:
+            q.offset2d = self.scale_value(f"{prefix}.offset_values", w.offset, n, nb, tag)
+        flat = self.op1("Reshape", [q.scale2d, self.const([-1])], outputs=[f"{prefix}.scales"])
+        fast = self.accuracy_level != 0
+        kernel_zero: Any = None          # the zero point the kernels apply in total (int or value name)
+        if w.qbits == 4:
+            b = self.init(f"{prefix}.qweight", pack_nibbles(w.levels), tag)
+            q.stored = [(b, 4, 1)]
+            zp = None
+            kernel_zero = 8
+            if fast and w.offset is not None:
+                # int8 activations: keep the kernel's part small, the nearest integer zero point.
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    sv = w.scale.value()
+                    z = np.where(sv != 0, w.center + w.offset.value() / sv, 0)
+                zint = np.clip(np.rint(z), 0, 15).astype(np.uint8)
+                zp = self.init(f"{prefix}.zero_points_u4", packed_zero_points(zint, 4), tag)
+                kernel_zero = self.op1("Cast", [self.init(f"{prefix}.zero_points_int", zint, tag)],
+                                       to=TensorProto.FLOAT)
+            q.matmuls = [(b, 4, flat, zp)]
+        elif fast:
+            # One 8-bit MatMulNBits (ORT's int8 kernel), default zero point 128: Q8_0 as is, 5/6-bit
+            # levels shifted (q + 128 - center). Exact, as fast as the old int8 requantization; a 2-bit
+            # high plane + a 4-bit low plane would be ~1.2x smaller but ORT 1.31's 2-bit kernel is slow
+            # (measured 3x a 4-bit one at 9728x896, 18 ms against 0.07 ms at 896x4864 with blocks of 16).
+            shift = 0 if w.qbits == 8 else 128 - (w.center or 16)
+            b = self.init(f"{prefix}.qweight", pack_bits(w.levels + np.uint8(shift), 8), tag)
+            q.stored = [(b, 8, 1)]
+            q.matmuls = [(b, 8, flat, None)]
+            q.gather_shift = shift
+            kernel_zero = 128 - shift
+        else:
+            # Exact mode: q = 16*hi + lo as two 4-bit matmuls with float32 activations. (2 bits would
+            # do for the high part of 5/6-bit levels, but ORT 1.31's 2-bit CPU kernel either
+            # dequantizes on every call at accuracy level 0 — 24.6 ms against 0.18 ms for 4-bit on a
+            # 4864x896 matmul — or quantizes the activations at level 4.)
+            high_bits = 4
+            hi = self.init(f"{prefix}.qweight_hi", pack_bits(w.levels >> 4, high_bits), tag)
+            lo = self.init(f"{prefix}.qweight_lo", pack_nibbles(w.levels & 0x0F), tag)
+            q.stored = [(hi, high_bits, 16), (lo, 4, 1)]
+            # q = 16*hi + lo as two matmuls, zero points chosen so that 16*z_hi + z_lo is the center
+            # (no correction for the symmetric types). Rebuilding 8-bit levels from the planes at load
+            # instead made ONNX Runtime's constant folding hold ~8 bytes per weight (measured 3.9 GiB
+            # peak loading a 0.5B model, 0.85 GiB without).
+            z_hi = 8 if w.qbits == 8 else (2 if w.center == 32 else 1)
+            hi_scales = self.op1("Mul", [flat, self.const(16.0, np.float32)])
+            zp_hi = None if z_hi == 1 << (high_bits - 1) else self.init(
+                f"{prefix}.zero_points_hi", packed_zero_points(np.full((n, nb), z_hi, np.uint8), high_bits), tag)
+            zp_lo = self.init(f"{prefix}.zero_points_lo", packed_zero_points(np.zeros((n, nb), np.uint8), 4), tag)
+            q.matmuls = [(hi, high_bits, hi_scales, zp_hi), (lo, 4, flat, zp_lo)]
+            kernel_zero = 16 * z_hi
+        # Correction per block: what the kernels computed, s*(l - kz), vs w = s*(l - c) - offset.
+        if isinstance(kernel_zero, str) or kernel_zero != w.center or w.offset is not None:
+            if isinstance(kernel_zero, str):
+                diff = self.op1("Mul", [q.scale2d, self.op1("Sub", [kernel_zero,
+                                                                    self.const(float(w.center), np.float32)])])
+            else:
+                diff = self.op1("Mul", [q.scale2d, self.const(float(kernel_zero - w.center), np.float32)])
+            if q.offset2d is not None:
+                diff = self.op1("Sub", [diff, q.offset2d])
+            q.correction = self.op1("Transpose", [diff], perm=[1, 0], outputs=[f"{prefix}.zp_correction"])
+        w.release()
+        return q
 
     def _block_sums(self, x: str, w: Weight) -> str:
-        blocks = self.op1("Reshape", [x, self.const([0, 0, w.k // BLOCK, BLOCK])])
+        blocks = self.op1("Reshape", [x, self.const([0, 0, w.nb, w.block])])
         return self.op1("ReduceSum", [blocks, self.const([-1])], keepdims=0)      # [B, S, nb]
-
-    def _matmul_nbits(self, x: str, packed: str, scales: str, w: Weight, bits: int, level: int) -> str:
-        return self.op1("MatMulNBits", [x, packed, scales], domain=MS, K=w.k, N=w.n, bits=bits,
-                        block_size=BLOCK, accuracy_level=level)
 
     def linear(self, x: str, w: Weight, prefix: str, bias: np.ndarray | None = None,
                params: QInits | None = None) -> str:
         if w.kind == "dense":
             assert w.dense is not None
-            wt = self.init(f"{prefix}.weight", np.ascontiguousarray(w.dense.T))
+            wt = self.init(f"{prefix}.weight", np.ascontiguousarray(w.dense.T), w.qtype or "other")
             if w.dense.dtype == np.float16:
                 wt = self.op1("Cast", [wt], to=TensorProto.FLOAT)
             y = self.op1("MatMul", [x, wt])
+            w.release()
         else:
-            assert w.scales is not None
             q = params or self.quant_inits(prefix, w)
-            nb = w.k // BLOCK
-            # Per block, sum_i (q_i - z) s x_i. The matmuls run with ORT's default integer zero
-            # point z0 (float zero points put its CPU kernel on a ~10x slower path); the
-            # difference is added back exactly: sum_b blocksum(x)_b * (z0 - z_b) s_b.
-            correction = np.zeros((w.n, nb), np.float32)
-            zp_input: list[str] = []
-            if w.zero_points is not None and self.accuracy_level == 4 and w.bits == 4:
-                # With int8 activations the correction should stay small: use the nearest integer
-                # zero point in the kernel and correct only the remainder.
-                zint = np.clip(np.rint(w.zero_points), 0, 15).astype(np.uint8)
-                if nb % 2:
-                    zint = np.concatenate([zint, np.zeros((w.n, 1), np.uint8)], axis=1)
-                zp_input = [self.init(f"{prefix}.zero_points_u4", pack_nibbles_pairs(zint))]
-                correction += (np.clip(np.rint(w.zero_points), 0, 15) - w.zero_points) * w.scales
-            elif w.zero_points is not None:
-                correction += (2.0 ** (w.bits - 1) - w.zero_points) * w.scales
-            if len(q.packed) == 2:
-                # 8-bit as two nibbles: s(q - 128) = 16s(hi - 8) + s(lo - 8) + 8s.
-                hi_scales = self.op1("Mul", [q.scales, self.const(16.0, np.float32)])
-                y = self.op1("Add", [self._matmul_nbits(x, q.packed[0], hi_scales, w, 4, 0),
-                                     self._matmul_nbits(x, q.packed[1], q.scales, w, 4, 0)])
-                correction += 8.0 * w.scales
-            else:
-                y = self.op1("MatMulNBits", [x, q.packed[0], q.scales] + zp_input, domain=MS, K=w.k, N=w.n,
-                             bits=w.bits, block_size=BLOCK, accuracy_level=self.accuracy_level)
-            if np.any(correction):
-                corr = self.init(f"{prefix}.zp_correction", np.ascontiguousarray(correction.T))
-                y = self.op1("Add", [y, self.op1("MatMul", [self._block_sums(x, w), corr])])
+            w = q.w
+            outs = []
+            for b, bits, scales, zp in q.matmuls:
+                level = self.accuracy_level
+                outs.append(self.op1("MatMulNBits", [x, b, scales] + ([zp] if zp else []), domain=MS, K=w.k,
+                                     N=w.n, bits=bits, block_size=w.block, accuracy_level=level))
+            y = outs[0] if len(outs) == 1 else self.op1("Add", outs)
+            if q.correction is not None:
+                # Per block, the kernels' zero point z0 differs from the weight's: the difference is
+                # added back exactly as sum_b blocksum(x)_b * correction_b (ORT's CPU kernel is ~10x
+                # slower with float zero points).
+                y = self.op1("Add", [y, self.op1("MatMul", [self._block_sums(x, w), q.correction])])
         if bias is not None:
             y = self.op1("Add", [y, self.init(f"{prefix}.bias", bias.astype(np.float32))])
         return y
-
-    def _levels(self, packed: str, ids: str, nb: int) -> str:
-        """Gathers packed 4-bit rows and unpacks them: uint8 levels [B, S, nb, 32]."""
-        rows = self.op1("Gather", [packed, ids])                                # [B, S, nb, 16]
-        lo = self.op1("BitwiseAnd", [rows, self.const(15, np.uint8)])
-        hi = self.op1("BitShift", [rows, self.const(4, np.uint8)], direction="RIGHT")
-        pair = self.op1("Concat", [self.op1("Unsqueeze", [lo, self.const([-1])]),
-                                   self.op1("Unsqueeze", [hi, self.const([-1])])], axis=-1)
-        return self.op1("Reshape", [pair, self.const([0, 0, nb, BLOCK])])
 
     def embedding(self, ids: str, w: Weight, params: QInits | None) -> str:
         """Gathers rows and dequantizes only those (the table stays quantized in memory)."""
         if w.kind == "dense":
             assert w.dense is not None
-            table = self.init("model.embed_tokens.weight", w.dense)
+            table = self.init("model.embed_tokens.weight", w.dense, w.qtype or "other")
+            is16 = w.dense.dtype == np.float16
+            w.release()
             rows = self.op1("Gather", [table, ids])
-            return self.op1("Cast", [rows], to=TensorProto.FLOAT) if w.dense.dtype == np.float16 else rows
+            return self.op1("Cast", [rows], to=TensorProto.FLOAT) if is16 else rows
         assert params is not None
-        nb = w.k // BLOCK
-        if w.kind == "q4":
-            levels = self.op1("Cast", [self._levels(params.packed[0], ids, nb)], to=TensorProto.FLOAT)
-        elif len(params.packed) == 2:
-            hi = self.op1("Cast", [self._levels(params.packed[0], ids, nb)], to=TensorProto.FLOAT)
-            lo = self.op1("Cast", [self._levels(params.packed[1], ids, nb)], to=TensorProto.FLOAT)
-            levels = self.op1("Add", [self.op1("Mul", [hi, self.const(16.0, np.float32)]), lo])
-        else:
-            levels = self.op1("Cast", [self.op1("Gather", [params.packed[0], ids])], to=TensorProto.FLOAT)
-        scale2d = self.op1("Reshape", [params.scales, self.const([w.n, nb, 1])])
-        if params.zero_points is not None:
-            zp2d = self.op1("Reshape", [params.zero_points, self.const([w.n, nb, 1])])
-            levels = self.op1("Sub", [levels, self.op1("Gather", [zp2d, ids])])
-        else:
-            levels = self.op1("Sub", [levels, self.const(2.0 ** (w.bits - 1), np.float32)])
-        values = self.op1("Mul", [levels, self.op1("Gather", [scale2d, ids])])
+        w = params.w
+        nb, blk = w.nb, w.block
+        levels = None
+        for packed, bits, mult in params.stored:
+            part = self.op1("Cast", [self.unpack(self.op1("Gather", [packed, ids]), bits, [0, 0, nb, blk])],
+                            to=TensorProto.FLOAT)
+            if mult != 1:
+                part = self.op1("Mul", [part, self.const(float(mult), np.float32)])
+            levels = part if levels is None else self.op1("Add", [levels, part])
+        assert levels is not None
+        levels = self.op1("Sub", [levels, self.const(float(w.center + params.gather_shift), np.float32)])
+        scale3d = self.op1("Reshape", [params.scale2d, self.const([w.n, nb, 1])])
+        values = self.op1("Mul", [levels, self.op1("Gather", [scale3d, ids])])
+        if params.offset2d is not None:
+            off3d = self.op1("Reshape", [params.offset2d, self.const([w.n, nb, 1])])
+            values = self.op1("Sub", [values, self.op1("Gather", [off3d, ids])])
         return self.op1("Reshape", [values, self.const([0, 0, w.k])])
 
-    def lm_head(self, x: str, w: Weight, params: QInits | None, tied: bool) -> str:
+    def lm_head(self, x: str, w: Weight, params: QInits | None, tied: bool, dense16: bool = False) -> str:
         if w.kind == "dense" and tied:
             # The embedding table is [V, K]: multiply by its transpose without a second copy.
             flat = self.op1("Reshape", [x, self.const([-1, w.k])])
             table = "model.embed_tokens.weight"
-            if w.dense is not None and w.dense.dtype == np.float16:
+            if dense16:
                 table = self.op1("Cast", [table], to=TensorProto.FLOAT)
             y = self.op1("Gemm", [flat, table], transB=1)
             shape = self.op1("Concat", [self.op1("Slice", [self.op1("Shape", [x]), self.const([0]), self.const([2])]),
@@ -218,9 +294,16 @@ class _Graph:
 
 
 def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
-                progress: Callable[[int, int], None] | None = None) -> onnx.ModelProto:
-    """The whole decoder as an ONNX model (weights inline; the caller saves them externally)."""
-    g = _Graph(accuracy_level)
+                progress: Callable[[int, int], None] | None = None, writer: DataWriter | None = None,
+                layer: Callable[[int], LayerWeights] | None = None) -> onnx.ModelProto:
+    """The whole decoder as an ONNX model.
+
+    With `writer` the initializers stream into its data file as they are made; with `layer` the
+    layers are loaded one at a time (weights.layers may then be empty), so only about one layer's
+    arrays are in memory at once. Without them, the weights are inline (small tests)."""
+    g = _Graph(accuracy_level, writer)
+    get_layer = layer or (lambda i: weights.layers[i])
+    n_layers = spec.n_layers if layer is not None else len(weights.layers)
     hd, nh, nkv = spec.head_dim, spec.n_head, spec.n_head_kv
     inputs = [
         helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
@@ -230,7 +313,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", 1, spec.vocab_size])]
     kv_shape_in: list[str | int | None] = ["batch_size", nkv, "past_sequence_length", hd]
     kv_shape_out: list[str | int | None] = ["batch_size", nkv, "present_sequence_length", hd]
-    for i in range(spec.n_layers):
+    for i in range(n_layers):
         for kind in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, kv_shape_in))
             outputs.append(helper.make_tensor_value_info(f"present.{i}.{kind}", TensorProto.FLOAT, kv_shape_out))
@@ -242,26 +325,29 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
     ropes = blocks.rope_inputs(g, spec, weights, total_len)   # (cos, sin) per layer
 
     emb = weights.embedding
-    emb_params = None if emb.kind == "dense" else g.quant_inits("model.embed_tokens", emb, with_zero_points=True)
+    emb_dense16 = emb.kind == "dense" and emb.dense is not None and emb.dense.dtype == np.float16
+    emb_params = None if emb.kind == "dense" else g.quant_inits("model.embed_tokens", emb)
     h = blocks.scale_embedding(g, spec, g.embedding("input_ids", emb, emb_params))
-    x = g.op1("SimplifiedLayerNormalization", [h, g.init("model.layers.0.input_layernorm.weight",
-                                                           weights.layers[0].attn_norm)],
+    lw = get_layer(0)
+    x = g.op1("SimplifiedLayerNormalization", [h, g.init("model.layers.0.input_layernorm.weight", lw.attn_norm)],
               axis=-1, epsilon=spec.rms_eps)
-    n_layers = len(weights.layers)
-    for i, lw in enumerate(weights.layers):
+    for i in range(n_layers):
         p = f"model.layers.{i}"
         # Attention: fuse Q|K|V into one matmul when their storage forms agree.
         qkv_w = concat_rows([lw.q, lw.k, lw.v])
         if qkv_w is not None:
             bias = None
             if lw.q_bias is not None:
-                bias = np.concatenate([lw.q_bias, lw.k_bias, lw.v_bias])
+                bias = np.concatenate([lw.q_bias, lw.k_bias, lw.v_bias])  # type: ignore[list-item]
+            for part in (lw.q, lw.k, lw.v):
+                part.release()
             qkv = g.linear(x, qkv_w, f"{p}.self_attn.qkv_proj", bias)
             qkv_inputs = [qkv, "", ""]
         else:
             qkv_inputs = [g.linear(x, lw.q, f"{p}.self_attn.q_proj", lw.q_bias),
                           g.linear(x, lw.k, f"{p}.self_attn.k_proj", lw.k_bias),
                           g.linear(x, lw.v, f"{p}.self_attn.v_proj", lw.v_bias)]
+        del qkv_w
         qkv_inputs = blocks.qk_norm(g, spec, lw, p, qkv_inputs)
         attn = g.op("GroupQueryAttention",
                     qkv_inputs + [f"past_key_values.{i}.key", f"past_key_values.{i}.value",
@@ -281,25 +367,33 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
                           outputs=[g.name("x"), "", "", g.name("h")], domain=MS, epsilon=spec.rms_eps)
         gu_w = concat_rows([lw.gate, lw.up])
         if gu_w is not None:
+            n_gate, n_up = lw.gate.n, lw.up.n
+            lw.gate.release()
+            lw.up.release()
             gu = g.linear(x, gu_w, f"{p}.mlp.gate_up_proj")
-            gate, up = g.op("Split", [gu, g.const([lw.gate.n, lw.up.n])], n_out=2, axis=-1)
+            gate, up = g.op("Split", [gu, g.const([n_gate, n_up])], n_out=2, axis=-1)
         else:
             gate = g.linear(x, lw.gate, f"{p}.mlp.gate_proj")
             up = g.linear(x, lw.up, f"{p}.mlp.up_proj")
+        del gu_w
         act = blocks.activation(g, spec, gate, up)
         down = g.linear(act, lw.down, f"{p}.mlp.down_proj")
         down = blocks.post_norm(g, spec, down, lw.post_ffn_norm, f"{p}.post_feedforward_layernorm.weight")
-        gamma = (weights.layers[i + 1].attn_norm if i + 1 < n_layers else weights.final_norm)
-        gname = f"model.layers.{i + 1}.input_layernorm.weight" if i + 1 < n_layers else "model.norm.weight"
+        if i + 1 < n_layers:
+            lw = get_layer(i + 1)
+            gamma, gname = lw.attn_norm, f"model.layers.{i + 1}.input_layernorm.weight"
+        else:
+            gamma, gname = weights.final_norm, "model.norm.weight"
         x, _, _, h = g.op("SkipSimplifiedLayerNormalization", [down, h, g.init(gname, gamma)],
                           outputs=[g.name("x"), "", "", g.name("h")], domain=MS, epsilon=spec.rms_eps)
         if progress:
             progress(i + 1, n_layers)
 
-    if weights.output is None:
-        g.lm_head(x, emb, emb_params, tied=True)
+    output = weights.output_fn() if weights.output_fn is not None else weights.output
+    if output is None:
+        g.lm_head(x, emb, emb_params, tied=True, dense16=emb_dense16)
     else:
-        g.lm_head(x, weights.output, None, tied=False)
+        g.lm_head(x, output, None, tied=False)
     blocks.final_softcap(g, spec)
 
     graph = helper.make_graph(g.nodes, "amber_decoder", inputs, outputs, g.inits)

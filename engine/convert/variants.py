@@ -38,10 +38,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import ModelImportError
+from .fold import LazyValues, fold_lazily
+from .writer import DataWriter
 
 VARIANT_DIR = "gpu"
 VARIANT_NAME = "fp16"
-VARIANT_FORMAT = 1           # bump when the rewrite changes: older variant folders are rebuilt
+VARIANT_FORMAT = 2           # bump when the rewrite changes: older variant folders are rebuilt
 MARKER = "amber_variant.json"
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -148,10 +150,17 @@ def _value_types(model: onnx.ModelProto) -> dict[str, str]:
 class _Rewriter:
     """Turns Amber's float32 decoder graph into the float16 variant (see the module docstring)."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, values: LazyValues) -> None:
         self.model = model
         self.g = model.graph
+        self.values = values
         self._n = 0
+
+    def _placeholder(self, name: str) -> None:
+        """An initializer slot for a value `values` computes when the variant is written."""
+        t = TensorProto()
+        t.name = name
+        self.g.initializer.append(t)
 
     def name(self, base: str) -> str:
         self._n += 1
@@ -176,7 +185,7 @@ class _Rewriter:
         recovers z = z0 - corr / s in float32 and gives it to MatMulNBits as its float zero points
         (CUDA and CPU kernels take them as float16): the same blocks, w = (q - z) s."""
         g = self.g
-        inits = {i.name: i for i in g.initializer}
+        get = self.values.get
         producers = {o: n for n in g.node for o in n.output}
         drop: list[onnx.NodeProto] = []
         for add in list(g.node):
@@ -188,16 +197,23 @@ class _Rewriter:
                 continue
             n_out, k, block = int(_attr(mm, "N")), int(_attr(mm, "K")), int(_attr(mm, "block_size"))
             nb = k // block
-            corr = numpy_helper.to_array(inits[corr_mm.input[1]]).astype(np.float64).T   # [N, nb]
-            scales = numpy_helper.to_array(inits[mm.input[2]]).astype(np.float64).reshape(n_out, nb)
+            corr = get(corr_mm.input[1]).astype(np.float64).T   # [N, nb]
+            scales = get(mm.input[2]).astype(np.float64).reshape(n_out, nb)
             if len(mm.input) > 3 and mm.input[3]:
-                pairs = numpy_helper.to_array(inits[mm.input[3]]).reshape(n_out, -1)
+                pairs = get(mm.input[3]).reshape(n_out, -1)
                 z0 = np.stack([pairs & 0x0F, pairs >> 4], axis=-1).reshape(n_out, -1)[:, :nb].astype(np.float64)
             else:
                 z0 = np.full((n_out, nb), 8.0)
+            dead = scales == 0
+            if dead.any():
+                # Constant blocks (scale 0, levels 0, w = -corr): scale 1 and zero point -corr.
+                scales = np.where(dead, 1.0, scales)
+                z0 = np.where(dead, 0.0, z0)
+                self.values.overrides[mm.input[2]] = scales.astype(np.float32).reshape(-1)
             zero_points = (z0 - corr / scales).astype(np.float32).reshape(-1)
             name = self.name(mm.input[2].removesuffix(".scales") + ".zero_points")
-            g.initializer.append(numpy_helper.from_array(zero_points, name))
+            self.values.overrides[name] = zero_points
+            self._placeholder(name)
             inputs = list(mm.input[:3]) + [name] + list(mm.input[4:])
             del mm.input[:]
             mm.input.extend(inputs)
@@ -206,20 +222,12 @@ class _Rewriter:
         for n in drop:
             g.node.remove(n)
 
-    def run(self, progress: ProgressFn | None) -> onnx.ModelProto:
+    def run(self) -> onnx.ModelProto:
         g = self.g
+        fold_lazily(self.model, self.values)
+        for name in self.values.recipes:
+            self._placeholder(name)
         self.fold_zero_point_corrections()
-        total = len(g.initializer)
-        for i, init in enumerate(g.initializer):
-            if init.data_type == TensorProto.FLOAT:
-                arr = numpy_helper.to_array(init)
-                with np.errstate(over="ignore"):
-                    half = arr.astype(np.float16)
-                if not np.all(np.isfinite(half[np.isfinite(arr)])):
-                    raise ModelImportError(f"initializer {init.name}: values beyond float16's range")
-                init.CopyFrom(numpy_helper.from_array(half, init.name))
-            if progress and (i % 64 == 0 or i + 1 == total):
-                progress(i + 1, total, init.name)
         for vi in list(g.input) + list(g.output):
             if vi.name.startswith(("past_key_values.", "present.")):
                 vi.type.tensor_type.elem_type = TensorProto.FLOAT16
@@ -235,13 +243,18 @@ class _Rewriter:
                 _set_attr(n, "accuracy_level", 0)   # float16 A: ORT computes with float accumulation
             elif n.op_type == "GroupQueryAttention":
                 seqlens_k, total_len = n.input[5], n.input[6]
-        # Nibble unpacking without BitwiseAnd/BitShift (no CUDA kernels): integer division.
+        # Bit unpacking without BitwiseAnd/BitShift (no CUDA kernels): integer division.
+        inits = {i.name: i for i in g.initializer}
         for n in list(g.node):
             if n.op_type in ("BitwiseAnd", "BitShift"):
+                amount = int(numpy_helper.to_array(inits[n.input[1]]).reshape(-1)[0])
                 wide = self.node("Cast", [n.input[0]], to=TensorProto.INT32)
-                hi = self.node("Div", [wide, self.const(16, np.int32)])
-                val = hi if n.op_type == "BitShift" else self.node(
-                    "Sub", [wide, self.node("Mul", [hi, self.const(16, np.int32)])])
+                if n.op_type == "BitShift":     # x >> s = x // 2**s
+                    val = self.node("Div", [wide, self.const(1 << amount, np.int32)])
+                else:                           # x & (2**b - 1) = x - (x // 2**b) * 2**b
+                    base = amount + 1
+                    hi = self.node("Div", [wide, self.const(base, np.int32)])
+                    val = self.node("Sub", [wide, self.node("Mul", [hi, self.const(base, np.int32)])])
                 self.node("Cast", [val], outputs=[n.output[0]], to=TensorProto.UINT8)
                 g.node.remove(n)
         if total_len is not None and seqlens_k is not None:
@@ -272,6 +285,31 @@ class _Rewriter:
         _topological_sort(g)
         _drop_dead_nodes(g)
         return self.model
+
+    def materialize(self, writer: DataWriter, progress: ProgressFn | None) -> None:
+        """Writes every initializer the variant keeps, one at a time: float32 ones as float16."""
+        g = self.g
+        out: list[TensorProto] = []
+        total = len(g.initializer)
+        for i, init in enumerate(g.initializer):
+            name = init.name
+            lazy = name in self.values.overrides or name in self.values.recipes
+            if lazy or init.data_location == TensorProto.EXTERNAL:
+                arr = self.values.get(name)
+            else:
+                arr = numpy_helper.to_array(init)
+            if arr.dtype == np.float32:
+                with np.errstate(over="ignore"):
+                    half = arr.astype(np.float16)
+                if not np.all(np.isfinite(half[np.isfinite(arr)])):
+                    raise ModelImportError(f"initializer {name}: values beyond float16's range")
+                arr = half
+            out.append(writer.tensor(name, arr))
+            del arr
+            if progress and (i % 64 == 0 or i + 1 == total):
+                progress(i + 1, total, name)
+        del g.initializer[:]
+        g.initializer.extend(out)
 
     def _constant_logits_shape(self, producers: dict[str, onnx.NodeProto]) -> None:
         """The tied lm_head reshapes [B, V] back to [B, 1, V] with a Shape-fed shape: make it constant
@@ -338,20 +376,26 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
     cpu_graph = cpu_graph or model_dir / MODEL_FILE
     folder = dest or variant_dir(model_dir)
     try:
-        model = onnx.load(str(cpu_graph), load_external_data=True)
+        # The structure only: weights are read one at a time from the data file (LazyValues).
+        model = onnx.load(str(cpu_graph), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - untrusted file: the library raises any kind; reported as one line
         raise ModelImportError(f"{cpu_graph}: cannot read the graph to make its GPU variant ({exc})") from None
     if not any(n.op_type == "GroupQueryAttention" for n in model.graph.node):
         raise ModelImportError(f"{cpu_graph}: not an Amber-converted graph (no GroupQueryAttention); "
                                "a GPU variant is made only for models Amber imported")
-    model = _Rewriter(model).run(progress)
+    rewriter = _Rewriter(model, LazyValues(model, cpu_graph.parent))
+    model = rewriter.run()
     model.ir_version = IR_VERSION
     tmp = folder.parent / f".{folder.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        onnx.save_model(model, tmp / MODEL_FILE, save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=DATA_FILE, size_threshold=1024)
+        writer = DataWriter(tmp / DATA_FILE, DATA_FILE)
+        try:
+            rewriter.materialize(writer, progress)
+        finally:
+            writer.close()
+        onnx.save_model(model, tmp / MODEL_FILE)
         (tmp / MARKER).write_text(json.dumps({"variant": VARIANT_NAME, "format": VARIANT_FORMAT,
                                               "source": _source_stamp(cpu_graph)}))
         for p in tmp.iterdir():

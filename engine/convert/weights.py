@@ -1,12 +1,19 @@
-"""GGUF weight tensors → the forms the ONNX graph uses.
+"""GGUF weight tensors → the forms the ONNX graph uses, without requantizing.
 
-Q4_0, Q4_1 and Q4_K blocks map onto `com.microsoft.MatMulNBits` 4-bit blocks of 32 *without
-requantizing*: ONNX Runtime dequantizes a block as (q - zero_point) * scale, so
-  Q4_0: w = d * (q - 8)              -> scale d, zero point 8 (the operator's default)
-  Q4_1: w = d * q + m                -> scale d, float zero point -m / d
-  Q4_K: w = (d*sc) * q - (dmin*mn)   -> scale d*sc, float zero point dmin*mn / (d*sc)
-Q8_0 (w = d * q, q in int8) maps onto 8-bit blocks with q + 128 and the default zero point 128.
-Requantizing instead measurably changed the default model's answers, so the mapping is exact.
+Every quantized GGUF type Amber maps exactly is a block form
+    w = scale * (q - center) - offset          (per block of 32, or 16 for Q6_K)
+with integer levels q, an integer `center` and float32 per-block `scale` / `offset`, each stored
+as compactly as the GGUF stores it (a `Scale`: float16 numbers, or a float16 super-block number
+times small per-block integers, multiplied in float32 exactly as llama.cpp's dequantizer does):
+  Q4_0: q 4-bit, center 8,  scale d                         Q8_0: q+128 8-bit, center 128, scale d
+  Q4_1: q 4-bit, scale d, offset -m                         Q5_0: q 5-bit, center 16, scale d
+  Q4_K: q 4-bit, scale d*sc, offset dmin*mn (sc, mn 6-bit)  Q5_1: q 5-bit, scale d, offset -m
+  Q5_K: q 5-bit, scale d*sc, offset dmin*mn                 Q6_K: q 6-bit, center 32, scale d*sc (int8 sc,
+                                                                  blocks of 16)
+The graph (graph.py) turns these into MatMulNBits inputs: in the exact mode levels of more than 4
+bits are split into two 4-bit parts (q = 16*hi + lo), in the fast mode they are one 8-bit plane;
+nothing is requantized.
+Requantizing instead measurably changed the default model's answers.
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's own type tags
 from gguf import quants
 
@@ -23,54 +31,105 @@ BLOCK = 32
 WeightPolicy = Literal["auto", "int4", "int8", "fp16", "fp32"]
 WEIGHT_POLICIES: tuple[str, ...] = ("auto", "int4", "int8", "fp16", "fp32")
 Q4_TYPES = (QT.Q4_0, QT.Q4_1, QT.Q4_K)
+EXACT_TYPES = (QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_0, QT.Q5_1, QT.Q5_K, QT.Q6_K, QT.Q8_0)
 FLOAT_TYPES = (QT.F32, QT.F16, QT.BF16)
 
 
 def pack_nibbles(levels: np.ndarray) -> np.ndarray:
-    """uint8 levels 0..15 [.., 32] -> MatMulNBits bytes [.., 16], low nibble first."""
-    packed: np.ndarray = (levels[..., 0::2] | (levels[..., 1::2] << 4)).astype(np.uint8)
-    return packed
+    """uint8 levels 0..15 [.., 2m] -> MatMulNBits bytes [.., m], low nibble first."""
+    return (levels[..., 0::2] | (levels[..., 1::2] << 4)).astype(np.uint8)
+
+
+def pack_bits(levels: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 levels [.., m] of `bits` bits (2, 4, 8) -> bytes [.., m*bits/8], first value lowest."""
+    if bits == 8:
+        return np.ascontiguousarray(levels, dtype=np.uint8)
+    per = 8 // bits
+    out = np.zeros(levels.shape[:-1] + (levels.shape[-1] // per,), np.uint8)
+    for j in range(per):
+        out |= (levels[..., j::per] << (bits * j)).astype(np.uint8)
+    return out
+
+
+@dataclass
+class Scale:
+    """Per-block float32 numbers stored compactly: base[n, b // group] * factor[n, b] in float32
+    (factor None: base[n, b]). base is float16 (a GGUF's d, m, dmin) or float32 (requantized)."""
+    base: np.ndarray
+    factor: np.ndarray | None = None     # uint8 or int8 [N, nb]
+
+    @property
+    def group(self) -> int:
+        return 1 if self.factor is None else self.factor.shape[1] // self.base.shape[1]
+
+    def value(self) -> np.ndarray:
+        b = self.base.astype(np.float32)
+        if self.factor is None:
+            return b
+        return np.repeat(b, self.group, axis=1) * self.factor.astype(np.float32)
+
+    def layout(self) -> tuple:
+        return (self.base.dtype.str, None if self.factor is None else self.factor.dtype.str, self.group)
+
+    def rows(self, perm: np.ndarray) -> "Scale":
+        return Scale(np.ascontiguousarray(self.base[perm]),
+                     None if self.factor is None else np.ascontiguousarray(self.factor[perm]))
+
+    @property
+    def nbytes(self) -> int:
+        return self.base.nbytes + (0 if self.factor is None else self.factor.nbytes)
 
 
 @dataclass
 class Weight:
-    """A linear weight of N output rows by K inputs, in one of three storage forms."""
-    kind: Literal["q4", "q8", "dense"]
+    """A linear weight of N output rows by K inputs: quantized blocks (see the module docstring) or dense."""
+    kind: Literal["quant", "dense"]
     n: int
     k: int
-    values: np.ndarray | None = None        # q4/q8: integer levels uint8 [N, K/32, 32]
-    scales: np.ndarray | None = None        # q4/q8: float32 [N, K/32]
-    zero_points: np.ndarray | None = None   # q4: float32 [N, K/32]; None = the default 8 / 128
-    dense: np.ndarray | None = None         # dense: float32 or float16 [N, K]
+    levels: np.ndarray | None = None     # quant: uint8 [N, K/block, block], 0 .. 2**qbits - 1
+    qbits: int = 4
+    block: int = BLOCK
+    scale: Scale | None = None
+    center: int = 0
+    offset: Scale | None = None          # None: no offset
+    dense: np.ndarray | None = None      # dense: float32 or float16 [N, K]
+    qtype: str = ""                      # the GGUF type it came from (the size report)
 
     @property
-    def bits(self) -> int:
-        return {"q4": 4, "q8": 8}[self.kind]
-
-    def packed(self) -> np.ndarray:
-        """MatMulNBits' B input: uint8 [N, K/32, 32 * bits / 8], low nibble first."""
-        assert self.values is not None
-        if self.kind == "q8":
-            return self.values
-        return pack_nibbles(self.values)
+    def nb(self) -> int:
+        return self.k // self.block
 
     def dequantized(self) -> np.ndarray:
         """float32 [N, K] — for checks and for re-quantizing."""
         if self.kind == "dense":
             assert self.dense is not None
             return self.dense.astype(np.float32)
-        assert self.values is not None and self.scales is not None
-        zp = self.zero_points if self.zero_points is not None else np.float32(2 ** (self.bits - 1))
-        zp_b = zp[..., None] if isinstance(zp, np.ndarray) else zp
-        w: np.ndarray = (self.values.astype(np.float32) - zp_b) * self.scales[..., None]
+        assert self.levels is not None and self.scale is not None
+        w = self.scale.value()[..., None] * (self.levels.astype(np.float32) - np.float32(self.center))
+        if self.offset is not None:
+            w = w - self.offset.value()[..., None]
         return w.reshape(self.n, self.k)
 
     def rows(self, perm: np.ndarray) -> "Weight":
         """The same weight with its output rows reordered."""
-        def pick(a: np.ndarray | None) -> np.ndarray | None:
-            return None if a is None else np.ascontiguousarray(a[perm])
-        return replace(self, values=pick(self.values), scales=pick(self.scales),
-                       zero_points=pick(self.zero_points), dense=pick(self.dense))
+        pick = (lambda a: None if a is None else np.ascontiguousarray(a[perm]))
+        return replace(self, levels=pick(self.levels), dense=pick(self.dense),
+                       scale=None if self.scale is None else self.scale.rows(perm),
+                       offset=None if self.offset is None else self.offset.rows(perm))
+
+    def release(self) -> None:
+        """Drops the arrays once written (the metadata stays for the graph)."""
+        self.levels = self.dense = None
+        self.scale = self.offset = None
+
+
+def _as_offset(w: Weight) -> Weight:
+    """The same values with center 0: offset' = center*scale + offset, in float32 (fused mixes)."""
+    assert w.scale is not None
+    off = w.scale.value() * np.float32(w.center)
+    if w.offset is not None:
+        off = off - (-w.offset.value())
+    return replace(w, center=0, offset=Scale(off.astype(np.float32)))
 
 
 def concat_rows(weights: list[Weight]) -> Weight | None:
@@ -83,138 +142,193 @@ def concat_rows(weights: list[Weight]) -> Weight | None:
         dts = {w.dense.dtype for w in weights}  # type: ignore[union-attr]
         if len(dts) != 1:
             return None
-        return Weight("dense", n, first.k, dense=np.concatenate([w.dense for w in weights]))
-    zps = None
-    if any(w.zero_points is not None for w in weights):
-        default = np.float32(2 ** (first.bits - 1))
-        zps = np.concatenate([w.zero_points if w.zero_points is not None
-                              else np.full(w.scales.shape, default, np.float32) for w in weights])  # type: ignore
-    return Weight(first.kind, n, first.k,
-                  values=np.concatenate([w.values for w in weights]),
-                  scales=np.concatenate([w.scales for w in weights]),
-                  zero_points=zps)
+        return Weight("dense", n, first.k, dense=np.concatenate([w.dense for w in weights]),  # type: ignore
+                      qtype=first.qtype)
+    if any(w.qbits != first.qbits or w.block != first.block or w.scale.layout() != first.scale.layout()  # type: ignore
+           for w in weights):
+        return None
+    if len({(w.center, None if w.offset is None else w.offset.layout()) for w in weights}) > 1:
+        weights = [_as_offset(w) for w in weights]
+    f = weights[0]
+    cat = (lambda arrs: np.concatenate(arrs))
+    scale = Scale(cat([w.scale.base for w in weights]),  # type: ignore[union-attr]
+                  None if f.scale.factor is None else cat([w.scale.factor for w in weights]))  # type: ignore
+    offset = None
+    if f.offset is not None:
+        offset = Scale(cat([w.offset.base for w in weights]),  # type: ignore[union-attr]
+                       None if f.offset.factor is None else cat([w.offset.factor for w in weights]))  # type: ignore
+    return Weight("quant", n, f.k, levels=cat([w.levels for w in weights]), qbits=f.qbits, block=f.block,
+                  scale=scale, center=f.center, offset=offset,
+                  qtype="+".join(sorted({w.qtype for w in weights})))
+
+
+# ---- GGUF block layouts (as ggml-quants.c / gguf-py's dequantizers read them) ---------------
+def _zero_dead_blocks(w: Weight) -> Weight:
+    """Blocks whose scale is 0 hold one constant (-offset): their levels are set to 0, which changes
+    nothing here and lets the GPU variant encode them as scale 1, zero point -constant."""
+    assert w.levels is not None and w.scale is not None
+    dead = w.scale.value() == 0
+    if dead.any():
+        w.levels[dead] = 0
+    return w
 
 
 def _f16(raw: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(raw).view(np.float16).astype(np.float32)[..., 0]
+    """Two bytes per value -> float16 [..] (kept as float16: it is what the GGUF stores)."""
+    return np.ascontiguousarray(raw).view(np.float16)[..., 0]
 
 
-def _nibbles_q4_0_1(qs: np.ndarray) -> np.ndarray:
+def _nibbles_32(qs: np.ndarray) -> np.ndarray:
     """[.., 16] bytes -> [.., 32] levels: element i is the low nibble of byte i, i+16 the high."""
     return np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.uint8)
 
 
-def _constant_blocks(values: np.ndarray, scales: np.ndarray, zps: np.ndarray,
-                     constant: np.ndarray) -> None:
-    """Blocks whose scale is 0 hold one constant c: encode as q=0, scale=1, zero point -c."""
-    dead = scales == 0
-    if dead.any():
-        values[dead] = 0
-        scales[dead] = 1.0
-        zps[dead] = -constant[dead]
+def _high_bits_32(qh: np.ndarray) -> np.ndarray:
+    """[.., 4] bytes (a little-endian uint32) -> [.., 32] bits, bit j for element j."""
+    return np.unpackbits(qh, axis=-1, bitorder="little")
 
 
 def from_q4_0(raw: np.ndarray, n: int, k: int) -> Weight:
     blocks = raw.reshape(n, k // BLOCK, 18)
-    d = _f16(blocks[..., 0:2])
-    return Weight("q4", n, k, values=_nibbles_q4_0_1(blocks[..., 2:]), scales=d)
+    return Weight("quant", n, k, levels=_nibbles_32(blocks[..., 2:]), qbits=4, scale=Scale(_f16(blocks[..., 0:2])),
+                  center=8, qtype="Q4_0")
 
 
 def from_q4_1(raw: np.ndarray, n: int, k: int) -> Weight:
     blocks = raw.reshape(n, k // BLOCK, 20)
-    d = _f16(blocks[..., 0:2])
-    m = _f16(blocks[..., 2:4])
-    values = _nibbles_q4_0_1(blocks[..., 4:])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        zps = np.where(d != 0, -m / d, 0).astype(np.float32)
-    scales = d.copy()
-    _constant_blocks(values, scales, zps, m)
-    return Weight("q4", n, k, values=values, scales=scales, zero_points=zps)
+    return _zero_dead_blocks(Weight("quant", n, k, levels=_nibbles_32(blocks[..., 4:]), qbits=4, scale=Scale(_f16(blocks[..., 0:2])),
+                  offset=Scale(-_f16(blocks[..., 2:4])), qtype="Q4_1"))
+
+
+def from_q5_0(raw: np.ndarray, n: int, k: int) -> Weight:
+    blocks = raw.reshape(n, k // BLOCK, 22)
+    levels = _nibbles_32(blocks[..., 6:]) | (_high_bits_32(blocks[..., 2:6]) << 4)
+    return Weight("quant", n, k, levels=levels, qbits=5, scale=Scale(_f16(blocks[..., 0:2])), center=16,
+                  qtype="Q5_0")
+
+
+def from_q5_1(raw: np.ndarray, n: int, k: int) -> Weight:
+    blocks = raw.reshape(n, k // BLOCK, 24)
+    levels = _nibbles_32(blocks[..., 8:]) | (_high_bits_32(blocks[..., 4:8]) << 4)
+    return _zero_dead_blocks(Weight("quant", n, k, levels=levels, qbits=5, scale=Scale(_f16(blocks[..., 0:2])),
+                  offset=Scale(-_f16(blocks[..., 2:4])), qtype="Q5_1"))
 
 
 def _q4k_scale_min(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The 12 packed bytes of a Q4_K super-block -> eight 6-bit scales and eight 6-bit mins."""
+    """The 12 packed bytes of a Q4_K/Q5_K super-block -> eight 6-bit scales and eight 6-bit mins (uint8)."""
     s = scales.reshape(*scales.shape[:-1], 3, 4)
     d, m, m_d = s[..., 0, :], s[..., 1, :], s[..., 2, :]
     sc = np.concatenate([d & 0x3F, (m_d & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
     mn = np.concatenate([m & 0x3F, (m_d >> 4) | ((m >> 2) & 0x30)], axis=-1)
-    return sc.astype(np.float32), mn.astype(np.float32)
+    return sc.astype(np.uint8), mn.astype(np.uint8)
+
+
+def _k_scales(blocks: np.ndarray, n: int, nsb: int) -> tuple[Scale, Scale]:
+    d, dmin = _f16(blocks[..., 0:2]), _f16(blocks[..., 2:4])
+    sc, mn = _q4k_scale_min(blocks[..., 4:16])
+    return Scale(d, sc.reshape(n, nsb * 8)), Scale(dmin, mn.reshape(n, nsb * 8))
 
 
 def from_q4_k(raw: np.ndarray, n: int, k: int) -> Weight:
     nsb = k // 256
     blocks = raw.reshape(n, nsb, 144)
-    d = _f16(blocks[..., 0:2])[..., None]
-    dmin = _f16(blocks[..., 2:4])[..., None]
-    sc, mn = _q4k_scale_min(blocks[..., 4:16])
+    scale, offset = _k_scales(blocks, n, nsb)
     qs = blocks[..., 16:].reshape(n, nsb, 4, 32)
     # Each 32-byte chunk holds two sub-blocks: low nibbles first, then high nibbles.
-    values = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(n, nsb * 8, 32).astype(np.uint8)
-    scale = (d * sc).reshape(n, nsb * 8).astype(np.float32)
-    offset = (dmin * mn).reshape(n, nsb * 8).astype(np.float32)   # w = scale*q - offset
-    with np.errstate(divide="ignore", invalid="ignore"):
-        zps = np.where(scale != 0, offset / scale, 0).astype(np.float32)
-    _constant_blocks(values, scale, zps, -offset)
-    return Weight("q4", n, k, values=values, scales=scale, zero_points=zps)
+    levels = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(n, nsb * 8, 32).astype(np.uint8)
+    return _zero_dead_blocks(Weight("quant", n, k, levels=levels, qbits=4, scale=scale, offset=offset, qtype="Q4_K"))
+
+
+def from_q5_k(raw: np.ndarray, n: int, k: int) -> Weight:
+    nsb = k // 256
+    blocks = raw.reshape(n, nsb, 176)
+    scale, offset = _k_scales(blocks, n, nsb)
+    qh = blocks[..., 16:48]                                                  # [n, nsb, 32]
+    qs = blocks[..., 48:].reshape(n, nsb, 4, 32)
+    low = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(n, nsb, 8, 32)     # sub-block j
+    high = (qh[:, :, None, :] >> np.arange(8, dtype=np.uint8)[None, None, :, None]) & 1   # bit j of qh
+    levels = (low | (high << 4)).reshape(n, nsb * 8, 32).astype(np.uint8)
+    return _zero_dead_blocks(Weight("quant", n, k, levels=levels, qbits=5, scale=scale, offset=offset, qtype="Q5_K"))
+
+
+def from_q6_k(raw: np.ndarray, n: int, k: int) -> Weight:
+    nsb = k // 256
+    blocks = raw.reshape(n, nsb, 210)
+    ql = blocks[..., 0:128].reshape(n, nsb, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 1, 2, 1)
+    ql = (ql & 0x0F).reshape(n, nsb, 8, 32)
+    qh = blocks[..., 128:192].reshape(n, nsb, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 1, 4, 1)
+    qh = (qh & 0x03).reshape(n, nsb, 8, 32)
+    levels = (ql | (qh << 4)).reshape(n, nsb * 16, 16).astype(np.uint8)
+    sc = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).reshape(n, nsb * 16)
+    d = _f16(blocks[..., 208:210])
+    return Weight("quant", n, k, levels=levels, qbits=6, block=16, scale=Scale(d, sc), center=32, qtype="Q6_K")
 
 
 def from_q8_0(raw: np.ndarray, n: int, k: int) -> Weight:
     blocks = raw.reshape(n, k // BLOCK, 34)
-    d = _f16(blocks[..., 0:2])
-    q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8)
-    return Weight("q8", n, k, values=(q.astype(np.int16) + 128).astype(np.uint8), scales=d)
+    levels = blocks[..., 2:] ^ np.uint8(0x80)       # int8 q + 128 as uint8, without a wider copy
+    return Weight("quant", n, k, levels=levels, qbits=8,
+                  scale=Scale(_f16(blocks[..., 0:2])), center=128, qtype="Q8_0")
 
 
-def quantize_int4(w: np.ndarray) -> Weight:
-    """Asymmetric 4-bit blocks of 32 (min/max), float zero points."""
+def quantize_int4(w: np.ndarray, qtype: str = "") -> Weight:
+    """Asymmetric 4-bit blocks of 32 (min/max): w = s * (q - zp), zp a float."""
     n, k = w.shape
     b = w.reshape(n, k // BLOCK, BLOCK).astype(np.float32)
     lo, hi = b.min(-1), b.max(-1)
     scale = (hi - lo) / 15.0
-    safe = np.where(scale == 0, 1.0, scale)
+    safe = np.where(scale == 0, 1.0, scale).astype(np.float32)
     zp = (-lo / safe).astype(np.float32)
     q = np.clip(np.rint(b / safe[..., None] + zp[..., None]), 0, 15).astype(np.uint8)
-    return Weight("q4", n, k, values=q, scales=safe.astype(np.float32), zero_points=zp)
+    return Weight("quant", n, k, levels=q, qbits=4, scale=Scale(safe), offset=Scale((zp * safe).astype(np.float32)),
+                  qtype=qtype)
 
 
-def quantize_int8(w: np.ndarray) -> Weight:
-    """Symmetric 8-bit blocks of 32 (the default zero point 128)."""
+def quantize_int8(w: np.ndarray, qtype: str = "") -> Weight:
+    """Symmetric 8-bit blocks of 32 (levels q + 128, center 128)."""
     n, k = w.shape
     b = w.reshape(n, k // BLOCK, BLOCK).astype(np.float32)
     scale = np.abs(b).max(-1) / 127.0
     safe = np.where(scale == 0, 1.0, scale).astype(np.float32)
     q = np.clip(np.rint(b / safe[..., None]), -127, 127).astype(np.int16) + 128
-    return Weight("q8", n, k, values=q.astype(np.uint8), scales=safe)
+    return Weight("quant", n, k, levels=q.astype(np.uint8), qbits=8, scale=Scale(safe), center=128, qtype=qtype)
 
 
-_DIRECT = {QT.Q4_0: from_q4_0, QT.Q4_1: from_q4_1, QT.Q4_K: from_q4_k, QT.Q8_0: from_q8_0}
+_DIRECT = {QT.Q4_0: from_q4_0, QT.Q4_1: from_q4_1, QT.Q4_K: from_q4_k, QT.Q5_0: from_q5_0, QT.Q5_1: from_q5_1,
+           QT.Q5_K: from_q5_k, QT.Q6_K: from_q6_k, QT.Q8_0: from_q8_0}
 
 
 def convert_tensor(name: str, qtype: QT, data: np.ndarray, n: int, k: int,
-                   policy: WeightPolicy = "auto") -> Weight:
-    """One GGUF matrix (N rows of K) as a `Weight`, following the --weights policy."""
+                   policy: WeightPolicy = "auto", exact: bool = False) -> Weight:
+    """One GGUF matrix (N rows of K) as a `Weight`, following the --weights policy.
+
+    `auto` maps every type of `EXACT_TYPES` exactly; other quantized types are requantized to
+    8 bits, which `exact` (the --exact promise) refuses instead."""
     if k % BLOCK != 0 and policy in ("auto", "int4", "int8") and qtype not in FLOAT_TYPES:
         raise ModelImportError(f"tensor {name}: row length {k} is not a multiple of {BLOCK}")
     direct = _DIRECT.get(qtype)
-    if direct is not None and (
-            (qtype in Q4_TYPES and policy in ("auto", "int4")) or (qtype == QT.Q8_0 and policy in ("auto", "int8"))):
-        return direct(np.asarray(data), n, k)
+    if direct is not None and (policy == "auto" or (qtype in Q4_TYPES and policy == "int4")
+                               or (qtype == QT.Q8_0 and policy == "int8")):
+        try:
+            return direct(np.asarray(data), n, k)
+        except ValueError as exc:   # a byte count that does not match the shape
+            raise ModelImportError(f"tensor {name}: {qtype.name} data does not match its shape ({exc})") from None
+    if exact and policy == "auto" and GGML_QUANT_SIZES.get(qtype, (1, 1))[0] > 1:
+        raise ModelImportError(f"tensor {name}: type {qtype.name} has no exact form in Amber "
+                               "(convert without --exact to requantize it to 8 bits, or with --weights fp32)")
     try:
         dense = quants.dequantize(np.asarray(data), qtype).reshape(n, k)
     except (NotImplementedError, ValueError, KeyError) as exc:
         raise ModelImportError(f"tensor {name}: unsupported tensor type {qtype.name} ({exc})") from None
     if policy == "auto":
         if qtype == QT.F16:
-            return Weight("dense", n, k, dense=dense.astype(np.float16))
+            return Weight("dense", n, k, dense=dense.astype(np.float16), qtype=qtype.name)
         if qtype in FLOAT_TYPES:
-            return Weight("dense", n, k, dense=dense.astype(np.float32))
+            return Weight("dense", n, k, dense=dense.astype(np.float32), qtype=qtype.name)
         policy = "int8"   # other quantized types: 8-bit keeps them near-lossless
     if policy == "int4":
-        if k % BLOCK:
-            raise ModelImportError(f"tensor {name}: row length {k} is not a multiple of {BLOCK}")
-        return quantize_int4(dense)
+        return quantize_int4(dense, qtype.name)
     if policy == "int8":
-        if k % BLOCK:
-            raise ModelImportError(f"tensor {name}: row length {k} is not a multiple of {BLOCK}")
-        return quantize_int8(dense)
-    return Weight("dense", n, k, dense=dense.astype(np.float16 if policy == "fp16" else np.float32))
+        return quantize_int8(dense, qtype.name)
+    return Weight("dense", n, k, dense=dense.astype(np.float16 if policy == "fp16" else np.float32),
+                  qtype=qtype.name)

@@ -22,6 +22,7 @@ class ChatJob:
     rendered: str                 # the whole conversation's rendering (with the generation prompt)
     policy: OverflowPolicy
     max_new_tokens: int
+    tools: list[dict[str, Any]] | None = None   # function schemas: the model's tool_use template
 
 
 @dataclass
@@ -57,15 +58,16 @@ class ChatPlanner:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
-    def _render(self, messages: list[dict[str, Any]]) -> str:
-        return self.generator.template.render(messages, add_generation_prompt=True)
+    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+        return self.generator.template.render(messages, add_generation_prompt=True, tools=tools)
 
     def prepare(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
-                sampling: SamplingParams | None) -> ChatJob:
+                sampling: SamplingParams | None, tools: list[dict[str, Any]] | None = None) -> ChatJob:
         """ChatTemplateError / ValueError now, before the stream starts."""
         sampling = sampling or SamplingParams()
         msgs = [_as_dict(m) for m in messages]
-        return ChatJob(msgs, self._render(msgs), parse_policy(sampling.overflow), sampling.max_new_tokens)
+        return ChatJob(msgs, self._render(msgs, tools), parse_policy(sampling.overflow), sampling.max_new_tokens,
+                       tools)
 
     def plan(self, job: ChatJob, history: TokenHistory, sticky_start: int | None,
              figures: GenerationFigures) -> ChatPlan:
@@ -80,7 +82,7 @@ class ChatPlanner:
         def plan_of(kept: list[dict[str, Any]]) -> PromptPlan:
             key = tuple(map(id, kept))
             if key not in plans:
-                text = job.rendered if len(kept) == len(job.messages) else self._render(kept)
+                text = job.rendered if len(kept) == len(job.messages) else self._render(kept, job.tools)
                 plans[key] = plan_prompt(history, text, self._encode, self._decode)
             return plans[key]
 

@@ -43,10 +43,12 @@ class Generator:
     def new_cache(self) -> KVCache:
         return self.runner.new_cache()
 
-    def encode_chat(self, messages: Sequence[ChatMessage | dict[str, Any]]) -> list[int]:
+    def encode_chat(self, messages: Sequence[ChatMessage | dict[str, Any]],
+                    tools: list[dict[str, Any]] | None = None) -> list[int]:
         """Renders the chat template (ChatTemplateError on failure) and tokenizes it as HF does:
-        without adding special tokens, since the template already wrote them."""
-        text = self.template.render(messages, add_generation_prompt=True)
+        without adding special tokens, since the template already wrote them. `tools` (JSON
+        schemas, as HF's) select the model's `tool_use` template when it ships one."""
+        text = self.template.render(messages, add_generation_prompt=True, tools=tools)
         return self.model.tokenizer.encode(text, add_special_tokens=False).ids
 
     def encode_prompt(self, text: str) -> list[int]:

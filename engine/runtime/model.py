@@ -76,7 +76,11 @@ class LoadedModel:
         return "gqa" if self.kv.shared_buffer else "standard"
 
 
-def find_graph(model_dir: Path) -> Path:
+def find_graph(model_dir: Path, genai_file: str | None = None) -> Path:
+    if genai_file is not None:     # onnxruntime-genai's builder names its graph in genai_config.json
+        if (model_dir / genai_file).is_file():
+            return model_dir / genai_file
+        raise ModelLoadError(f"{model_dir / genai_file}: missing (the graph genai_config.json names)")
     for candidate in (model_dir / "model.onnx", model_dir / "onnx" / "model.onnx",
                       model_dir / "decoder_model_merged.onnx", model_dir / "onnx" / "decoder_model_merged.onnx"):
         if candidate.is_file():
@@ -91,12 +95,21 @@ def _read_json(path: Path, required: bool) -> dict[str, Any]:
         raise ModelLoadError(str(exc)) from None
 
 
+def _read_genai(model_dir: Path) -> Any:
+    from .genai_config import read_genai_config
+    try:
+        return read_genai_config(model_dir)
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
+
+
 def _check_folder_files(model_dir: Path, config: dict[str, Any], generation_config: dict[str, Any],
-                        tokenizer_config: dict[str, Any]) -> None:
+                        tokenizer_config: dict[str, Any], sources: tuple[str, str] = ("config.json",
+                                                                                      "generation_config.json")) -> None:
     """Types and ranges of what the loader and the sampler read from the folder's JSON files."""
     try:
-        check_config(config, model_dir / "config.json")
-        check_generation_config(generation_config, model_dir / "generation_config.json",
+        check_config(config, model_dir / sources[0])
+        check_generation_config(generation_config, model_dir / sources[1],
                                 lambda gen: resolve_sampling(None, gen))
         check_tokenizer_config(tokenizer_config, model_dir / "tokenizer_config.json")
     except ConfigError as exc:
@@ -190,11 +203,18 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ModelLoadError(f"{model_dir}: no such model folder")
-    graph = find_graph(model_dir)
-    config = _read_json(model_dir / "config.json", required=True)
+    genai = _read_genai(model_dir)
+    graph = find_graph(model_dir, genai.graph_file if genai else None)
+    config = _read_json(model_dir / "config.json", required=genai is None)
     generation_config = _read_json(model_dir / "generation_config.json", required=False)
+    sources = ["config.json", "generation_config.json"]
+    if genai is not None:      # the builder's folder: genai_config.json stands in for the HF files
+        if not config:
+            config, sources[0] = genai.config, genai.path.name
+        if not generation_config:
+            generation_config, sources[1] = genai.generation, genai.path.name
     tokenizer_config = _read_json(model_dir / "tokenizer_config.json", required=False)
-    _check_folder_files(model_dir, config, generation_config, tokenizer_config)
+    _check_folder_files(model_dir, config, generation_config, tokenizer_config, (sources[0], sources[1]))
     tok_path = model_dir / "tokenizer.json"
     if not tok_path.is_file():
         raise ModelLoadError(f"{tok_path}: missing")
@@ -205,6 +225,13 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     try:
         _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
         cpu_graph = graph
+        if genai is not None and not (model_dir / "amber_import.json").is_file():
+            # onnxruntime-genai's builder made this graph (its own float16 builds exist for GPUs):
+            # Amber's variant rewriter expects its own graphs (last-position logits), so it runs as is.
+            if variant == "fp16":
+                raise ModelLoadError(f"{graph}: not an Amber-converted graph (an onnxruntime-genai build); "
+                                     "a GPU variant is made only for models Amber imported")
+            variant = "fp32"
         if variant == "fp16":
             cpu_graph = ensure_variant(model_dir, graph, progress, spare_root=_spare_root())
         gpu_graph: Any = str(graph) if variant == "fp32" else _variant_maker(model_dir, graph, progress)
@@ -225,6 +252,11 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     inputs = {i.name for i in session.get_inputs()}
     if "input_ids" not in inputs:
         raise ModelLoadError(f"{graph}: no input_ids input")
+    fed = {"input_ids", "attention_mask", "position_ids", "use_cache_branch"} | {
+        n for pair in kv.past_names for n in pair}
+    unknown = sorted(inputs - fed)
+    if unknown:    # ONNX Runtime would fail on the first step with its own message
+        raise ModelLoadError(f"{graph}: needs inputs Amber does not feed ({', '.join(unknown[:4])[:200]})")
     logits = "logits" if "logits" in {o.name for o in session.get_outputs()} else session.get_outputs()[0].name
     eos = []
     for source in (generation_config.get("eos_token_id"), config.get("eos_token_id")):

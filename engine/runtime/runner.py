@@ -22,18 +22,35 @@ class Runner:
         self.session = model.session
         self._has_mask = "attention_mask" in model.input_names
         self._has_positions = "position_ids" in model.input_names
-        self._logits_shape = self._last_position_logits_shape()
+        # optimum's older merged decoder: an `If` picks the with-past branch once there is a past.
+        self._has_cache_branch = "use_cache_branch" in model.input_names
+        self._vocab, self._last_only = self._logits_layout()
 
-    def _last_position_logits_shape(self) -> tuple[int, int, int] | None:
-        """(1, 1, vocab) when the graph returns float32 logits for the last position only (as
-        Amber's converted graphs do): then every step can write them into one buffer of the
-        cache's, bound once. None otherwise (e.g. logits for every position)."""
+    def _logits_layout(self) -> tuple[int | None, bool]:
+        """(vocab, last_only): the vocabulary size when the graph returns float32 logits of a known
+        width, and whether they cover the last position only (Amber's converted graphs) or every
+        position of the step (optimum, onnxruntime-genai's builder). (None, False) otherwise."""
         for out in self.session.get_outputs():
             if out.name == self.model.logits_name:
                 shape = list(out.shape)
-                if out.type == "tensor(float)" and len(shape) == 3 and shape[1] == 1 and isinstance(shape[2], int):
-                    return (1, 1, shape[2])
-        return None
+                if out.type == "tensor(float)" and len(shape) == 3 and isinstance(shape[2], int):
+                    return shape[2], shape[1] == 1
+        return None, False
+
+    def _bind_logits(self, cache: KVCache, binding: object, n: int) -> None:
+        """Binds where this step writes its logits: a buffer of the cache's own (not the runner's:
+        sessions may generate at once) of this step's shape, kept bound while the shape stays (every
+        decode step); ORT's own allocation when the width is unknown. An output bound once keeps
+        its first shape in ORT, so a graph with logits for every position is rebound when the
+        step's length changes (prefill -> decode)."""
+        if self._vocab is None:
+            binding.bind_output(self.model.logits_name, "cpu")     # type: ignore[attr-defined]
+            return
+        shape = (1, 1 if self._last_only else n, self._vocab)
+        if cache.logits_out is None or cache.logits_out.shape != shape:
+            cache.logits_out = np.empty(shape, np.float32)
+            binding.bind_ortvalue_output(self.model.logits_name,     # type: ignore[attr-defined]
+                                         ort.OrtValue.ortvalue_from_numpy(cache.logits_out))
 
     def new_cache(self) -> KVCache:
         # On CUDA the cache stays on the device between steps (shared-buffer graphs).
@@ -47,6 +64,8 @@ class Runner:
             feed["attention_mask"] = np.ones((1, past + n), dtype=np.int64)
         if self._has_positions:
             feed["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
+        if self._has_cache_branch:
+            feed["use_cache_branch"] = np.asarray([past > 0], dtype=np.bool_)
         return feed
 
     def _step_shared(self, cache: KVCache, ids: list[int]) -> np.ndarray:
@@ -56,15 +75,10 @@ class Runner:
             # The KV buffers are bound once, as past and present, and stay bound until they are
             # reallocated; each step only rebinds the small inputs.
             binding = self.session.io_binding()
-            if self._logits_shape is not None:
-                # Reading outputs back wraps every bound one (logits + 2 per layer): ~0.25 ms a
-                # step. A buffer of the cache's own (not the runner's: sessions may generate at
-                # once) is read directly instead.
-                if cache.logits_out is None or cache.logits_out.shape != self._logits_shape:
-                    cache.logits_out = np.empty(self._logits_shape, np.float32)
-                binding.bind_ortvalue_output(self.model.logits_name, ort.OrtValue.ortvalue_from_numpy(cache.logits_out))
-            else:
-                binding.bind_output(self.model.logits_name, "cpu")   # first: outputs come back in binding order
+            # Logits first: outputs come back in binding order. Reading outputs back wraps every
+            # bound one (logits + 2 per layer): ~0.25 ms a step, so a buffer is read directly.
+            cache.logits_out = None
+            self._bind_logits(cache, binding, len(ids))
             for (pk, pv), (ok, ov), (k, v) in zip(self.model.kv.past_names, self.model.kv.present_names,
                                                   cache.ort_values(), strict=True):
                 binding.bind_ortvalue_input(pk, k)
@@ -72,16 +86,17 @@ class Runner:
                 binding.bind_ortvalue_output(ok, k)     # present written into the same buffer
                 binding.bind_ortvalue_output(ov, v)
             cache.binding = binding
+        else:
+            self._bind_logits(cache, binding, len(ids))     # rebinding keeps the output's place
         for name, value in self._inputs(cache, ids).items():
             binding.bind_cpu_input(name, value)
         self.session.run_with_iobinding(binding)
         cache.device_written()
-        if self._logits_shape is not None:
-            logits = cache.logits_out.copy()    # type: ignore[union-attr]   # the next step overwrites it
+        if self._vocab is not None:
+            last = cache.logits_out[0, -1].copy()    # type: ignore[index]   # the next step overwrites it
         else:
-            logits = binding.get_outputs()[0].numpy()
+            last = binding.get_outputs()[0].numpy()[0, -1]
         cache.tokens.extend(ids)
-        last: np.ndarray = logits[0, -1]
         return last
 
     def _step_plain(self, cache: KVCache, ids: list[int]) -> np.ndarray:

@@ -95,11 +95,8 @@ def _unsupported(body: BaseModel, *names: str) -> None:
             raise ApiError(400, f"'{name}' is not supported by Amber's server", name)
 
 
-class ChatCompletionRequest(_Sampling):
-    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
-    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
-    max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
-    stop: StrictStr | list[StrictStr] | None = None
+class _OneChoice(_Sampling):
+    """`n` (only 1) and `stream_options`, shared by chat completions and completions."""
     n: StrictInt = 1
     stream_options: StreamOptions | None = None
 
@@ -109,6 +106,13 @@ class ChatCompletionRequest(_Sampling):
         if n != 1:
             raise ValueError("only n=1 is supported")
         return n
+
+
+class ChatCompletionRequest(_OneChoice):
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
+    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    stop: StrictStr | list[StrictStr] | None = None
 
     def check(self) -> None:
         _unsupported(self, "tools", "functions", "logprobs", "top_logprobs", "audio", "logit_bias")
@@ -120,20 +124,11 @@ class ChatCompletionRequest(_Sampling):
         return _stop_list(self.stop)
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(_OneChoice):
     prompt: StrictStr | Annotated[list[StrictInt], Field(min_length=1)] | Annotated[
         list[StrictStr], Field(min_length=1, max_length=1)]
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = 16      # OpenAI's default for completions
     stop: StrictStr | list[StrictStr] | None = None
-    n: StrictInt = 1
-    stream_options: StreamOptions | None = None
-
-    @field_validator("n")
-    @classmethod
-    def _one(cls, n: int) -> int:
-        if n != 1:
-            raise ValueError("only n=1 is supported")
-        return n
 
     def check(self) -> None:
         _unsupported(self, "logprobs", "echo", "suffix", "logit_bias")

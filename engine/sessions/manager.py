@@ -171,14 +171,16 @@ class SessionManager:
                 self.locks.unlock_session(sid, remove=True)
 
     def generate(self, session_id: str, messages: Sequence[ChatMessage | dict[str, Any]],
-                 sampling: SamplingParams | None = None, cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
-        """Streams a reply to `messages` (the whole conversation, rendered by the chat template).
+                 sampling: SamplingParams | None = None, cancel: CancelToken | None = None,
+                 tools: list[dict[str, Any]] | None = None) -> Iterator[StreamEvent]:
+        """Streams a reply to `messages` (the whole conversation, rendered by the chat template;
+        `tools`: function schemas the template shows the model, as HF's apply_chat_template).
 
         The prompt is the token ids the session already holds for the part of the conversation it
         has seen, plus the tokenization of the rest (engine.generation.history); `sampling.overflow` decides
         what is left out when it does not fit the context window (engine.generation.overflow)."""
         s = self._get(session_id)
-        job = self.planner.prepare(messages, sampling)     # template and policy errors: now
+        job = self.planner.prepare(messages, sampling, tools=tools)     # template and policy errors: now
         return self._stream(s, job, sampling, cancel)
 
     def generate_tokens(self, session_id: str, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,

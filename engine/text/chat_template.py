@@ -25,6 +25,7 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.api import ChatMessage
+from engine.text.reasoning import for_template, template_knows_reasoning
 
 # The fallback for models that ship no chat template: plain ChatML, no default system prompt.
 #   <|im_start|>{role}\n{content}<|im_end|>\n ... and, for a generation prompt,
@@ -92,7 +93,12 @@ def _message_dict(message: ChatMessage | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(message, ChatMessage):
         return message.to_dict()
     if isinstance(message, Mapping):
-        return dict(message)
+        out = dict(message)
+        # transformers 5 drops a `content` of None (an assistant turn holding only tool calls), so
+        # templates testing `message.content is defined` / `'content' in message` see no content.
+        if "content" in out and out["content"] is None:
+            del out["content"]
+        return out
     raise TypeError(f"a chat message must be a ChatMessage or a mapping, got {type(message)!r}")
 
 
@@ -101,19 +107,28 @@ class ChatTemplate:
 
     def __init__(self, template_source: str, *, bos_token: str = "", eos_token: str = "",
                  model_name: str = "model", special_tokens: Mapping[str, Any] | None = None,
-                 origin: str = "given"):
+                 origin: str = "given", named: Mapping[str, str] | None = None):
         self.source = template_source
+        # Other named templates the model ships (e.g. "tool_use"): rendered instead of the default
+        # when tools are given and one is named "tool_use", as transformers' get_chat_template does.
+        self.named_sources = {name: text for name, text in (named or {}).items() if name != "default"}
+        self.named = {name: self._compile(text, model_name, name) for name, text in self.named_sources.items()}
         self.model_name = model_name
         self.origin = origin  # where the template came from (for diagnostics)
         # Template variables: any special tokens (unk_token, pad_token, ...), then bos/eos.
         self.variables: dict[str, Any] = dict(special_tokens or {})
         self.variables["bos_token"] = bos_token
         self.variables["eos_token"] = eos_token
+        self._template = self._compile(template_source, model_name, "")
+
+    @staticmethod
+    def _compile(source: str, model_name: str, name: str) -> jinja2.Template:
         try:
-            self._template = _environment().from_string(template_source)
+            return _environment().from_string(source)
         except jinja2.TemplateSyntaxError as exc:
+            which = f" '{name}'" if name else ""
             raise ChatTemplateError(
-                f"The chat template of {model_name} is not valid Jinja (line {exc.lineno}): "
+                f"The chat template{which} of {model_name} is not valid Jinja (line {exc.lineno}): "
                 f"{exc.message}") from exc
 
     @property
@@ -136,10 +151,14 @@ class ChatTemplate:
         context: dict[str, Any] = {"tools": None, "documents": None}
         context.update(self.variables)
         context.update(extra)
-        context["messages"] = [_message_dict(m) for m in messages]
+        template, source = self._template, self.source
+        if context.get("tools") is not None and "tool_use" in self.named:
+            template, source = self.named["tool_use"], self.named_sources["tool_use"]
+        knows = template_knows_reasoning(source)   # engine.text.reasoning: which turns keep their thinking
+        context["messages"] = [for_template(_message_dict(m), knows) for m in messages]
         context["add_generation_prompt"] = add_generation_prompt
         try:
-            return self._template.render(**context)
+            return template.render(**context)
         except _TemplateRaised as exc:
             raise ChatTemplateError(
                 f"The chat template of {self.model_name} refused these messages: "
@@ -164,6 +183,36 @@ def _token_string(value: Any) -> str | None:
     return None
 
 
+def _named_templates(value: Any) -> dict[str, str]:
+    """The {name: template} of a list of {name, template} (other entries ignored)."""
+    if not isinstance(value, list):
+        return {}
+    return {item["name"]: item["template"] for item in value if isinstance(item, Mapping)
+            and isinstance(item.get("name"), str) and isinstance(item.get("template"), str)}
+
+
+MAX_EXTRA_TEMPLATES = 32          # additional_chat_templates/*.jinja read at most
+MAX_TEMPLATE_BYTES = 1 << 20
+
+
+def _additional_templates(model_dir: Path, model_name: str) -> dict[str, str]:
+    """`additional_chat_templates/<name>.jinja` (transformers 5's layout for named templates)."""
+    folder = model_dir / "additional_chat_templates"
+    if not folder.is_dir():
+        return {}
+    out: dict[str, str] = {}
+    for path in sorted(folder.glob("*.jinja"))[:MAX_EXTRA_TEMPLATES]:
+        try:
+            if not path.is_file() or path.stat().st_size > MAX_TEMPLATE_BYTES:
+                raise ChatTemplateError(f"additional_chat_templates/{path.name} of {model_name} "
+                                        f"is not a regular file of at most {MAX_TEMPLATE_BYTES} bytes")
+            out[path.stem] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ChatTemplateError(f"Could not read additional_chat_templates/{path.name} of "
+                                    f"{model_name}: {exc}") from exc
+    return out
+
+
 def _pick_template(value: Any, model_name: str) -> str | None:
     """`chat_template` of tokenizer_config.json: a string, or a list of {name, template}."""
     if value is None or isinstance(value, str):
@@ -185,8 +234,9 @@ def load_chat_template(model_dir: Path, model_name: str) -> ChatTemplate:
 
     Looks for `chat_template.jinja`, then `chat_template.json` ({"chat_template": ...}), then
     `chat_template` in `tokenizer_config.json` (a string, or a list of named templates of which
-    "default" is used). Special-token strings come from `tokenizer_config.json`. A model with
-    no template at all gets `CHATML_TEMPLATE`.
+    "default" is used). Other named templates (the list's, or `additional_chat_templates/*.jinja`)
+    are kept: `tool_use` renders instead when tools are given. Special-token strings come from
+    `tokenizer_config.json`. A model with no template at all gets `CHATML_TEMPLATE`.
     """
     model_dir = Path(model_dir)
 
@@ -212,6 +262,7 @@ def load_chat_template(model_dir: Path, model_name: str) -> ChatTemplate:
 
     source: str | None = None
     origin = "fallback ChatML"
+    named = _additional_templates(model_dir, model_name)
     jinja_path = model_dir / "chat_template.jinja"
     if jinja_path.is_file():
         try:
@@ -221,14 +272,17 @@ def load_chat_template(model_dir: Path, model_name: str) -> ChatTemplate:
                 f"Could not read chat_template.jinja of {model_name}: {exc}") from exc
         origin = "chat_template.jinja"
     if source is None:
-        source = _pick_template(read_json("chat_template.json").get("chat_template"), model_name)
+        value = read_json("chat_template.json").get("chat_template")
+        source = _pick_template(value, model_name)
         origin = "chat_template.json" if source is not None else origin
+        named = {**_named_templates(value), **named}
     if source is None:
         source = _pick_template(config.get("chat_template"), model_name)
         origin = "tokenizer_config.json" if source is not None else origin
+        named = {**_named_templates(config.get("chat_template")), **named}
     if source is None:
         source = CHATML_TEMPLATE
 
     return ChatTemplate(source, bos_token=special.pop("bos_token", ""),
                         eos_token=special.pop("eos_token", ""), model_name=model_name,
-                        special_tokens=special, origin=origin)
+                        special_tokens=special, origin=origin, named=named)

@@ -127,9 +127,20 @@ def test_variant_keeps_the_exact_block_mapping(folders, cfg):
     for name in packed:
         assert gpu[name].raw_data == cpu[name].raw_data if cpu[name].raw_data else \
             np.array_equal(onnx.numpy_helper.to_array(gpu[name]), onnx.numpy_helper.to_array(cpu[name]))
-    for name in (n for n in cpu if n.endswith(".scales")):
+    # The CPU graph stores scales compactly (float16, or float16 times small integers) and lets the
+    # session fold them to float32; folded the same way, the variant holds those numbers in float16
+    # (constant blocks, scale 0, become scale 1 with the constant as zero point).
+    from engine.convert.fold import fold_constants
+    folded = onnx.load(str(folder / "model.onnx"))
+    fold_constants(folded)
+    cpu = {i.name: i for i in folded.graph.initializer}
+    scales = [n for n in cpu if n.endswith(".scales")]
+    if cfg.wtype.startswith("Q"):
+        assert scales
+    for name in scales:
         a, b = onnx.numpy_helper.to_array(cpu[name]), onnx.numpy_helper.to_array(gpu[name])
-        assert b.dtype == np.float16 and np.array_equal(b, a.astype(np.float16))
+        live = a != 0
+        assert b.dtype == np.float16 and np.array_equal(b[live], a[live].astype(np.float16))
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)

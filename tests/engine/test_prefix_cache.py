@@ -437,7 +437,8 @@ def test_janitor_thread_corrects_an_overrun_by_itself(model, managers, tmp_path)
     while True:
         d = tier(mgr, "disk")
         seen.append(d["bytes"])
-        if d["bytes"] <= budget + size or time.monotonic() - written > 60:
+        # Both: under load the spills may land after wait_for_saves, and bytes are small then too.
+        if (d["bytes"] <= budget + size and d["evictions"] >= 18 - 5) or time.monotonic() - written > 60:
             break
         time.sleep(0.02)
     assert d["bytes"] <= budget + size, seen

@@ -30,14 +30,15 @@ COPIED_FILES = ("config.json", "tokenizer.json", "generation_config.json")
 class _Graph:
     """A tiny helper over onnx.helper: unique names, initializers, nodes."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "") -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self._n = 0
+        self.prefix = prefix      # If branches: names unique across the whole model
 
     def name(self, hint: str) -> str:
         self._n += 1
-        return f"{hint}_{self._n}"
+        return f"{self.prefix}{hint}_{self._n}"
 
     def const(self, value: np.ndarray | float | int | list, hint: str = "c", dtype=None) -> str:
         arr = np.asarray(value, dtype=dtype)
@@ -63,14 +64,15 @@ class _Graph:
         return self.op("Mul", self.op("Mul", x, inv), self.const(g, "norm_w"), hint="norm")
 
 
-def build_plain_graph(model: TinyModel) -> onnx.ModelProto:
+def _decoder(model: TinyModel, with_past: bool = True, prefix: str = "") -> _Graph:
+    """The decoder's nodes; outputs `{prefix}logits` and `{prefix}present.{i}.key|value`.
+    Without past (the merged decoder's first-step branch) the past inputs are not read."""
     c, W = model.config, model.weights
     if "rope_factors" in W or c.rope_linear:
         raise NotImplementedError("plain_onnx: rope scaling is not built (not needed by the tests)")
-    H, KV, hd, L = c.n_head, c.n_head_kv, c.head_dim, c.n_layers
-    V = W["embed"].shape[0]
+    D, H, KV, hd, L = c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_layers
     group = H // KV
-    g = _Graph()
+    g = _Graph(prefix)
 
     # Rotary tables from position_ids: [b, 1, s, hd] (HF: emb = cat(freqs, freqs)).
     inv_freq = 1.0 / (c.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
@@ -120,9 +122,13 @@ def build_plain_graph(model: TinyModel) -> onnx.ModelProto:
         q = rotary(heads(g.linear(h, W[p + "q"], W.get(p + "q_bias"), f"q{i}"), H))
         k = rotary(heads(g.linear(h, W[p + "k"], W.get(p + "k_bias"), f"k{i}"), KV))
         v = heads(g.linear(h, W[p + "v"], W.get(p + "v_bias"), f"v{i}"), KV)
-        g.nodes.append(helper.make_node("Concat", [f"past_key_values.{i}.key", k], [f"present.{i}.key"], axis=2))
-        g.nodes.append(helper.make_node("Concat", [f"past_key_values.{i}.value", v], [f"present.{i}.value"], axis=2))
-        keys, values = repeat_kv(f"present.{i}.key"), repeat_kv(f"present.{i}.value")
+        for kind, new in (("key", k), ("value", v)):
+            if with_past:
+                g.nodes.append(helper.make_node("Concat", [f"past_key_values.{i}.{kind}", new],
+                                                [f"{prefix}present.{i}.{kind}"], axis=2))
+            else:
+                g.nodes.append(helper.make_node("Identity", [new], [f"{prefix}present.{i}.{kind}"]))
+        keys, values = repeat_kv(f"{prefix}present.{i}.key"), repeat_kv(f"{prefix}present.{i}.value")
         scores = g.op("Mul", g.op("MatMul", q, g.op("Transpose", keys, perm=[0, 1, 3, 2])), scale)
         scores = g.op("Where", visible, scores, very_negative)
         attn = g.op("MatMul", g.op("Softmax", scores, axis=-1), values)              # [b, H, s, hd]
@@ -136,7 +142,13 @@ def build_plain_graph(model: TinyModel) -> onnx.ModelProto:
         x = g.op("Add", x, g.linear(g.op("Mul", act, up), W[p + "down"], hint=f"down{i}"), hint="resid")
     x = g.rms_norm(x, W["final_norm"], c.rms_eps)
     g.nodes.append(helper.make_node("MatMul", [x, g.const(np.ascontiguousarray(W.get("lm_head", W["embed"]).T),
-                                                             "lm_head")], ["logits"]))
+                                                             "lm_head")], [f"{prefix}logits"]))
+    return g
+
+
+def _io(model: TinyModel) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
+    c = model.config
+    KV, hd, L, V = c.n_head_kv, c.head_dim, c.n_layers, model.weights["embed"].shape[0]
 
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch", "seq"]),
@@ -148,12 +160,40 @@ def build_plain_graph(model: TinyModel) -> onnx.ModelProto:
             inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", f32,
                                                         ["batch", KV, "past", hd]))
             outputs.append(helper.make_tensor_value_info(f"present.{i}.{kind}", f32, ["batch", KV, "total", hd]))
-    graph = helper.make_graph(g.nodes, "plain_decoder", inputs, outputs, initializer=g.inits)
+    return inputs, outputs
+
+
+def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="amber-tests-plain-onnx")
     proto.ir_version = IR_VERSION
-    onnx.checker.check_model(proto)
+    onnx.checker.check_model(proto, full_check=True)
     return proto
+
+
+def build_plain_graph(model: TinyModel) -> onnx.ModelProto:
+    g = _decoder(model)
+    inputs, outputs = _io(model)
+    return _model(helper.make_graph(g.nodes, "plain_decoder", inputs, outputs, initializer=g.inits))
+
+
+def build_merged_graph(model: TinyModel) -> onnx.ModelProto:
+    """The older optimum "merged" decoder (decoder_model_merged.onnx): one graph whose `If` on the
+    `use_cache_branch` input runs either the with-past decoder or the first-step one (which
+    ignores the past inputs), each branch holding its own copy of the weights."""
+    inputs, outputs = _io(model)
+    names = [o.name for o in outputs]
+
+    def branch(with_past: bool, prefix: str) -> onnx.GraphProto:
+        g = _decoder(model, with_past, prefix)
+        outs = [helper.make_tensor_value_info(prefix + n, o.type.tensor_type.elem_type, None)
+                for n, o in zip(names, outputs)]
+        return helper.make_graph(g.nodes, prefix + "branch", [], outs, initializer=g.inits)
+
+    node = helper.make_node("If", ["use_cache_branch"], names, name="optimum::if",
+                            then_branch=branch(True, "with_past/"), else_branch=branch(False, "no_past/"))
+    inputs.append(helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]))
+    return _model(helper.make_graph([node], "merged_decoder", inputs, outputs))
 
 
 def write_plain_model(model: TinyModel, gqa_dir: Path | str, dest: Path | str) -> Path:
@@ -162,6 +202,16 @@ def write_plain_model(model: TinyModel, gqa_dir: Path | str, dest: Path | str) -
     gqa_dir, dest = Path(gqa_dir), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     onnx.save_model(build_plain_graph(model), str(dest / "model.onnx"))
+    for name in COPIED_FILES:
+        shutil.copyfile(gqa_dir / name, dest / name)
+    return dest
+
+
+def write_merged_model(model: TinyModel, gqa_dir: Path | str, dest: Path | str) -> Path:
+    """An optimum folder of the older merged layout: `onnx/decoder_model_merged.onnx` only."""
+    gqa_dir, dest = Path(gqa_dir), Path(dest)
+    (dest / "onnx").mkdir(parents=True, exist_ok=True)
+    onnx.save_model(build_merged_graph(model), str(dest / "onnx" / "decoder_model_merged.onnx"))
     for name in COPIED_FILES:
         shutil.copyfile(gqa_dir / name, dest / name)
     return dest

@@ -55,7 +55,8 @@ ARCH_CHAT: dict[str, tuple[str, tuple[str, ...], str]] = {   # arch -> (template
     "qwen3": (QWEN3_TEMPLATE, ("<think>", "</think>"), "<|im_end|>"),
 }
 GEMMA_ARCHS = ("gemma2", "gemma3")
-WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q8_0", "I32")
+WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "I32")
+
 
 
 @dataclass(frozen=True)
@@ -192,12 +193,40 @@ def _random_q4_k(rng: np.random.Generator, n: int, k: int, std: float) -> np.nda
     return pack(d * factor, dmin * factor)
 
 
+def _random_k_blocks(rng: np.random.Generator, n: int, k: int, std: float, qtype: QT) -> np.ndarray:
+    """Random but valid Q5_K (176 bytes per 256 values) or Q6_K (210 bytes) super-blocks, scaled to
+    about `std`; gguf's own dequantizer gives the values they encode."""
+    assert k % 256 == 0, "K-quant rows must be multiples of 256"
+    nsb = k // 256
+    d = rng.uniform(0.5, 1.5, (n, nsb)).astype(np.float32)
+
+    def f16(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float16)[..., None].view(np.uint8)
+
+    if qtype == QT.Q5_K:
+        scales = rng.integers(0, 256, (n, nsb, 12), dtype=np.uint8)
+        bits = rng.integers(0, 256, (n, nsb, 160), dtype=np.uint8)               # qh (32) + qs (128)
+        dmin = d * 15.5 * rng.uniform(0.8, 1.2, (n, nsb)).astype(np.float32)
+        pack = (lambda f: np.ascontiguousarray(np.concatenate(
+            [f16(d * f), f16(dmin * f), scales, bits], axis=-1).reshape(n, nsb * 176)))
+    else:
+        bits = rng.integers(0, 256, (n, nsb, 192), dtype=np.uint8)               # ql (128) + qh (64)
+        sc = rng.integers(-64, 64, (n, nsb, 16), dtype=np.int8).view(np.uint8)
+        pack = (lambda f: np.ascontiguousarray(np.concatenate(
+            [bits, sc, f16(d * f)], axis=-1).reshape(n, nsb * 210)))
+    trial = quants.dequantize(pack(np.float32(1.0)), qtype)
+    return pack(np.float32(std / float(trial.std())))
+
+
 def encode_matrix(rng: np.random.Generator, n: int, k: int, wtype: str,
                   std: float) -> tuple[np.ndarray, np.ndarray, QT | None]:
     """A random [n, k] matrix as (bytes or array for the GGUF, dequantized float64 values, raw type)."""
     if wtype == "Q4_K":
         raw = _random_q4_k(rng, n, k, std)
         return raw, quants.dequantize(raw, QT.Q4_K).astype(np.float64), QT.Q4_K
+    if wtype in ("Q5_K", "Q6_K"):
+        raw = _random_k_blocks(rng, n, k, std, QT[wtype])
+        return raw, quants.dequantize(raw, QT[wtype]).astype(np.float64), QT[wtype]
     w = (rng.standard_normal((n, k)) * std).astype(np.float32)
     if wtype == "F32":
         return w, w.astype(np.float64), None
@@ -208,7 +237,7 @@ def encode_matrix(rng: np.random.Generator, n: int, k: int, wtype: str,
         wi = rng.integers(-8, 8, (n, k)).astype(np.int32)
         return wi, wi.astype(np.float64), None
     qtype = QT[wtype]
-    if wtype == "Q4_1" and k >= 64:
+    if wtype in ("Q4_1", "Q5_1") and k >= 64:
         w[0, 32:64] = 0.0625            # a constant block (scale 0): exercises the importer's special case
     raw = quants.quantize(w, qtype)
     return raw, quants.dequantize(raw, qtype).astype(np.float64), qtype

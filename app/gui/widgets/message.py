@@ -18,6 +18,7 @@ from .. import theme
 from ..markdown_render import Rendered, document_css, render
 from .status import short_figures
 from .turn import PrefillIndicator, overflow_notice
+from .thinking import ThinkingPanel, split_reasoning
 
 RENDER_MS = 80          # re-render a streaming reply at most this often
 
@@ -49,8 +50,13 @@ class MessageItem:
                    figures=getattr(row, "figures", None), parent_id=getattr(row, "parent_id", None),
                    model_name=getattr(row, "model_name", None) or None)
         if th is not None:
-            item.rendered = render(row.content, th)
+            item.rendered = render(answer_text(row.role, row.content), th)
         return item
+
+
+def answer_text(role: str, content: str) -> str:
+    """What the message body shows: a reply's answer without its `<think>` reasoning (issue 15)."""
+    return split_reasoning(content).content if role == "assistant" else content
 
 
 def is_pending(message_id: Any) -> bool:
@@ -156,6 +162,11 @@ class StreamRenderer:
     def update(self, text: str, *, final: bool = False) -> Rendered:
         from ..markdown_render import stable_prefix  # noqa: PLC0415
 
+        reply = split_reasoning(text)         # the reasoning goes to the bubble's ThinkingPanel
+        sink = getattr(self.browser, "reasoning_sink", None)
+        if sink is not None:
+            sink(reply, not final)
+        text = reply.content
         doc = self.browser.document()
         if not self.started:
             doc.setDefaultStyleSheet(document_css(self.theme))
@@ -259,7 +270,11 @@ class MessageWidget(QFrame):
         outer.addWidget(self.overflow_label)
         self.prefill = PrefillIndicator(self)
         outer.addWidget(self.prefill)
+        self.thinking = ThinkingPanel(self)
+        outer.addWidget(self.thinking)
         self.body = MessageBrowser(self)
+        self.body.reasoning_sink = lambda reply, streaming: self.thinking.set_reply(  # type: ignore[attr-defined]
+            reply, streaming=streaming, figures=self.item.figures)
         self.body.setAccessibleName("Your message" if user else "Reply")
         self.body.fit_width = user
         if user:
@@ -303,8 +318,12 @@ class MessageWidget(QFrame):
         t = theme.current()
         if rendered is not None:
             self.item.rendered = rendered
-        if self.item.rendered is None:
-            self.item.rendered = render(self.item.content, t)
+        reply = split_reasoning(self.item.content) if self.item.role == "assistant" else None
+        if self.item.rendered is None or (reply is not None and reply.reasoning is not None):
+            # a reply with reasoning: its body is the answer alone, whatever a caller rendered
+            self.item.rendered = render(reply.content if reply is not None else self.item.content, t)
+        if reply is not None:
+            self.thinking.set_reply(reply, streaming=self.streaming, figures=self.item.figures)
         self.body.set_html(self.item.rendered.html, document_css(t))
         self.update_chrome()
 

@@ -1,0 +1,152 @@
+"""Evaluates a graph's weight-preparation nodes (those fed only by initializers) in numpy.
+
+The CPU graph keeps weights compact on disk (float16 numbers, small integers, split bit planes)
+and lets ONNX Runtime's constant folding form the float32 values when a session is made. The GPU
+variant (variants.py) needs those values as initializers before it rewrites the graph to float16,
+so it folds them here with the same float32 arithmetic.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .errors import ModelImportError
+from .writer import drop_pages
+
+
+def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+
+
+def _eval(node: onnx.NodeProto, args: list[np.ndarray]) -> np.ndarray:
+    op = node.op_type
+    if op == "Cast":
+        return args[0].astype(helper.tensor_dtype_to_np_dtype(int(_attr(node, "to"))))  # type: ignore[arg-type]
+    if op == "Reshape":
+        shape = [int(d) for d in args[1]]
+        shape = [args[0].shape[i] if d == 0 else d for i, d in enumerate(shape)]
+        return args[0].reshape(shape)
+    if op in ("Mul", "Add", "Sub"):
+        fn = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract}[op]
+        return fn(args[0], args[1]).astype(np.result_type(args[0], args[1]))
+    if op == "Transpose":
+        return np.ascontiguousarray(np.transpose(args[0], _attr(node, "perm")))  # type: ignore[arg-type]
+    if op == "BitShift":
+        left = _attr(node, "direction") == b"LEFT" or _attr(node, "direction") == "LEFT"
+        return (args[0] << args[1]) if left else (args[0] >> args[1])
+    if op == "BitwiseAnd":
+        return args[0] & args[1]
+    if op == "BitwiseOr":
+        return args[0] | args[1]
+    if op == "Unsqueeze":
+        out = args[0]
+        for ax in sorted(int(a) for a in args[1]):
+            out = np.expand_dims(out, ax if ax >= 0 else out.ndim + 1 + ax)
+        return out
+    if op == "Concat":
+        return np.concatenate(args, axis=int(_attr(node, "axis")))  # type: ignore[arg-type]
+    raise KeyError(op)
+
+
+FOLDABLE = {"Cast", "Reshape", "Mul", "Add", "Sub", "Transpose", "BitShift", "BitwiseAnd", "BitwiseOr",
+            "Unsqueeze", "Concat"}
+
+
+def fold_constants(model: onnx.ModelProto) -> None:
+    """Replaces every foldable node whose inputs are all initializers by initializers (in place)."""
+    g = model.graph
+    values = {i.name: i for i in g.initializer}
+    cache: dict[str, np.ndarray] = {}
+
+    def array(name: str) -> np.ndarray:
+        if name not in cache:      # an initializer (folded outputs are always cached)
+            cache[name] = numpy_helper.to_array(values[name])
+        return cache[name]
+
+    consumers: dict[str, int] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers[i] = consumers.get(i, 0) + 1
+    kept: list[onnx.NodeProto] = []
+    folded: set[str] = set()
+    for n in g.node:     # topological order: a folded output is available to later nodes
+        if n.op_type in FOLDABLE and n.input and all(i in values or i in folded for i in n.input if i):
+            try:
+                out = _eval(n, [array(i) for i in n.input])
+            except Exception as exc:
+                raise ModelImportError(f"cannot fold node {n.name} ({n.op_type}): {exc}") from None
+            cache[n.output[0]] = out
+            folded.add(n.output[0])
+            for i in n.input:       # free intermediate arrays no other node needs
+                consumers[i] -= 1
+                if consumers[i] == 0 and i in folded:
+                    cache.pop(i, None)
+            continue
+        kept.append(n)
+    used = {i for n in kept for i in n.input} | {o.name for o in g.output}
+    del g.node[:]
+    g.node.extend(kept)
+    inits = [values[name] for name in values if name in used]
+    inits += [numpy_helper.from_array(np.ascontiguousarray(cache[name]), name) for name in folded if name in used]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+
+
+class LazyValues:
+    """The graph's constant values, computed one at a time when asked (the GPU variant's streaming
+    build): initializers are read from the external data file through a memory map, folded values
+    are evaluated from their recipe each time (nothing is kept, so memory stays about one tensor's)."""
+
+    def __init__(self, model: onnx.ModelProto, base_dir: Path) -> None:
+        self.inits = {i.name: i for i in model.graph.initializer}
+        self.recipes: dict[str, onnx.NodeProto] = {}
+        self.overrides: dict[str, np.ndarray] = {}
+        self.base_dir = Path(base_dir)
+        self._maps: dict[str, np.memmap] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.overrides or name in self.recipes or name in self.inits
+
+    def get(self, name: str) -> np.ndarray:
+        if name in self.overrides:
+            return self.overrides[name]
+        if name in self.recipes:
+            n = self.recipes[name]
+            try:
+                return _eval(n, [self.get(i) for i in n.input])
+            except Exception as exc:
+                raise ModelImportError(f"cannot fold node {n.name} ({n.op_type}): {exc}") from None
+        t = self.inits[name]
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            return numpy_helper.to_array(t)
+        info = {e.key: e.value for e in t.external_data}
+        location = info["location"]
+        if location not in self._maps:
+            path = (self.base_dir / location).resolve()
+            if path.parent != self.base_dir.resolve():
+                raise ModelImportError(f"initializer {name}: external data outside the model folder")
+            self._maps[location] = np.memmap(path, dtype=np.uint8, mode="r")
+        off, length = int(info.get("offset", 0)), int(info["length"])
+        dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+        raw = self._maps[location][off:off + length]
+        if raw.size != length:
+            raise ModelImportError(f"initializer {name}: its external data is truncated")
+        out = np.frombuffer(raw, dtype=dtype).reshape(tuple(t.dims)).copy()
+        drop_pages(self._maps[location], off, length)
+        return out
+
+
+def fold_lazily(model: onnx.ModelProto, values: LazyValues) -> None:
+    """Moves every foldable node fed only by constants into `values.recipes` (nothing is computed)."""
+    g = model.graph
+    kept: list[onnx.NodeProto] = []
+    for n in g.node:
+        if n.op_type in FOLDABLE and n.input and all(i in values for i in n.input if i):
+            values.recipes[n.output[0]] = n
+            continue
+        kept.append(n)
+    del g.node[:]
+    g.node.extend(kept)
