@@ -1,4 +1,5 @@
-"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert ...] [--quick] [--write|--no-write]`
+"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert ...]
+[--quick] [--write|--no-write]`
 
 Runs the chosen benches (all of them by default), printing each figure as it goes, and rewrites
 each bench's own section of docs/BENCHMARKS.md (the other sections stay as they were).

@@ -167,7 +167,7 @@ def run_worker_model(folder: str, prompt_len: int, decode: int) -> dict[str, Any
                 "attention_mask": np.ones((1, n_past + tok.size), np.int64),
                 "position_ids": np.arange(n_past, n_past + tok.size, dtype=np.int64)[None], **past}
         outs = sess.run(names, feed)
-        return outs[0], dict(zip(past, outs[1:]))
+        return outs[0], dict(zip(past, outs[1:], strict=False))
     step(ids[:8], past)                                   # warm-up
     t0 = time.perf_counter()
     logits, cache = step(ids, past)
@@ -256,7 +256,8 @@ def run(quick: bool = False, shapes: list[str] | None = None, baseline: str | No
 
 
 def section(res: dict[str, Any]) -> Section:
-    mib = (lambda b: f"{b / 2**20:.0f} MiB")
+    def mib(b):
+        return (f"{b / 2**20:.0f} MiB")
     lines = ["Random-weight qwen2 models at real shapes (`bench/bench_convert.py`), converted in a fresh process "
              "in the default (fast) mode with the GPU variant; peak RSS of that process (wait4); then loaded and run "
              "(a 128-token prefill, 32 decoded tokens, ONNX Runtime directly, peak RSS of that process). "
@@ -280,7 +281,8 @@ def section(res: dict[str, Any]) -> Section:
         sizes = (r.get("after") or {}).get("sizes") or {}
         if not sizes:
             continue
-        count = (lambda k: f" ({r['types'][k]} tensors)" if r.get("types", {}).get(k) else "")
+        def count(k):
+            return (f" ({r['types'][k]} tensors)" if r.get("types", {}).get(k) else "")
         parts = [f"{k} {v['onnx'] / max(v['gguf'], 1):.3f}×{count(k)}"
                  for k, v in sorted(sizes.items()) if v["gguf"] and k != "other"]
         lines.append(f"- {r['shape']} {r['quant']} size by type (ONNX / GGUF): " + ", ".join(parts))
@@ -333,7 +335,7 @@ def _teacher_forced_logits(folder: Path, ids: list[int]) -> Any:
         outs = sess.run(names, {"input_ids": np.array([[tok]], np.int64), "attention_mask": np.ones((1, t + 1), np.int64),
                                 "position_ids": np.array([[t]], np.int64), **past})
         rows.append(outs[0][0, -1].astype(np.float64))
-        past = dict(zip(past, outs[1:]))
+        past = dict(zip(past, outs[1:], strict=False))
     return np.stack(rows)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -17,37 +19,41 @@ from .errors import ModelImportError
 from .writer import drop_pages
 
 
-def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
+def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
     return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
 def _eval(node: onnx.NodeProto, args: list[np.ndarray]) -> np.ndarray:
     op = node.op_type
     if op == "Cast":
-        return args[0].astype(helper.tensor_dtype_to_np_dtype(int(_attr(node, "to"))))  # type: ignore[arg-type]
+        return args[0].astype(helper.tensor_dtype_to_np_dtype(int(_attr(node, "to"))))
     if op == "Reshape":
         shape = [int(d) for d in args[1]]
         shape = [args[0].shape[i] if d == 0 else d for i, d in enumerate(shape)]
         return args[0].reshape(shape)
     if op in ("Mul", "Add", "Sub"):
         fn = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract}[op]
-        return fn(args[0], args[1]).astype(np.result_type(args[0], args[1]))
+        out: np.ndarray = fn(args[0], args[1]).astype(np.result_type(args[0], args[1]))
+        return out
     if op == "Transpose":
-        return np.ascontiguousarray(np.transpose(args[0], _attr(node, "perm")))  # type: ignore[arg-type]
+        return np.ascontiguousarray(np.transpose(args[0], _attr(node, "perm")))
     if op == "BitShift":
         left = _attr(node, "direction") == b"LEFT" or _attr(node, "direction") == "LEFT"
-        return (args[0] << args[1]) if left else (args[0] >> args[1])
+        shifted: np.ndarray = (args[0] << args[1]) if left else (args[0] >> args[1])
+        return shifted
     if op == "BitwiseAnd":
-        return args[0] & args[1]
+        anded: np.ndarray = args[0] & args[1]
+        return anded
     if op == "BitwiseOr":
-        return args[0] | args[1]
+        ored: np.ndarray = args[0] | args[1]
+        return ored
     if op == "Unsqueeze":
         out = args[0]
         for ax in sorted(int(a) for a in args[1]):
             out = np.expand_dims(out, ax if ax >= 0 else out.ndim + 1 + ax)
         return out
     if op == "Concat":
-        return np.concatenate(args, axis=int(_attr(node, "axis")))  # type: ignore[arg-type]
+        return np.concatenate(args, axis=int(_attr(node, "axis")))
     raise KeyError(op)
 
 
@@ -76,7 +82,7 @@ def fold_constants(model: onnx.ModelProto) -> None:
         if n.op_type in FOLDABLE and n.input and all(i in values or i in folded for i in n.input if i):
             try:
                 out = _eval(n, [array(i) for i in n.input])
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - numpy raises many kinds on a bad graph; one line
                 raise ModelImportError(f"cannot fold node {n.name} ({n.op_type}): {exc}") from None
             cache[n.output[0]] = out
             folded.add(n.output[0])
@@ -117,7 +123,7 @@ class LazyValues:
             n = self.recipes[name]
             try:
                 return _eval(n, [self.get(i) for i in n.input])
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - numpy raises many kinds on a bad graph; one line
                 raise ModelImportError(f"cannot fold node {n.name} ({n.op_type}): {exc}") from None
         t = self.inits[name]
         if t.data_location != onnx.TensorProto.EXTERNAL:

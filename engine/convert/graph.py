@@ -152,7 +152,7 @@ class _Graph:
     def quant_inits(self, prefix: str, w: Weight) -> QInits:
         """Writes a quantized weight's initializers and the (folded) values MatMulNBits takes."""
         assert w.levels is not None and w.scale is not None
-        tag, n, nb, blk = w.qtype or "other", w.n, w.nb, w.block
+        tag, n, nb, _blk = w.qtype or "other", w.n, w.nb, w.block
         q = QInits(w)
         q.scale2d = self.scale_value(f"{prefix}.scale_values", w.scale, n, nb, tag)
         if w.offset is not None:
@@ -338,7 +338,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
         if qkv_w is not None:
             bias = None
             if lw.q_bias is not None:
-                bias = np.concatenate([lw.q_bias, lw.k_bias, lw.v_bias])  # type: ignore[list-item]
+                bias = np.concatenate([lw.q_bias, lw.k_bias, lw.v_bias])
             for part in (lw.q, lw.k, lw.v):
                 part.release()
             qkv = g.linear(x, qkv_w, f"{p}.self_attn.qkv_proj", bias)

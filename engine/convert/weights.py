@@ -112,7 +112,8 @@ class Weight:
 
     def rows(self, perm: np.ndarray) -> "Weight":
         """The same weight with its output rows reordered."""
-        pick = (lambda a: None if a is None else np.ascontiguousarray(a[perm]))
+        def pick(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.ascontiguousarray(a[perm])
         return replace(self, levels=pick(self.levels), dense=pick(self.dense),
                        scale=None if self.scale is None else self.scale.rows(perm),
                        offset=None if self.offset is None else self.offset.rows(perm))
@@ -150,14 +151,18 @@ def concat_rows(weights: list[Weight]) -> Weight | None:
     if len({(w.center, None if w.offset is None else w.offset.layout()) for w in weights}) > 1:
         weights = [_as_offset(w) for w in weights]
     f = weights[0]
-    cat = (lambda arrs: np.concatenate(arrs))
+
+    def cat(arrs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(arrs)
+
     scale = Scale(cat([w.scale.base for w in weights]),  # type: ignore[union-attr]
                   None if f.scale.factor is None else cat([w.scale.factor for w in weights]))  # type: ignore
     offset = None
     if f.offset is not None:
         offset = Scale(cat([w.offset.base for w in weights]),  # type: ignore[union-attr]
                        None if f.offset.factor is None else cat([w.offset.factor for w in weights]))  # type: ignore
-    return Weight("quant", n, f.k, levels=cat([w.levels for w in weights]), qbits=f.qbits, block=f.block,
+    levels = cat([w.levels for w in weights if w.levels is not None])
+    return Weight("quant", n, f.k, levels=levels, qbits=f.qbits, block=f.block,
                   scale=scale, center=f.center, offset=offset,
                   qtype="+".join(sorted({w.qtype for w in weights})))
 
@@ -196,8 +201,9 @@ def from_q4_0(raw: np.ndarray, n: int, k: int) -> Weight:
 
 def from_q4_1(raw: np.ndarray, n: int, k: int) -> Weight:
     blocks = raw.reshape(n, k // BLOCK, 20)
-    return _zero_dead_blocks(Weight("quant", n, k, levels=_nibbles_32(blocks[..., 4:]), qbits=4, scale=Scale(_f16(blocks[..., 0:2])),
-                  offset=Scale(-_f16(blocks[..., 2:4])), qtype="Q4_1"))
+    return _zero_dead_blocks(Weight("quant", n, k, levels=_nibbles_32(blocks[..., 4:]), qbits=4,
+                                    scale=Scale(_f16(blocks[..., 0:2])),
+                                    offset=Scale(-_f16(blocks[..., 2:4])), qtype="Q4_1"))
 
 
 def from_q5_0(raw: np.ndarray, n: int, k: int) -> Weight:

@@ -39,7 +39,7 @@ class DataWriter:
         if pad:
             self._f.write(b"\0" * pad)
             self.offset += pad
-        self._f.write(memoryview(arr.reshape(-1)).cast("B"))
+        self._f.write(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
         t = TensorProto()
         t.name = name
         t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)

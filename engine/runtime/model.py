@@ -96,16 +96,18 @@ def _read_json(path: Path, required: bool) -> dict[str, Any]:
 
 
 def _read_genai(model_dir: Path) -> Any:
-    from .genai_config import read_genai_config
+    from .genai_config import read_genai_config   # noqa: PLC0415 - only folders without config.json
     try:
         return read_genai_config(model_dir)
     except ConfigError as exc:
         raise ModelLoadError(str(exc)) from None
 
 
+_SOURCES = ("config.json", "generation_config.json")
+
+
 def _check_folder_files(model_dir: Path, config: dict[str, Any], generation_config: dict[str, Any],
-                        tokenizer_config: dict[str, Any], sources: tuple[str, str] = ("config.json",
-                                                                                      "generation_config.json")) -> None:
+                        tokenizer_config: dict[str, Any], sources: tuple[str, str] = _SOURCES) -> None:
     """Types and ranges of what the loader and the sampler read from the folder's JSON files."""
     try:
         check_config(config, model_dir / sources[0])

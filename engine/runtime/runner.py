@@ -97,7 +97,8 @@ class Runner:
         else:
             last = binding.get_outputs()[0].numpy()[0, -1]
         cache.tokens.extend(ids)
-        return last
+        out: np.ndarray = last
+        return out
 
     def _step_plain(self, cache: KVCache, ids: list[int]) -> np.ndarray:
         feed = self._inputs(cache, ids)

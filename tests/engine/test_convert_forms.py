@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from gguf import GGMLQuantizationType as QT
+from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's own type tags
 
 from engine.convert import EXACT, FAST, ModelImportError, convert_gguf
 from engine.convert.weights import convert_tensor
@@ -120,7 +120,7 @@ def test_data_file_is_written_tensor_by_tensor(converted):
         assert info["location"] == "model.onnx.data" and off % 4096 == 0 and off + length <= data_size
         spans.append((off, off + length))
     spans.sort()
-    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))      # no overlaps
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))      # no overlaps
     assert (folder / "model.onnx").stat().st_size < 200 * 1024
 
 

@@ -70,7 +70,7 @@ def _decoder(model: TinyModel, with_past: bool = True, prefix: str = "") -> _Gra
     c, W = model.config, model.weights
     if "rope_factors" in W or c.rope_linear:
         raise NotImplementedError("plain_onnx: rope scaling is not built (not needed by the tests)")
-    D, H, KV, hd, L = c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_layers
+    _D, H, KV, hd, L = c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_layers
     group = H // KV
     g = _Graph(prefix)
 
@@ -187,7 +187,7 @@ def build_merged_graph(model: TinyModel) -> onnx.ModelProto:
     def branch(with_past: bool, prefix: str) -> onnx.GraphProto:
         g = _decoder(model, with_past, prefix)
         outs = [helper.make_tensor_value_info(prefix + n, o.type.tensor_type.elem_type, None)
-                for n, o in zip(names, outputs)]
+                for n, o in zip(names, outputs, strict=False)]
         return helper.make_graph(g.nodes, prefix + "branch", [], outs, initializer=g.inits)
 
     node = helper.make_node("If", ["use_cache_branch"], names, name="optimum::if",

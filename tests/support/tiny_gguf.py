@@ -207,13 +207,15 @@ def _random_k_blocks(rng: np.random.Generator, n: int, k: int, std: float, qtype
         scales = rng.integers(0, 256, (n, nsb, 12), dtype=np.uint8)
         bits = rng.integers(0, 256, (n, nsb, 160), dtype=np.uint8)               # qh (32) + qs (128)
         dmin = d * 15.5 * rng.uniform(0.8, 1.2, (n, nsb)).astype(np.float32)
-        pack = (lambda f: np.ascontiguousarray(np.concatenate(
-            [f16(d * f), f16(dmin * f), scales, bits], axis=-1).reshape(n, nsb * 176)))
+        def pack(f):
+            return (np.ascontiguousarray(np.concatenate(
+                    [f16(d * f), f16(dmin * f), scales, bits], axis=-1).reshape(n, nsb * 176)))
     else:
         bits = rng.integers(0, 256, (n, nsb, 192), dtype=np.uint8)               # ql (128) + qh (64)
         sc = rng.integers(-64, 64, (n, nsb, 16), dtype=np.int8).view(np.uint8)
-        pack = (lambda f: np.ascontiguousarray(np.concatenate(
-            [bits, sc, f16(d * f)], axis=-1).reshape(n, nsb * 210)))
+        def pack(f):
+            return (np.ascontiguousarray(np.concatenate(
+                    [bits, sc, f16(d * f)], axis=-1).reshape(n, nsb * 210)))
     trial = quants.dequantize(pack(np.float32(1.0)), qtype)
     return pack(np.float32(std / float(trial.std())))
 
