@@ -20,10 +20,15 @@ PROVIDERS = ("auto", "cpu", "gpu")
 THEMES = ("system", "light", "dark")
 
 
+# What `model_defaults` leaves to the model's own generation_config.json.
+MODEL_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "min_p")
+
+
 @dataclass
 class Sampling:
-    # The default model's own generation_config.json, chosen by measurement over everyday prompts
-    # (bench/bench_defaults.py, docs/BENCHMARKS.md "Sampling defaults for the default model").
+    # The numbers sent when the user sets their own: the default model's generation_config.json,
+    # chosen by measurement over everyday prompts (bench/bench_defaults.py, docs/BENCHMARKS.md
+    # "Sampling defaults for the default model").
     temperature: float = 0.7
     top_p: float = 0.95
     top_k: int = 40
@@ -31,12 +36,21 @@ class Sampling:
     min_p: float = 0.05
     max_new_tokens: int = 512
     seed: int | None = None
+    # The default: each model samples with its own generation_config.json (the engine fills in the
+    # fields left None), so an imported model is not run with the default model's numbers.
+    model_defaults: bool = True
 
     def to_params(self, overrides: dict[str, Any] | None = None) -> SamplingParams:
+        """The engine's parameters; `overrides` (a chat's own settings) are explicit numbers."""
         values = asdict(self)
-        for key, value in (overrides or {}).items():
-            if key in values and value is not None:
-                values[key] = value
+        use_model = values.pop("model_defaults")
+        own = {k: v for k, v in (overrides or {}).items() if k in values and v is not None}
+        if own:
+            use_model = False
+        values.update(own)
+        if use_model:
+            for key in MODEL_SAMPLING_FIELDS:
+                values[key] = None
         return SamplingParams(**values)
 
 
@@ -90,6 +104,9 @@ class Settings:
                 default = getattr(sd, f.name)
                 if value is None and f.name == "seed":
                     setattr(sd, f.name, None)
+                elif f.name == "model_defaults":
+                    if isinstance(value, bool):
+                        sd.model_defaults = value
                 elif isinstance(value, (int, float)) and not isinstance(value, bool):
                     setattr(sd, f.name, type(default)(value) if default is not None else int(value))
             s.sampling = sd

@@ -187,6 +187,9 @@ def test_settings_dialog_changes_defaults_and_clears_cache(make_window, engine, 
     def fake_exec(dlg: SettingsDialog) -> int:
         seen["folder"] = dlg.folder_label.text()
         dlg.system_prompt.setPlainText("Answer like a pirate.")
+        assert dlg.sampling.model_defaults.isChecked() and not dlg.sampling.temperature.isEnabled()
+        dlg.sampling.model_defaults.setChecked(False)     # set my own numbers
+        assert dlg.sampling.temperature.isEnabled()
         dlg.sampling.temperature.setValue(0.3)
         dlg.memory.setValue(2048)
         assert not dlg.compact_kv.isChecked()
@@ -372,3 +375,21 @@ def test_no_widgets_leak(make_window, engine, qtbot):
     assert leftovers == []
     assert len(QApplication.allWidgets()) <= baseline, \
         [w.metaObject().className() for w in QApplication.allWidgets()][:40]
+
+
+def test_sampling_follows_each_model_unless_the_user_sets_numbers():
+    """By default the GUI leaves temperature & co. to the model's own generation_config.json (the
+    engine fills in None), so an imported model is not run with the default model's numbers."""
+    from app.gui.settings import MODEL_SAMPLING_FIELDS, Sampling, Settings
+
+    params = Settings().sampling.to_params()
+    assert all(getattr(params, f) is None for f in MODEL_SAMPLING_FIELDS)
+    assert params.max_new_tokens == 512
+    mine = Sampling(model_defaults=False, temperature=0.3).to_params()
+    assert mine.temperature == 0.3 and mine.top_p == 0.95
+    # A chat's own settings are explicit numbers, whatever the default says.
+    chat = Sampling().to_params({"temperature": 0.9, "model_defaults": False})
+    assert chat.temperature == 0.9 and chat.top_k == 40
+    back = Settings.from_dict({"sampling": {"model_defaults": False, "temperature": 0.4}})
+    assert back.sampling.model_defaults is False and back.sampling.to_params().temperature == 0.4
+    assert Settings.from_dict({"sampling": {"model_defaults": "yes"}}).sampling.model_defaults is True

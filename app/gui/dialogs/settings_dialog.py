@@ -19,10 +19,19 @@ PROVIDER_CHOICES = [("Automatic (best available)", "auto"), ("CPU", "cpu"),
 
 
 class SamplingForm(QWidget):
-    def __init__(self, s: Sampling, parent: QWidget | None = None):
+    """The sampling numbers; with `offer_model_defaults`, a switch that leaves them to each model's
+    own generation_config.json (the numbers below are then greyed out and not sent)."""
+
+    def __init__(self, s: Sampling, parent: QWidget | None = None, offer_model_defaults: bool = False):
         super().__init__(parent)
         form = QFormLayout(self)
         form.setContentsMargins(0, 0, 0, 0)
+        self.model_defaults: QCheckBox | None = None
+        if offer_model_defaults:
+            self.model_defaults = QCheckBox("Use each model's own sampling settings")
+            self.model_defaults.setToolTip("From the model's generation_config.json; uncheck to set your own")
+            self.model_defaults.setChecked(s.model_defaults)
+            form.addRow(self.model_defaults)
         self.temperature = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=2.0, singleStep=0.05)
         self.temperature.setValue(s.temperature)
         self.top_p = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=1.0, singleStep=0.05)
@@ -42,12 +51,21 @@ class SamplingForm(QWidget):
         form.addRow("Repetition penalty", self.repetition_penalty)
         form.addRow("Max new tokens", self.max_new_tokens)
         form.addRow("Seed", self.seed)
+        self._model_fields = (self.temperature, self.top_p, self.top_k, self.repetition_penalty)
+        if self.model_defaults is not None:
+            self.model_defaults.toggled.connect(self._follow_model)
+            self._follow_model(self.model_defaults.isChecked())
+
+    def _follow_model(self, on: bool) -> None:
+        for box in self._model_fields:
+            box.setEnabled(not on)
 
     def value(self) -> Sampling:
         return Sampling(temperature=self.temperature.value(), top_p=self.top_p.value(),
                         top_k=self.top_k.value(), repetition_penalty=self.repetition_penalty.value(),
                         max_new_tokens=self.max_new_tokens.value(),
-                        seed=None if self.seed.value() < 0 else self.seed.value())
+                        seed=None if self.seed.value() < 0 else self.seed.value(),
+                        model_defaults=self.model_defaults is not None and self.model_defaults.isChecked())
 
 
 class SettingsDialog(QDialog):
@@ -68,7 +86,7 @@ class SettingsDialog(QDialog):
         self.system_prompt = QPlainTextEdit(settings.system_prompt)
         self.system_prompt.setFixedHeight(80)
         cf.addWidget(self.system_prompt)
-        self.sampling = SamplingForm(settings.sampling)
+        self.sampling = SamplingForm(settings.sampling, offer_model_defaults=True)
         cf.addWidget(self.sampling)
         cf.addWidget(QLabel("When a chat outgrows the model's context window"))
         self.overflow = overflow_combo(settings.overflow)
