@@ -13,6 +13,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fuzz_util import byte_mutations, mutate
+
 from engine.kvstore.kvfile import (FORMAT_VERSION, MAGIC, KVFileError, KVShape, looks_like_kv_file, read_kv_file,
                                    write_kv_file)
 
@@ -39,27 +41,7 @@ def read_or_reason(path: Path, tokens: list[int]):
         return None
 
 
-mutations = st.lists(st.tuples(st.sampled_from(["flip", "set", "delete", "insert", "truncate"]),
-                               st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1, max_size=6)
-
-
-def mutate(raw: bytes, ops) -> bytes:
-    data = bytearray(raw)
-    for op, pos, byte in ops:
-        if not data:
-            break
-        i = pos % len(data)
-        if op == "flip":
-            data[i] ^= 1 << (byte % 8)
-        elif op == "set":
-            data[i] = byte
-        elif op == "delete":
-            del data[i]
-        elif op == "insert":
-            data.insert(i, byte)
-        else:
-            del data[i:]
-    return bytes(data)
+mutations = byte_mutations(max_size=6)
 
 
 @FUZZ

@@ -13,6 +13,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fuzz_util import byte_mutations, mutate
+
 from engine.sessions.manifest import (KINDS, Manifest, ManifestDir, ManifestError, encode, is_block_key, is_tail_name,
                              seal, validate)
 
@@ -65,27 +67,7 @@ def test_a_real_manifest_with_fields_replaced(changes, sealed):
         assert str(exc)
 
 
-mutations = st.lists(st.tuples(st.sampled_from(["flip", "set", "delete", "insert", "truncate"]),
-                               st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1, max_size=8)
-
-
-def mutate(raw: bytes, ops) -> bytes:
-    data = bytearray(raw)
-    for op, pos, byte in ops:
-        if not data:
-            break
-        i = pos % len(data)
-        if op == "flip":
-            data[i] ^= 1 << (byte % 8)
-        elif op == "set":
-            data[i] = byte
-        elif op == "delete":
-            del data[i]
-        elif op == "insert":
-            data.insert(i, byte)
-        else:
-            del data[i:]
-    return bytes(data)
+mutations = byte_mutations(max_size=8)
 
 
 @FUZZ
