@@ -2,6 +2,7 @@
 when several test folders have one)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hypothesis import settings
@@ -37,3 +38,23 @@ def mutate(raw: bytes, ops: Any) -> bytes:
         else:
             del data[i:]
     return bytes(data)
+
+
+def loads_and_generates_or_is_refused(folder: Path) -> None:
+    """The model folder loads and generates two tokens, or is refused with one line; within a
+    bounded time and traced memory."""
+    from engine.api import SamplingParams
+    from engine.generation.generate import Generator
+    from engine.runtime.model import ModelLoadError, load_model
+    from tests.support.bounded import run_bounded
+
+    def load_and_generate() -> None:
+        try:
+            model = load_model(folder, provider="cpu", threads=1)
+        except ModelLoadError as exc:
+            assert str(exc) and "\n" not in str(exc), repr(str(exc))
+            return
+        gen = Generator(model)
+        events = list(gen.stream(gen.new_cache(), [1, 2, 3], SamplingParams(max_new_tokens=2, seed=1)))
+        assert events
+    run_bounded(load_and_generate, seconds=60, max_mb=192)

@@ -15,11 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.api import SamplingParams
-from engine.generation.generate import Generator
-from engine.runtime.model import ModelLoadError, load_model
-from fuzz_util import scaled
-from tests.support.bounded import run_bounded
+from fuzz_util import loads_and_generates_or_is_refused, scaled
 from tests.support.genai_folder import write_genai_folder
 from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
@@ -82,13 +78,4 @@ def test_genai_folder_loads_or_is_refused(genai_dir, data):
     (folder / "genai_config.json").write_bytes(data.draw(damaged(original), label="genai_config.json"))
     (folder / "amber_fingerprint.json").unlink(missing_ok=True)
 
-    def load_and_generate() -> None:
-        try:
-            model = load_model(folder, provider="cpu", threads=1)
-        except ModelLoadError as exc:
-            assert str(exc) and "\n" not in str(exc), repr(str(exc))
-            return
-        gen = Generator(model)
-        events = list(gen.stream(gen.new_cache(), [1, 2, 3], SamplingParams(max_new_tokens=2, seed=1)))
-        assert events
-    run_bounded(load_and_generate, seconds=60, max_mb=192)
+    loads_and_generates_or_is_refused(folder)
