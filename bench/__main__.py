@@ -19,7 +19,7 @@ import time
 import traceback
 from typing import Any
 
-from . import common
+from . import common, llama_build
 from .common import Section, ok, table
 
 BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
@@ -49,7 +49,8 @@ def _generic_section(key: str, title: str, res: dict[str, Any], targets: dict[st
     return Section(key, title, body, common.ORDER.get(key, 100))
 
 
-def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny") -> dict[str, Any] | None:
+def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
+             quants: str = "Q4_K_M,Q4_0,Q8_0") -> dict[str, Any] | None:
     start = time.perf_counter()
     load_before = common.load_average()
     print(f"== {name} (load average {load_before:.2f}) ==", flush=True)
@@ -63,6 +64,10 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny") -> dict[
     elif name == "convert":     # the GGUF importer at real shapes (issue 15); `make bench`: tiny only
         mod = importlib.import_module("bench.bench_convert")
         res = mod.run(quick=quick, shapes=shapes.split(","))
+        section = mod.section(res)
+    elif name == "compare" and shapes != "tiny":   # issue 18: real sizes, only under --shapes
+        mod = importlib.import_module("bench.bench_shapes")
+        res = mod.run(quick=quick, shapes=shapes.split(","), quants=quants.split(","))
         section = mod.section(res)
     elif name in ("engine", "compare", "sessions", "server", "defaults"):
         mod = importlib.import_module(f"bench.bench_{name}")
@@ -110,11 +115,16 @@ def deps() -> int:
     if not py.is_file():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     env = dict(os.environ)
-    # A portable build (AVX2/FMA/F16C, no -march=native): reproducible on any x86-64 v3 machine.
-    env.setdefault("CMAKE_ARGS", "-DGGML_NATIVE=OFF")
+    # A portable build (no -march=native) with every instruction set this CPU has (AVX-512, VNNI…,
+    # never AMX), in a venv keyed by them (common.SIDE_VENV): another CPU gets its own build.
+    flags = llama_build.cpu_flags()
+    env.setdefault("CMAKE_ARGS", llama_build.cmake_args(flags))
+    print(f"bench deps: llama.cpp CMAKE_ARGS={env['CMAKE_ARGS']}", flush=True)
     start = time.perf_counter()
-    rc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+    rc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-cache-dir",
                          LLAMA_CPP, GENAI], env=env).returncode
+    if rc == 0:   # what this venv's llama.cpp was built with (a wheel from pip's cache would not be)
+        (venv / "llama-cpp-build.txt").write_text(f"CMAKE_ARGS={env['CMAKE_ARGS']}\n")
     print(f"bench deps: {'installed' if rc == 0 else 'FAILED'} {LLAMA_CPP}, {GENAI} into {venv} "
           f"in {time.perf_counter() - start:.0f} s", flush=True)
     if rc == 0:   # the default model's GGUF for llama.cpp (the compare bench, `make test-remote`)
@@ -138,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="write docs/BENCHMARKS.md (default unless --quick)")
     parser.add_argument("--no-write", dest="write", action="store_false")
     parser.add_argument("--shapes", default="tiny",
-                        help="convert bench: model shapes, comma-separated (tiny, 0.5b, 1.5b)")
+                        help="convert bench: model shapes, comma-separated (tiny, 0.5b, 1.5b); compare bench: "
+                             "135m, 0.5b, 1b, 1.5b side by side with llama.cpp (issue 18; default: the 135M model)")
+    parser.add_argument("--quants", default="Q4_K_M,Q4_0,Q8_0",
+                        help="compare --shapes: the llama.cpp quantizations of the random-weight shapes")
     args = parser.parse_args(argv)
     if args.benches == ["deps"]:
         return deps()
@@ -158,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: list[list[str]] = []
     for name in chosen:
         try:
-            res = _run_one(name, args.quick, write, args.shapes)
+            res = _run_one(name, args.quick, write, args.shapes, args.quants)
         except Exception:   # noqa: BLE001 - one benchmark failing is reported; the others still run
             traceback.print_exc()
             failed.append(name)

@@ -36,16 +36,21 @@ TARGET_PREFILL_2048 = 3.0
 
 # ---- llama.cpp worker (runs under whichever interpreter has llama_cpp) ------------------------------
 def worker_llama(gguf: str, threads: int, tokens_file: str, prefill_sizes: list[int],
-                 decode_contexts: list[int], decode_steps: int, runs: int, flash_attn: bool = True) -> dict[str, Any]:
+                 decode_contexts: list[int], decode_steps: int, runs: int, flash_attn: bool = True,
+                 n_ctx: int = N_CTX, n_batch: int = 2048, n_ubatch: int = 512,
+                 prefill_runs: dict[str, int] | None = None, prefill_warmup: int | None = None) -> dict[str, Any]:
+    """`prefill_runs`: runs per prefill size where not `runs`; `prefill_warmup`: one untimed prefill
+    of that size before all of them (instead of one before each size)."""
     import numpy as np
     import llama_cpp
     from llama_cpp import Llama
     ids = json.loads(Path(tokens_file).read_text())
     t0 = time.perf_counter()
-    llm = Llama(model_path=gguf, n_ctx=N_CTX, n_batch=2048, n_ubatch=512, n_threads=threads,
+    llm = Llama(model_path=gguf, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=threads,
                 n_threads_batch=threads, logits_all=False, flash_attn=flash_attn, verbose=False, seed=0)
     out: dict[str, Any] = {"load_s": time.perf_counter() - t0, "version": llama_cpp.__version__,
-                           "prefill": {}, "decode": {}, "flash_attn": flash_attn}
+                           "prefill": {}, "decode": {}, "flash_attn": flash_attn,
+                           "n_ctx": n_ctx, "n_batch": n_batch, "n_ubatch": n_ubatch}
     n_vocab = llm.n_vocab()
     try:
         out["system_info"] = llama_cpp.llama_print_system_info().decode()
@@ -62,9 +67,12 @@ def worker_llama(gguf: str, threads: int, tokens_file: str, prefill_sizes: list[
         llm.eval(ids[:n])
         return time.perf_counter() - start
 
+    if prefill_warmup:
+        prefill(prefill_warmup)
     for n in prefill_sizes:
-        prefill(n)
-        out["prefill"][str(n)] = [prefill(n) for _ in range(runs)]
+        if not prefill_warmup:
+            prefill(n)
+        out["prefill"][str(n)] = [prefill(n) for _ in range((prefill_runs or {}).get(str(n), runs))]
 
     for ctx in decode_contexts:
         llm.reset()

@@ -27,6 +27,9 @@ SHAPES: dict[str, dict[str, int]] = {
     "tiny": dict(n_embd=512, n_layers=4, n_head=8, n_kv=2, head_dim=64, n_ff=1536, vocab=16384),
     "0.5b": dict(n_embd=896, n_layers=24, n_head=14, n_kv=2, head_dim=64, n_ff=4864, vocab=151936),   # Qwen2.5-0.5B
     "1.5b": dict(n_embd=1536, n_layers=28, n_head=12, n_kv=2, head_dim=128, n_ff=8960, vocab=151936),  # Qwen2.5-1.5B
+    # Llama-3.2-1B: arch llama (no q/k/v biases), tied embeddings; its llama3 rope scaling is left out
+    # (a per-frequency factor: no cost difference). `llama=1` selects the arch (SHAPES stays int-valued).
+    "1b": dict(n_embd=2048, n_layers=16, n_head=32, n_kv=8, head_dim=64, n_ff=8192, vocab=128256, llama=1),
 }
 QUANTS = ("Q4_K_M", "Q4_0", "Q8_0")
 LLAMA_FTYPE_Q4_K_M = 15
@@ -45,6 +48,8 @@ def _tensors(shape: dict[str, int]) -> list[tuple[str, tuple[int, ...]]]:
                 (f"{b}.attn_v.bias", (kv,)), (f"{b}.attn_output.weight", (d, q)), (f"{b}.ffn_norm.weight", (d,)),
                 (f"{b}.ffn_gate.weight", (f, d)), (f"{b}.ffn_up.weight", (f, d)), (f"{b}.ffn_down.weight", (d, f))]
     out.append(("output_norm.weight", (d,)))
+    if shape.get("llama"):     # llama: no q/k/v biases
+        out = [t for t in out if not t[0].endswith(".bias")]
     return out
 
 
@@ -60,19 +65,21 @@ def write_gguf(path: Path, shape: dict[str, int], wtype: str, seed: int = 0) -> 
     alphabet += [chr(256 + i) for i in range(256 - len(alphabet))]
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tokens = alphabet + [f"t{i}" for i in range(n_vocab - len(alphabet) - len(specials))] + specials
-    w = gguf.GGUFWriter(str(path), "qwen2")
-    w.add_name(f"bench-qwen2-{shape['n_embd']}")
-    a = "qwen2"
+    a = "llama" if shape.get("llama") else "qwen2"
+    w = gguf.GGUFWriter(str(path), a)
+    w.add_name(f"bench-{a}-{shape['n_embd']}")
     w.add_uint32(f"{a}.block_count", shape["n_layers"])
     w.add_uint32(f"{a}.context_length", 4096)
     w.add_uint32(f"{a}.embedding_length", shape["n_embd"])
     w.add_uint32(f"{a}.feed_forward_length", shape["n_ff"])
     w.add_uint32(f"{a}.attention.head_count", shape["n_head"])
     w.add_uint32(f"{a}.attention.head_count_kv", shape["n_kv"])
-    w.add_float32(f"{a}.rope.freq_base", 1000000.0)
+    w.add_float32(f"{a}.rope.freq_base", 500000.0 if shape.get("llama") else 1000000.0)
+    if shape.get("llama"):
+        w.add_uint32(f"{a}.rope.dimension_count", shape["head_dim"])
     w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
+    w.add_tokenizer_pre("llama-bpe" if shape.get("llama") else "qwen2")
     w.add_token_list(tokens)
     w.add_token_types([3 if t in specials else 1 for t in tokens])
     w.add_token_merges([])

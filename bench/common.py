@@ -23,6 +23,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from engine.runtime.hugepages import tunable_env
 
+from .llama_build import side_venv
+
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 BENCHMARKS_MD = DOCS / "BENCHMARKS.md"
@@ -30,8 +32,9 @@ RESULT_MARK = "@@BENCH-RESULT@@ "
 # The thread count every engine gets (llama.cpp's n_threads, ORT's intra-op threads).
 THREADS = int(os.environ.get("AMBER_BENCH_THREADS", "2"))
 # Optional side environment for engines that cannot share Amber's venv (see `python -m bench deps`).
-SIDE_VENV = Path(os.environ.get("AMBER_BENCH_VENV") or
-                 Path(os.environ.get("AMBER_TEST_HOME") or REPO / ".amber-dev") / "bench-venv")
+# Keyed by the CPU features llama.cpp is built for (bench/llama_build.py): `bench-venv` for the AVX2
+# baseline, `bench-venv-avx512-…` on a CPU with AVX-512, so each machine finds a build made for it.
+SIDE_VENV = side_venv(Path(os.environ.get("AMBER_TEST_HOME") or REPO / ".amber-dev"))
 
 
 # ---- timing ---------------------------------------------------------------------------------------

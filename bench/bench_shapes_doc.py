@@ -1,0 +1,162 @@
+"""The markdown of the issue-18 section (bench_shapes' results → docs/BENCHMARKS.md)."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import common
+from .common import ok, table
+
+MIB = 2**20
+
+
+def _ratio_cell(m: dict[str, Any], key: str, target: tuple[str, float] | None) -> str:
+    v = m.get("ratios", {}).get(key)
+    if v is None:
+        return "—"
+    if target is None:
+        return f"{v:.2f}×"
+    op, t = target
+    return f"{v:.2f}× {ok(v >= t if op == '>=' else v <= t)}"
+
+
+def summary_table(models: list[dict[str, Any]], targets: dict[str, float]) -> str:
+    rows = []
+    for m in models:
+        name = f"{m['label']}, {m['quant']}"
+        if "failed" in m or "ratios" not in m:
+            why = m.get("failed") or "; ".join(f"{k}: {v.strip().splitlines()[-1][:200]}"
+                                               for k, v in m.get("errors", {}).items())
+            rows.append([name, f"could not run: {why[:300]}"] + [""] * 7)
+            continue
+        share = m.get("bw_share", {})
+        rows.append([
+            name,
+            _ratio_cell(m, "prefill_512", None),
+            _ratio_cell(m, "prefill_2048", (">=", targets["prefill_2048"])),
+            _ratio_cell(m, "decode_100", (">=", targets["decode"])),
+            _ratio_cell(m, "decode_1000", (">=", targets["decode"])),
+            _ratio_cell(m, "rss", ("<=", targets["rss"])),
+            _ratio_cell(m, "load", None),
+            f"{share['Amber']:.0%} {ok(share['Amber'] >= targets['bw_share'])}" if "Amber" in share else "—",
+            f"{share['llama.cpp']:.0%}" if "llama.cpp" in share else "—",
+        ])
+    return table(["model", "prefill 512", "prefill 2048", "decode ctx 100", "decode ctx 1000", "peak RSS",
+                  "load time", "BW share Amber", "BW share llama.cpp"], rows)
+
+
+def detail_table(m: dict[str, Any]) -> str:
+    engines = m["engines"]
+    names = list(engines)
+    best = m.get("best", {})
+    rows = []
+    for n in engines[names[0]]["prefill"]:
+        b = best.get("prefill", {}).get(n, {})
+        rows.append([f"prefill {n} tok/s"] + [f"{engines[e]['prefill'][n]['tokens_per_s']:.1f}" for e in names]
+                    + [b.get("config", "—").replace("llama.cpp ", ""),
+                       f"{m['ratios']['prefill_' + n]:.2f}×" if "ratios" in m else "—"])
+    for c in engines[names[0]]["decode"]:
+        b = best.get("decode", {}).get(c, {})
+        rows.append([f"decode tok/s at context {c}"] + [f"{engines[e]['decode'][c]['tokens_per_s']:.2f}" for e in names]
+                    + [b.get("config", "—").replace("llama.cpp ", ""),
+                       f"{m['ratios']['decode_' + c]:.2f}×" if "ratios" in m else "—"])
+    b = best.get("peak_rss_bytes", {})
+    rows.append(["peak RSS (MiB)"] + [f"{engines[e]['peak_rss_bytes'] / MIB:.0f}" for e in names]
+                + [b.get("config", "—").replace("llama.cpp ", ""), f"{m['ratios']['rss']:.2f}×" if "ratios" in m else "—"])
+    rows.append(["RSS after load (MiB)"] + [f"{engines[e]['rss_after_load'] / MIB:.0f}" if engines[e].get("rss_after_load")
+                                            else "—" for e in names] + ["", ""])
+    b = best.get("load_s", {})
+    rows.append(["model load (s)"] + [f"{engines[e]['load_s']:.2f}" for e in names]
+                + [b.get("config", "—").replace("llama.cpp ", ""), f"{m['ratios']['load']:.2f}×" if "ratios" in m else "—"])
+    return table(["figure"] + names + ["best llama.cpp", "Amber ÷ best"], rows)
+
+
+def render(res: dict[str, Any]) -> str:
+    from .bench_shapes import N_CTX, TARGETS
+    models = res.get("models", [])
+    facts = res.get("facts") or common.machine_facts()
+    bw = res.get("bandwidth", {})
+    bw_end = res.get("bandwidth_end", {})
+    build = res.get("llama_build", {})
+    sysinfo = next((e.get("system_info") for m in models for n, e in m.get("engines", {}).items()
+                    if e.get("system_info")), None)
+    version = next((e.get("version") for m in models for n, e in m.get("engines", {}).items()
+                    if n != "Amber" and e.get("version")), None)
+    out = [
+        "Written by `python -m bench compare --shapes 135m,0.5b,1b,1.5b` (`bench/bench_shapes.py`). "
+        "The default SmolLM2-135M GGUF (Q4_1, real weights) and random-weight GGUFs of real shapes, written as F16 "
+        "by `bench_convert.write_gguf` and quantized by llama.cpp's own quantizer (`llama_model_quantize`: Q4_K_M mixes "
+        "Q4_K / Q5_0 / Q6_K / Q8_0 as downloaded models do); Amber converts each GGUF (fast mode, the default). Same "
+        f"token ids (random ids), {res.get('threads', common.THREADS)} threads, greedy. Each configuration runs in "
+        "fresh processes, interleaved (Amber, llama.cpp flash attention on, off, then again), runs pooled "
+        "(medians); peak RSS is the largest of a configuration's processes (wait4). Both engines do the same work "
+        "in a process: prefills of 512 and 2048 tokens, then decodes after contexts of 100 and 1000 tokens. "
+        "Amber runs its engine path (`Runner.forward` with IOBinding, greedy `Sampler` as `Generator.stream` uses "
+        f"it); llama.cpp `Llama.eval` with n_ctx {N_CTX}, n_batch 2048, n_ubatch 512, and each figure takes the better "
+        "of flash attention on / off (the detail tables say which won).",
+        "",
+        f"**Targets** (Amber ÷ llama.cpp's best): decode ≥ {TARGETS['decode']}× at contexts 100 and 1000, prefill 2048 "
+        f"≥ {TARGETS['prefill_2048']}×, peak RSS ≤ {TARGETS['rss']}×, decode bandwidth share ≥ "
+        f"{TARGETS['bw_share']:.0%} (bytes of weights one decode step reads × tok/s at context 100 ÷ the measured "
+        "memory bandwidth).",
+        "",
+        summary_table(models, TARGETS),
+        "",
+    ]
+    met = [v for m in models for v in m.get("targets", {}).values()]
+    if met:
+        out += [f"Targets met: {sum(met)} of {len(met)}.", ""]
+    out += ["- 4 sessions generating together, aggregate decode ÷ one session (target ≥ 2.5×): measured by "
+            "perf-batch's bench, not this one — see its section.", ""]
+    if bw:
+        out.append(f"- Memory bandwidth (numpy copy of 2 × 1 GiB, read + write bytes counted, best of 5): "
+                   + ", ".join(f"{k.split('_')[1]}: {v / 1e9:.1f} GB/s" for k, v in bw.items() if k.startswith("copy_"))
+                   + (f" at the start; " + ", ".join(f"{k.split('_')[1]}: {v / 1e9:.1f} GB/s" for k, v in bw_end.items()
+                                                    if k.startswith("copy_")) + " at the end" if bw_end else "")
+                   + f". The share uses {bw.get('bytes_per_s', 0) / 1e9:.1f} GB/s.")
+    if version or sysinfo:
+        how = (f"built with `{build['stamp']}`" if build.get("stamp") else
+               "build flags not recorded (a venv made before `python -m bench deps` wrote them)")
+        out.append(f"- llama.cpp: llama-cpp-python {version or '?'}, {how} (venv `{build.get('venv', '?').split('/')[-1]}`; "
+                   f"`python -m bench deps` picks `{build.get('cmake_args', '?')}` for this CPU)"
+                   + (f"; system_info: `{sysinfo.strip()}`" if sysinfo else ""))
+    if build.get("cpu_flags"):
+        out.append(f"- CPU features: {' '.join(build['cpu_flags'])}")
+    out.append("")
+    for m in models:
+        if "engines" not in m or not m["engines"]:
+            continue
+        sizes = m.get("sizes", {})
+        head = f"**{m['label']}, {m['quant']}**"
+        if sizes:
+            head += (f" — GGUF {sizes['gguf_file_bytes'] / MIB:.0f} MiB, Amber's ONNX {sizes['onnx_file_bytes'] / MIB:.0f} MiB; "
+                     f"weight bytes per decoded token: Amber {sizes['amber']['decode_bytes'] / MIB:.0f} MiB, "
+                     f"llama.cpp {sizes['llama']['decode_bytes'] / MIB:.0f} MiB")
+        if m.get("convert"):
+            head += (f"; converted in {m['convert']['seconds']:.0f} s "
+                     f"(peak RSS {m['convert']['peak_rss_bytes'] / MIB:.0f} MiB)")
+        p = m.get("plan", {})
+        head += (f". {p.get('rounds')} processes per configuration × {p.get('runs')} runs ({p.get('steps')} decode "
+                 f"steps; prefill 2048: {p.get('prefill_runs', {}).get('2048', p.get('runs'))} per process"
+                 + (f", one warm-up prefill of {p['prefill_warmup']} tokens" if p.get("prefill_warmup") else
+                    ", a warm-up at each size") + ")")
+        if m.get("load_avg") is not None:
+            head += f"; load average {m['load_avg']:.2f} while measured"
+        out += [head + ".", "", detail_table(m), ""]
+        for name, err in m.get("errors", {}).items():
+            out += [f"_{name} could not run: {err.strip().splitlines()[-1][:300]}_", ""]
+        greedy = {n: e.get("greedy", {}) for n, e in m["engines"].items()}
+        if "Amber" in greedy:
+            agree = []
+            for n, g in greedy.items():
+                if n == "Amber":
+                    continue
+                for c, seq in g.items():
+                    a = greedy["Amber"].get(c, [])
+                    k = next((i for i, (x, y) in enumerate(zip(a, seq, strict=False)) if x != y), min(len(a), len(seq)))
+                    agree.append(f"{n} ctx {c}: {k}/{min(len(a), len(seq))}")
+            if agree:
+                out += ["Greedy tokens shared with Amber: " + ", ".join(agree) + " (random weights make near-ties "
+                        "common, so a short shared prefix is not by itself an error).", ""]
+    out.append(common.facts_line(facts, res.get("load_before"),
+                                 "QUICK RUN (fewer sizes and runs): validation only." if res.get("quick") else ""))
+    return "\n".join(out)

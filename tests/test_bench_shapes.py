@@ -1,0 +1,111 @@
+"""The issue-18 bench's own logic: llama.cpp build flags from CPU features, and the weight bytes
+a decode step reads (ONNX and GGUF), on real small files."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from bench import bench_shapes, llama_build
+from bench.bench_shapes_doc import render
+
+ZEN5 = ("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx f16c fma bmi1 avx2 bmi2 avx512f avx512dq "
+        "avx512cd avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16 avx_vnni\n")
+ZEN3 = "flags\t\t: fpu sse2 avx f16c fma bmi1 avx2 bmi2\n"
+SPR = ZEN5.replace("avx_vnni", "avx_vnni amx_tile amx_int8 amx_bf16")
+
+
+def test_flags_follow_cpu_features_and_never_enable_amx() -> None:
+    zen5 = llama_build.cpu_flags(ZEN5)
+    args = llama_build.cmake_args(zen5)
+    assert args.split() == ["-DGGML_NATIVE=OFF", "-DGGML_AVX512=ON", "-DGGML_AVX512_VBMI=ON",
+                            "-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_BF16=ON", "-DGGML_AVX_VNNI=ON"]
+    assert "AMX" not in llama_build.cmake_args(llama_build.cpu_flags(SPR))
+    assert llama_build.cmake_args(llama_build.cpu_flags(ZEN3)) == "-DGGML_NATIVE=OFF"
+    # No AVX2: the baseline options are switched off instead of crashing at load.
+    old = llama_build.cpu_flags("flags : sse2 avx\n")
+    assert "-DGGML_AVX2=OFF" in llama_build.cmake_args(old) and "-DGGML_AVX=OFF" not in llama_build.cmake_args(old)
+
+
+def test_side_venv_is_keyed_by_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AMBER_BENCH_VENV", raising=False)
+    assert llama_build.side_venv(tmp_path, llama_build.cpu_flags(ZEN3)) == tmp_path / "bench-venv"
+    zen5 = llama_build.side_venv(tmp_path, llama_build.cpu_flags(ZEN5))
+    assert zen5 == tmp_path / "bench-venv-avx512-avx512_vbmi-avx512_vnni-avx512_bf16-avx_vnni"
+    # AVX-512 without VNNI is another build, so another venv.
+    assert llama_build.side_venv(tmp_path, llama_build.cpu_flags(ZEN5.replace(" avx512_vnni", ""))) != zen5
+    monkeypatch.setenv("AMBER_BENCH_VENV", str(tmp_path / "mine"))
+    assert llama_build.side_venv(tmp_path, llama_build.cpu_flags(ZEN5)) == tmp_path / "mine"
+
+
+def _model(tmp: Path, external: bool) -> Path:
+    table = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "embed")   # 160 B, 16 B a row
+    w = numpy_helper.from_array(np.ones((4, 8), np.float32), "w")                               # 128 B
+    nodes = [helper.make_node("Gather", ["embed", "ids"], ["h"]), helper.make_node("MatMul", ["h", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [table, w])
+    model = helper.make_model(graph)
+    path = tmp / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=external, all_tensors_to_one_file=True,
+              location="model.onnx.data", size_threshold=0)
+    return tmp
+
+
+@pytest.mark.parametrize("external", [False, True])
+def test_onnx_decode_bytes_counts_one_embedding_row(tmp_path: Path, external: bool) -> None:
+    got = bench_shapes.onnx_decode_bytes(str(_model(tmp_path, external)))
+    assert got == {"decode_bytes": 16 + 128, "initializer_bytes": 160 + 128}
+
+
+def test_onnx_decode_bytes_counts_a_tied_table_whole(tmp_path: Path) -> None:
+    table = numpy_helper.from_array(np.ones((10, 4), np.float32), "embed")
+    nodes = [helper.make_node("Gather", ["embed", "ids"], ["h"]),
+             helper.make_node("MatMul", ["h", "embed_t"], ["y"]), helper.make_node("Transpose", ["embed"], ["embed_t"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], [table])
+    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"))
+    assert bench_shapes.onnx_decode_bytes(str(tmp_path))["decode_bytes"] == 160
+
+
+def _gguf(path: Path, untied: bool) -> Path:
+    import gguf
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tensor("token_embd.weight", np.ones((10, 4), np.float32))       # 160 B
+    w.add_tensor("blk.0.ffn_up.weight", np.ones((8, 4), np.float16))       # 64 B
+    if untied:
+        w.add_tensor("output.weight", np.ones((10, 4), np.float32))       # 160 B
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_gguf_decode_bytes(tmp_path: Path) -> None:
+    tied = bench_shapes.gguf_decode_bytes(str(_gguf(tmp_path / "tied.gguf", False)))
+    assert tied == {"decode_bytes": 224, "tensor_bytes": 224}      # the output reads the whole table
+    untied = bench_shapes.gguf_decode_bytes(str(_gguf(tmp_path / "untied.gguf", True)))
+    assert untied == {"decode_bytes": 16 + 64 + 160, "tensor_bytes": 384}
+
+
+def test_best_llama_config_is_chosen_per_figure_and_rendered() -> None:
+    def eng(p: float, d: float, rss: int, load: float) -> dict:
+        return {"prefill": {"2048": {"tokens_per_s": p}}, "decode": {"100": {"tokens_per_s": d}},
+                "peak_rss_bytes": rss, "load_s": load}
+    llama = {"llama.cpp FA on": eng(100, 10, 300 << 20, 0.5), "llama.cpp FA off": eng(80, 12, 280 << 20, 0.4)}
+    best = bench_shapes._best(llama)
+    assert best["prefill"]["2048"] == {"tokens_per_s": 100, "config": "llama.cpp FA on"}
+    assert best["decode"]["100"] == {"tokens_per_s": 12, "config": "llama.cpp FA off"}
+    assert best["peak_rss_bytes"]["value"] == 280 << 20
+    amber = eng(160, 13, 350 << 20, 1.0)
+    model = {"shape": "0.5b", "quant": "Q4_0", "label": "Qwen2.5-0.5B shape", "plan": {}, "engines": {"Amber": amber, **llama},
+             "best": best, "ratios": {"prefill_2048": 1.6, "decode_100": 13 / 12, "rss": 1.25, "load": 2.5},
+             "bw_share": {"Amber": 0.5, "llama.cpp": 0.45}, "targets": {"prefill_2048": True, "decode_100": False}}
+    text = render({"models": [model], "threads": 2, "facts": {"date": "d", "cpu": "c", "logical_cores": 2,
+                                                                "memory_gib": 1, "os": "o", "python": "p", "ort": "r",
+                                                                "threads": 2, "load_avg": [1.0, 1.0, 1.0]}})
+    assert "1.60× ✅" in text and "1.08× ❌" in text and "1.25× ❌" in text and "50% ❌" in text
+    assert "Targets met: 1 of 2." in text
