@@ -39,20 +39,29 @@ PREFILL_SIZES = (512, 2048)
 DECODE_CONTEXTS = (100, 1000)
 N_CTX = 2304            # llama.cpp's context: room for the 2048 prefill and 1000 + steps (Amber sizes to need)
 TARGETS = {"decode": 1.2, "prefill_2048": 1.5, "rss": 1.2, "bw_share": 0.70}
-LLAMA_CONFIGS = (("llama.cpp FA on", {"flash_attn": True}), ("llama.cpp FA off", {"flash_attn": False}))
+# llama.cpp's OpenMP threads spin while waiting by default; on a busy machine (6 helpers on 2 cores)
+# that makes it 10-80x slower (135M decode: ~1 tok/s spinning, ~100 passive), so its best
+# configuration here is OMP_WAIT_POLICY=PASSIVE (the spinning default runs in quick runs only).
+LLAMA_CONFIGS: tuple[tuple[str, dict[str, Any], dict[str, str]], ...] = (
+    ("llama.cpp FA on", {"flash_attn": True}, {"OMP_WAIT_POLICY": "PASSIVE"}),
+    ("llama.cpp FA off", {"flash_attn": False}, {"OMP_WAIT_POLICY": "PASSIVE"}))
+LLAMA_SPIN = ("llama.cpp FA on, spinning", {"flash_attn": True}, {})
+AMBER_NOSPIN = "Amber, ORT spinning off"   # an experiment: not the engine's path unless it adopts it
 
 
 def plan(shape: str, quick: bool) -> dict[str, Any]:
     """Runs per process, processes per engine, decode steps: affordable at each size on 2 cores."""
     if quick:
         return {"rounds": 1, "runs": 1, "steps": 8, "prefill_runs": {}, "prefill_warmup": 512,
-                "sizes": [512], "contexts": [100]}
+                "sizes": [512], "contexts": [100], "experiments": True}
     if shape == "135m":
-        return {"rounds": 3, "runs": 3, "steps": 64, "prefill_runs": {}, "prefill_warmup": None,
-                "sizes": list(PREFILL_SIZES), "contexts": list(DECODE_CONTEXTS)}
-    big = shape in ("1b", "1.5b")
-    return {"rounds": 2, "runs": 2, "steps": 32, "prefill_runs": {"2048": 1 if big else 2}, "prefill_warmup": 512,
-            "sizes": list(PREFILL_SIZES), "contexts": list(DECODE_CONTEXTS)}
+        return {"rounds": 2, "runs": 3, "steps": 64, "prefill_runs": {}, "prefill_warmup": None,
+                "sizes": list(PREFILL_SIZES), "contexts": list(DECODE_CONTEXTS), "experiments": True}
+    if shape == "0.5b":
+        return {"rounds": 2, "runs": 2, "steps": 32, "prefill_runs": {"2048": 1}, "prefill_warmup": 512,
+                "sizes": list(PREFILL_SIZES), "contexts": list(DECODE_CONTEXTS), "experiments": True}
+    return {"rounds": 1, "runs": 2, "steps": 32, "prefill_runs": {"512": 1, "2048": 1}, "prefill_warmup": 512,
+            "sizes": list(PREFILL_SIZES), "contexts": list(DECODE_CONTEXTS), "experiments": False}
 
 
 def models_root() -> Path:
@@ -85,10 +94,22 @@ def _status_bytes(key: str) -> int:
 
 def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: list[int],
                  decode_contexts: list[int], decode_steps: int, runs: int,
-                 prefill_runs: dict[str, int] | None = None, prefill_warmup: int | None = None) -> dict[str, Any]:
+                 prefill_runs: dict[str, int] | None = None, prefill_warmup: int | None = None,
+                 spinning: bool | None = None) -> dict[str, Any]:
     """Amber's figures through its engine path: `Runner.forward` (IOBinding) and the `Sampler`
-    that `Generator.stream` uses (greedy, the model's generation_config merged as there)."""
+    that `Generator.stream` uses (greedy, the model's generation_config merged as there).
+    `spinning`: an experiment only — sets ORT's `session.intra_op.allow_spinning` (None: the engine's own)."""
     import numpy as np
+
+    if spinning is not None:
+        from engine.runtime import providers
+        plain = providers.session_options
+
+        def with_spinning(threads: int | None = None) -> Any:
+            so = plain(threads)
+            so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+            return so
+        providers.session_options = with_spinning   # type: ignore[assignment]
 
     from engine.api import SamplingParams
     from engine.generation.generate import Generator
@@ -335,21 +356,26 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
             "decode_contexts": p["contexts"], "decode_steps": p["steps"], "runs": p["runs"],
             "prefill_runs": p["prefill_runs"], "prefill_warmup": p["prefill_warmup"]}
     side = common.python_with("llama_cpp")
-    engines: list[tuple[str, str, str, dict[str, Any], str | None]] = [
-        ("Amber", "bench.bench_shapes", "worker_amber", {"model_dir": str(folder), **args}, None)]
-    for name, extra in LLAMA_CONFIGS if side else ():
+    engines: list[tuple[str, str, str, dict[str, Any], str | None, dict[str, str]]] = [
+        ("Amber", "bench.bench_shapes", "worker_amber", {"model_dir": str(folder), **args}, None, {})]
+    if p["experiments"]:
+        engines.append((AMBER_NOSPIN, "bench.bench_shapes", "worker_amber",
+                        {"model_dir": str(folder), **args, "spinning": False}, None, {}))
+    # The spinning default only in a quick run (validation): under load it takes minutes per figure.
+    configs = LLAMA_CONFIGS + ((LLAMA_SPIN,) if quick else ())
+    for name, extra, env in configs if side else ():
         engines.append((name, "bench.bench_compare", "worker_llama",
-                        {"gguf": str(gguf), **args, "n_ctx": N_CTX, "n_batch": 2048, "n_ubatch": 512, **extra}, side))
+                        {"gguf": str(gguf), **args, "n_ctx": N_CTX, "n_batch": 2048, "n_ubatch": 512, **extra}, side, env))
     raw: dict[str, list[tuple[dict[str, Any], int]]] = {}
     errors: dict[str, str] = {}
     label = f"{shape} {quant if shape != '135m' else 'Q4_1'}"
     loads = [common.load_average()]
     for _ in range(p["rounds"]):
-        for name, module, func, wargs, py in engines:
+        for name, module, func, wargs, py, env in engines:
             if name in errors:
                 continue
             try:
-                r = common.run_worker(module, func, wargs, python=py, timeout=3000)
+                r = common.run_worker(module, func, wargs, python=py, timeout=3000, env=env)
             except common.WorkerError as exc:
                 errors[name] = str(exc)[-1500:]
                 print(f"shapes: {label} {name} failed: {str(exc).strip().splitlines()[-1][:300]}", flush=True)
@@ -365,22 +391,23 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
                            "plan": p, "sizes": sizes, "convert": conv, "errors": errors,
                            "load_avg": sum(loads) / len(loads), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                            "engines": {n: _pool(v, p["steps"]) for n, v in raw.items()}}
-    llama = {n: e for n, e in res["engines"].items() if n != "Amber"}
+    # The spinning llama.cpp default is shown, not taken as "best": on this busy VM it only loses.
+    llama = {n: e for n, e in res["engines"].items() if n.startswith("llama.cpp") and n != LLAMA_SPIN[0]}
     amber = res["engines"].get("Amber")
     if not llama or amber is None:
         return res
     best = res["best"] = _best(llama)
-    ratios: dict[str, float] = {}
-    for kind in ("prefill", "decode"):
-        for k, v in best[kind].items():
-            ratios[f"{kind}_{k}"] = amber[kind][k]["tokens_per_s"] / v["tokens_per_s"]
-    ratios["rss"] = amber["peak_rss_bytes"] / best["peak_rss_bytes"]["value"]
-    ratios["load"] = amber["load_s"] / best["load_s"]["value"]
+    ratios = _ratios(amber, best)
     res["ratios"] = ratios
+    if AMBER_NOSPIN in res["engines"]:
+        res["ratios_nospin"] = _ratios(res["engines"][AMBER_NOSPIN], best)
     share: dict[str, float] = {}
     c0 = str(min(int(c) for c in amber["decode"]))
     share["Amber"] = sizes["amber"]["decode_bytes"] * amber["decode"][c0]["tokens_per_s"] / bandwidth
     share["llama.cpp"] = sizes["llama"]["decode_bytes"] * best["decode"][c0]["tokens_per_s"] / bandwidth
+    if AMBER_NOSPIN in res["engines"]:
+        share[AMBER_NOSPIN] = (sizes["amber"]["decode_bytes"] * res["engines"][AMBER_NOSPIN]["decode"][c0]["tokens_per_s"]
+                               / bandwidth)
     res["bw_share"] = share
     res["bw_context"] = c0
     targets = {}
@@ -395,6 +422,16 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
           + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
           + f"; bandwidth share Amber {share['Amber']:.0%}, llama.cpp {share['llama.cpp']:.0%}", flush=True)
     return res
+
+
+def _ratios(amber: dict[str, Any], best: dict[str, Any]) -> dict[str, float]:
+    ratios: dict[str, float] = {}
+    for kind in ("prefill", "decode"):
+        for k, v in best[kind].items():
+            ratios[f"{kind}_{k}"] = amber[kind][k]["tokens_per_s"] / v["tokens_per_s"]
+    ratios["rss"] = amber["peak_rss_bytes"] / best["peak_rss_bytes"]["value"]
+    ratios["load"] = amber["load_s"] / best["load_s"]["value"]
+    return ratios
 
 
 def run(quick: bool = False, shapes: list[str] | None = None, quants: list[str] | None = None,
@@ -414,8 +451,9 @@ def run(quick: bool = False, shapes: list[str] | None = None, quants: list[str] 
     earlier = []
     if save_path.is_file() and not quick:
         try:
+            now = {(sh, q) for sh in shapes for q in (["Q4_1"] if sh == "135m" else quants)}
             earlier = [m for m in json.loads(save_path.read_text()).get("models", [])
-                       if m.get("shape") not in shapes and "failed" not in m]
+                       if (m.get("shape"), m.get("quant")) not in now and "failed" not in m]
         except (OSError, ValueError):
             earlier = []
     with tempfile.TemporaryDirectory(prefix="amber-bench-shapes-") as tmp:
