@@ -365,7 +365,8 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
     configs = LLAMA_CONFIGS + ((LLAMA_SPIN,) if quick else ())
     for name, extra, env in configs if side else ():
         engines.append((name, "bench.bench_compare", "worker_llama",
-                        {"gguf": str(gguf), **args, "n_ctx": N_CTX, "n_batch": 2048, "n_ubatch": 512, **extra}, side, env))
+                        {"gguf": str(gguf), **args, "n_ctx": N_CTX, "n_batch": 2048, "n_ubatch": 512, **extra},
+                        side, env))
     raw: dict[str, list[tuple[dict[str, Any], int]]] = {}
     errors: dict[str, str] = {}
     label = f"{shape} {quant if shape != '135m' else 'Q4_1'}"
@@ -384,12 +385,15 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
             loads.append(common.load_average())
             print(f"shapes: {label} {name}: prefill tok/s "
                   + ", ".join(f"{n}: {int(n) / median(v):.1f}" for n, v in r.data["prefill"].items())
-                  + "; decode tok/s " + ", ".join(f"ctx {c}: {p['steps'] / median(v):.2f}" for c, v in r.data["decode"].items())
+                  + "; decode tok/s "
+                  + ", ".join(f"ctx {c}: {p['steps'] / median(v):.2f}" for c, v in r.data["decode"].items())
                   + f"; peak RSS {r.peak_rss_bytes / 2**20:.0f} MiB; load {r.data['load_s']:.2f} s"
                   + f" (load average {common.load_average():.2f})", flush=True)
-    res: dict[str, Any] = {"shape": shape, "quant": quant if shape != "135m" else "Q4_1", "label": LABELS.get(shape, shape),
+    res: dict[str, Any] = {"shape": shape, "quant": quant if shape != "135m" else "Q4_1",
+                           "label": LABELS.get(shape, shape),
                            "plan": p, "sizes": sizes, "convert": conv, "errors": errors,
-                           "load_avg": sum(loads) / len(loads), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                           "load_avg": sum(loads) / len(loads),
+                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                            "engines": {n: _pool(v, p["steps"]) for n, v in raw.items()}}
     # The spinning llama.cpp default is shown, not taken as "best": on this busy VM it only loses.
     llama = {n: e for n, e in res["engines"].items() if n.startswith("llama.cpp") and n != LLAMA_SPIN[0]}
@@ -401,27 +405,49 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
     res["ratios"] = ratios
     if AMBER_NOSPIN in res["engines"]:
         res["ratios_nospin"] = _ratios(res["engines"][AMBER_NOSPIN], best)
-    share: dict[str, float] = {}
+    _score(res, bandwidth)
+    print(f"shapes: {label}: Amber ÷ llama.cpp (best per figure) "
+          + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
+          + f"; bandwidth share Amber {res['bw_share']['Amber']:.0%}, llama.cpp {res['bw_share']['llama.cpp']:.0%}",
+          flush=True)
+    return res
+
+
+def _score(m: dict[str, Any], bandwidth: float) -> None:
+    """Bandwidth shares (weight bytes per decode step × tok/s at the shortest context ÷ `bandwidth`)
+    and the targets met, from a model's stored figures."""
+    amber, best, ratios, sizes = m["engines"]["Amber"], m["best"], m["ratios"], m["sizes"]
     c0 = str(min(int(c) for c in amber["decode"]))
-    share["Amber"] = sizes["amber"]["decode_bytes"] * amber["decode"][c0]["tokens_per_s"] / bandwidth
-    share["llama.cpp"] = sizes["llama"]["decode_bytes"] * best["decode"][c0]["tokens_per_s"] / bandwidth
-    if AMBER_NOSPIN in res["engines"]:
-        share[AMBER_NOSPIN] = (sizes["amber"]["decode_bytes"] * res["engines"][AMBER_NOSPIN]["decode"][c0]["tokens_per_s"]
-                               / bandwidth)
-    res["bw_share"] = share
-    res["bw_context"] = c0
-    targets = {}
-    for c in amber["decode"]:
-        targets[f"decode_{c}"] = ratios[f"decode_{c}"] >= TARGETS["decode"]
+    share = {"Amber": sizes["amber"]["decode_bytes"] * amber["decode"][c0]["tokens_per_s"] / bandwidth,
+             "llama.cpp": sizes["llama"]["decode_bytes"] * best["decode"][c0]["tokens_per_s"] / bandwidth}
+    if AMBER_NOSPIN in m["engines"]:
+        nospin = m["engines"][AMBER_NOSPIN]["decode"][c0]["tokens_per_s"]
+        share[AMBER_NOSPIN] = sizes["amber"]["decode_bytes"] * nospin / bandwidth
+    m["bw_share"], m["bw_context"], m["bw_used"] = share, c0, bandwidth
+    targets = {f"decode_{c}": ratios[f"decode_{c}"] >= TARGETS["decode"] for c in amber["decode"]}
     if "prefill_2048" in ratios:
         targets["prefill_2048"] = ratios["prefill_2048"] >= TARGETS["prefill_2048"]
     targets["rss"] = ratios["rss"] <= TARGETS["rss"]
     targets["bw_share"] = share["Amber"] >= TARGETS["bw_share"]
-    res["targets"] = targets
-    print(f"shapes: {label}: Amber ÷ llama.cpp (best per figure) "
-          + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
-          + f"; bandwidth share Amber {share['Amber']:.0%}, llama.cpp {share['llama.cpp']:.0%}", flush=True)
-    return res
+    m["targets"] = targets
+
+
+def finalize(results: dict[str, Any]) -> dict[str, Any]:
+    """Scores every model against the best bandwidth measured in the run (the copies are timed under
+    the same load as everything else, so the fastest one is the nearest to the machine's limit)."""
+    samples = [results.get("bandwidth"), results.get("bandwidth_end"), *results.get("bandwidth_samples", [])]
+    bw = max(b["bytes_per_s"] for b in samples if b)
+    results["bandwidth_used"] = bw
+    results["targets"] = {}
+    for m in results["models"]:
+        if "ratios" not in m:
+            continue
+        _score(m, bw)
+        for k, met in m["targets"].items():
+            value = m["bw_share"]["Amber"] if k == "bw_share" else m["ratios"][k]
+            results["targets"][f"{m['shape']}_{m['quant']}_{k}"] = {"value": value, "target": _target_text(k),
+                                                                   "met": met}
+    return results
 
 
 def _ratios(amber: dict[str, Any], best: dict[str, Any]) -> dict[str, float]:
@@ -444,7 +470,7 @@ def run(quick: bool = False, shapes: list[str] | None = None, quants: list[str] 
     results: dict[str, Any] = {"quick": quick, "threads": common.THREADS, "models": [], "load_before": load_before}
     bw = _child_bench("worker_bandwidth", {"threads": common.THREADS})[0]
     results["bandwidth"] = bw
-    print(f"shapes: memory bandwidth (numpy copy, best of 5): "
+    print("shapes: memory bandwidth (numpy copy, best of 5): "
           + ", ".join(f"{k}: {v / 1e9:.1f} GB/s" for k, v in bw.items() if k.startswith("copy_")), flush=True)
     results["llama_build"] = _llama_build()
     # Models measured earlier and not now keep their rows (each says when and under what load).
@@ -459,6 +485,9 @@ def run(quick: bool = False, shapes: list[str] | None = None, quants: list[str] 
     with tempfile.TemporaryDirectory(prefix="amber-bench-shapes-") as tmp:
         for shape in shapes:
             for quant in (["Q4_1"] if shape == "135m" else quants):
+                if results["models"]:   # the bandwidth again between models (the load moves)
+                    results.setdefault("bandwidth_samples", []).append(
+                        _child_bench("worker_bandwidth", {"threads": common.THREADS})[0])
                 try:
                     results["models"].append(measure_model(shape, quant, quick, bw["bytes_per_s"], Path(tmp)))
                 except Exception as exc:   # noqa: BLE001 - one model failing is reported; the others still run
@@ -473,12 +502,7 @@ def run(quick: bool = False, shapes: list[str] | None = None, quants: list[str] 
     bw2 = _child_bench("worker_bandwidth", {"threads": common.THREADS})[0]
     results["bandwidth_end"] = bw2
     results["facts"] = common.machine_facts()
-    results["targets"] = {f"{m['shape']}_{m['quant']}_{k}": {"value": m["ratios"].get(k, m.get("bw_share", {}).get("Amber")),
-                                                             "target": _target_text(k), "met": v}
-                          for m in results["models"] for k, v in m.get("targets", {}).items()}
-    for t in results["targets"].values():
-        if t["value"] is None:
-            t["value"] = float("nan")
+    finalize(results)
     save_path.write_text(json.dumps(results, indent=1, default=str))
     print(f"shapes: results saved to {save_path}", flush=True)
     return results
@@ -517,6 +541,6 @@ def section(res: dict[str, Any]) -> Section:
 
 if __name__ == "__main__":
     # `python -m bench.bench_shapes RESULTS.json`: writes the section from saved results (a run cut short).
-    data = json.loads(Path(sys.argv[1]).read_text())
+    data = finalize(json.loads(Path(sys.argv[1]).read_text()))
     common.write_section(section(data))
     print(ok(True), "section written", flush=True)

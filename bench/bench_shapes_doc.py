@@ -64,12 +64,15 @@ def detail_table(m: dict[str, Any]) -> str:
                        f"{m['ratios']['decode_' + c]:.2f}×" if "ratios" in m else "—"])
     b = best.get("peak_rss_bytes", {})
     rows.append(["peak RSS (MiB)"] + [f"{engines[e]['peak_rss_bytes'] / MIB:.0f}" for e in names]
-                + [b.get("config", "—").replace("llama.cpp ", ""), f"{m['ratios']['rss']:.2f}×" if "ratios" in m else "—"])
-    rows.append(["RSS after load (MiB)"] + [f"{engines[e]['rss_after_load'] / MIB:.0f}" if engines[e].get("rss_after_load")
-                                            else "—" for e in names] + ["", ""])
+                + [b.get("config", "—").replace("llama.cpp ", ""),
+                   f"{m['ratios']['rss']:.2f}×" if "ratios" in m else "—"])
+    rows.append(["RSS after load (MiB)"]
+                + [f"{engines[e]['rss_after_load'] / MIB:.0f}" if engines[e].get("rss_after_load") else "—"
+                   for e in names] + ["", ""])
     b = best.get("load_s", {})
     rows.append(["model load (s)"] + [f"{engines[e]['load_s']:.2f}" for e in names]
-                + [b.get("config", "—").replace("llama.cpp ", ""), f"{m['ratios']['load']:.2f}×" if "ratios" in m else "—"])
+                + [b.get("config", "—").replace("llama.cpp ", ""),
+                   f"{m['ratios']['load']:.2f}×" if "ratios" in m else "—"])
     return table(["figure"] + names + ["best llama.cpp", "Amber ÷ best"], rows)
 
 
@@ -87,16 +90,16 @@ def render(res: dict[str, Any]) -> str:
     out = [
         "Written by `python -m bench compare --shapes 135m,0.5b,1b,1.5b` (`bench/bench_shapes.py`). "
         "The default SmolLM2-135M GGUF (Q4_1, real weights) and random-weight GGUFs of real shapes, written as F16 "
-        "by `bench_convert.write_gguf` and quantized by llama.cpp's own quantizer (`llama_model_quantize`: Q4_K_M mixes "
-        "Q4_K / Q5_0 / Q6_K / Q8_0 as downloaded models do); Amber converts each GGUF (fast mode, the default). Same "
-        f"token ids (random ids), {res.get('threads', common.THREADS)} threads, greedy. Each configuration runs in "
-        "fresh processes, interleaved (Amber, llama.cpp flash attention on, off, then again), runs pooled "
-        "(medians); peak RSS is the largest of a configuration's processes (wait4). Both engines do the same work "
+        "by `bench_convert.write_gguf` and quantized by llama.cpp's own quantizer (`llama_model_quantize`: "
+        "Q4_K_M mixes Q4_K / Q5_0 / Q6_K / Q8_0 as downloaded models do); Amber converts each GGUF (fast mode, "
+        f"the default). Same token ids (random ids), {res.get('threads', common.THREADS)} threads, greedy. "
+        "Each configuration runs in fresh processes, interleaved (Amber, llama.cpp flash attention on, off, then "
+        "again), runs pooled (medians); peak RSS is the largest of a configuration's processes (wait4). Both engines do the same work "
         "in a process: prefills of 512 and 2048 tokens, then decodes after contexts of 100 and 1000 tokens. "
         "Amber runs its engine path (`Runner.forward` with IOBinding, greedy `Sampler` as `Generator.stream` uses "
-        f"it); llama.cpp `Llama.eval` with n_ctx {N_CTX}, n_batch 2048, n_ubatch 512, OMP_WAIT_POLICY=PASSIVE, and each "
-        "figure takes the better of flash attention on / off (the detail tables say which won). PASSIVE because "
-        "this VM is shared: with its OpenMP threads spinning (llama.cpp's default) llama.cpp ran 10–80× slower "
+        f"it); llama.cpp `Llama.eval` with n_ctx {N_CTX}, n_batch 2048, n_ubatch 512, OMP_WAIT_POLICY=PASSIVE, "
+        "and each figure takes the better of flash attention on / off (the detail tables say which won). PASSIVE "
+        "because this VM is shared: with its OpenMP threads spinning (llama.cpp's default) llama.cpp ran 10–80× slower "
         "whenever other processes wanted the cores (see the notes below).",
         "",
         f"**Targets** (Amber ÷ llama.cpp's best): decode ≥ {TARGETS['decode']}× at contexts 100 and 1000, prefill 2048 "
@@ -119,15 +122,18 @@ def render(res: dict[str, Any]) -> str:
     out += ["- 4 sessions generating together, aggregate decode ÷ one session (target ≥ 2.5×): measured by "
             "perf-batch's bench, not this one — see its section.", ""]
     if bw:
-        out.append(f"- Memory bandwidth (numpy copy of 2 × 1 GiB, read + write bytes counted, best of 5): "
+        out.append("- Memory bandwidth (numpy copy of 2 × 1 GiB, read + write bytes counted, best of 5): "
                    + ", ".join(f"{k.split('_')[1]}: {v / 1e9:.1f} GB/s" for k, v in bw.items() if k.startswith("copy_"))
-                   + (f" at the start; " + ", ".join(f"{k.split('_')[1]}: {v / 1e9:.1f} GB/s" for k, v in bw_end.items()
-                                                    if k.startswith("copy_")) + " at the end" if bw_end else "")
-                   + f". The share uses {bw.get('bytes_per_s', 0) / 1e9:.1f} GB/s.")
+                   + ("; at the end " + ", ".join(f"{k.split('_')[1]}: {v / 1e9:.1f} GB/s" for k, v in bw_end.items()
+                                                    if k.startswith("copy_")) if bw_end else "")
+                   + f". The shares use the best copy of the run, "
+                     f"{res.get('bandwidth_used', bw.get('bytes_per_s', 0)) / 1e9:.1f} GB/s (the copies ran under the "
+                     "same load as the engines; an idle machine would give more, so the shares are upper bounds).")
     if version or sysinfo:
         how = (f"built with `{build['stamp']}`" if build.get("stamp") else
                "build flags not recorded (a venv made before `python -m bench deps` wrote them)")
-        out.append(f"- llama.cpp: llama-cpp-python {version or '?'}, {how} (venv `{build.get('venv', '?').split('/')[-1]}`; "
+        venv = build.get("venv", "?").split("/")[-1]
+        out.append(f"- llama.cpp: llama-cpp-python {version or '?'}, {how} (venv `{venv}`; "
                    f"`python -m bench deps` picks `{build.get('cmake_args', '?')}` for this CPU)"
                    + (f"; system_info: `{sysinfo.strip()}`" if sysinfo else ""))
     if build.get("cpu_flags"):
@@ -139,7 +145,8 @@ def render(res: dict[str, Any]) -> str:
         sizes = m.get("sizes", {})
         head = f"**{m['label']}, {m['quant']}**"
         if sizes:
-            head += (f" — GGUF {sizes['gguf_file_bytes'] / MIB:.0f} MiB, Amber's ONNX {sizes['onnx_file_bytes'] / MIB:.0f} MiB; "
+            head += (f" — GGUF {sizes['gguf_file_bytes'] / MIB:.0f} MiB, "
+                     f"Amber's ONNX {sizes['onnx_file_bytes'] / MIB:.0f} MiB; "
                      f"weight bytes per decoded token: Amber {sizes['amber']['decode_bytes'] / MIB:.0f} MiB, "
                      f"llama.cpp {sizes['llama']['decode_bytes'] / MIB:.0f} MiB")
         if m.get("convert"):

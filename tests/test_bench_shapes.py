@@ -101,7 +101,8 @@ def test_best_llama_config_is_chosen_per_figure_and_rendered() -> None:
     assert best["decode"]["100"] == {"tokens_per_s": 12, "config": "llama.cpp FA off"}
     assert best["peak_rss_bytes"]["value"] == 280 << 20
     amber = eng(160, 13, 350 << 20, 1.0)
-    model = {"shape": "0.5b", "quant": "Q4_0", "label": "Qwen2.5-0.5B shape", "plan": {}, "engines": {"Amber": amber, **llama},
+    model = {"shape": "0.5b", "quant": "Q4_0", "label": "Qwen2.5-0.5B shape", "plan": {},
+             "engines": {"Amber": amber, **llama},
              "best": best, "ratios": {"prefill_2048": 1.6, "decode_100": 13 / 12, "rss": 1.25, "load": 2.5},
              "bw_share": {"Amber": 0.5, "llama.cpp": 0.45}, "targets": {"prefill_2048": True, "decode_100": False}}
     text = render({"models": [model], "threads": 2, "facts": {"date": "d", "cpu": "c", "logical_cores": 2,
