@@ -87,29 +87,26 @@ def render(res: dict[str, Any]) -> str:
                     if e.get("system_info")), None)
     version = next((e.get("version") for m in models for n, e in m.get("engines", {}).items()
                     if n != "Amber" and e.get("version")), None)
-    out = [
-        "Written by `python -m bench compare --shapes 135m,0.5b,1b,1.5b` (`bench/bench_shapes.py`). "
-        "The default SmolLM2-135M GGUF (Q4_1, real weights) and random-weight GGUFs of real shapes, written as F16 "
-        "by `bench_convert.write_gguf` and quantized by llama.cpp's own quantizer (`llama_model_quantize`: "
-        "Q4_K_M mixes Q4_K / Q5_0 / Q6_K / Q8_0 as downloaded models do); Amber converts each GGUF (fast mode, "
-        f"the default). Same token ids (random ids), {res.get('threads', common.THREADS)} threads, greedy. "
-        "Each configuration runs in fresh processes, interleaved (Amber, llama.cpp flash attention on, off, then "
-        "again), runs pooled (medians); peak RSS is the largest of a configuration's processes (wait4). "
-        "Both engines do the same work in a process: prefills of 512 and 2048 tokens, then decodes after contexts of 100 and 1000 tokens. "
-        "Amber runs its engine path (`Runner.forward` with IOBinding, greedy `Sampler` as `Generator.stream` uses "
-        f"it); llama.cpp `Llama.eval` with n_ctx {N_CTX}, n_batch 2048, n_ubatch 512, OMP_WAIT_POLICY=PASSIVE, "
-        "and each figure takes the better of flash attention on / off (the detail tables say which won). PASSIVE "
-        "because this VM is shared: with its OpenMP threads spinning (llama.cpp's default) llama.cpp ran 10–80× slower "
-        "whenever other processes wanted the cores (see the notes below).",
-        "",
-        f"**Targets** (Amber ÷ llama.cpp's best): decode ≥ {TARGETS['decode']}× at contexts 100 and 1000, prefill 2048 "
-        f"≥ {TARGETS['prefill_2048']}×, peak RSS ≤ {TARGETS['rss']}×, decode bandwidth share ≥ "
+    intro = (
+        "Written by `python -m bench compare --shapes 135m,0.5b,1b,1.5b` (`bench/bench_shapes.py`). The default "
+        "SmolLM2-135M GGUF (Q4_1, real weights) and random-weight GGUFs of real shapes, written as F16 by "
+        "`bench_convert.write_gguf` and quantized by llama.cpp's own quantizer (`llama_model_quantize`: Q4_K_M "
+        "mixes Q4_K / Q5_0 / Q6_K / Q8_0 as downloaded models do); Amber converts each GGUF (fast mode, the "
+        f"default). Same token ids (random ids), {res.get('threads', common.THREADS)} threads, greedy. Each "
+        "configuration runs in fresh processes, interleaved (Amber, llama.cpp flash attention on, off, then again), "
+        "runs pooled (medians); peak RSS is the largest of a configuration's processes (wait4). Both engines do the "
+        "same work in a process: prefills of 512 and 2048 tokens, then decodes after contexts of 100 and 1000 "
+        "tokens. Amber runs its engine path (`Runner.forward` with IOBinding, greedy `Sampler` as "
+        f"`Generator.stream` uses it); llama.cpp `Llama.eval` with n_ctx {N_CTX}, n_batch 2048, n_ubatch 512, "
+        "OMP_WAIT_POLICY=PASSIVE, and each figure takes the better of flash attention on / off (the detail tables "
+        "say which won). PASSIVE because this VM is shared: with its OpenMP threads spinning (llama.cpp's "
+        "default) llama.cpp ran 10–80× slower whenever other processes wanted the cores (see the notes below).")
+    targets_line = (
+        f"**Targets** (Amber ÷ llama.cpp's best): decode ≥ {TARGETS['decode']}× at contexts 100 and 1000, "
+        f"prefill 2048 ≥ {TARGETS['prefill_2048']}×, peak RSS ≤ {TARGETS['rss']}×, decode bandwidth share ≥ "
         f"{TARGETS['bw_share']:.0%} (bytes of weights one decode step reads × tok/s at context 100 ÷ the measured "
-        "memory bandwidth).",
-        "",
-        summary_table(models, TARGETS),
-        "",
-    ]
+        "memory bandwidth).")
+    out = [intro, "", targets_line, "", summary_table(models, TARGETS), ""]
     met = [v for m in models for v in m.get("targets", {}).values()]
     if met:
         out += [f"Targets met: {sum(met)} of {len(met)}.", ""]
