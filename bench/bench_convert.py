@@ -82,7 +82,8 @@ def write_gguf(path: Path, shape: dict[str, int], wtype: str, seed: int = 0) -> 
     w.add_tokenizer_pre("llama-bpe" if shape.get("llama") else "qwen2")
     w.add_token_list(tokens)
     w.add_token_types([3 if t in specials else 1 for t in tokens])
-    w.add_token_merges([])
+    # A few real merges ("t" + "0" -> "t0"): llama.cpp refuses a BPE vocabulary without any.
+    w.add_token_merges([f"t {i}" for i in range(10)])
     w.add_bos_token_id(tokens.index("<|im_start|>"))
     w.add_eos_token_id(tokens.index("<|im_end|>"))
     qt = {"F16": QT.F16, "Q4_0": QT.Q4_0, "Q8_0": QT.Q8_0}[wtype]
