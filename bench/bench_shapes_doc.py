@@ -105,7 +105,8 @@ def render(res: dict[str, Any]) -> str:
         f"**Targets** (Amber ÷ llama.cpp's best): decode ≥ {TARGETS['decode']}× at contexts 100 and 1000, "
         f"prefill 2048 ≥ {TARGETS['prefill_2048']}×, peak RSS ≤ {TARGETS['rss']}×, decode bandwidth share ≥ "
         f"{TARGETS['bw_share']:.0%} (bytes of weights one decode step reads × tok/s at context 100 ÷ the measured "
-        "memory bandwidth).")
+        "memory bandwidth). Speeds: Amber's tok/s ÷ llama.cpp's (higher is better for Amber); peak RSS and load "
+        "time: Amber's bytes or seconds ÷ llama.cpp's (lower is better).")
     out = [intro, "", targets_line, "", summary_table(models, TARGETS), ""]
     met = [v for m in models for v in m.get("targets", {}).values()]
     if met:

@@ -306,6 +306,7 @@ class Section:
 
 ORDER = {"summary": 0, "engine": 10, "compare": 20, "sessions": 30, "prefix": 35, "store": 40, "convert": 45, "gui": 50,
          "server": 60}
+ORDER.update({"perf18": 21, "perf18-notes": 22})   # issue 18: real sizes, then what the figures show
 HEADER = """# Amber benchmarks
 
 Written by `make bench` (`python -m bench [engine|compare|sessions|prefix|store|gui ...] [--quick]`).
