@@ -51,6 +51,11 @@ def worker_llama(gguf: str, threads: int, tokens_file: str, prefill_sizes: list[
     out: dict[str, Any] = {"load_s": time.perf_counter() - t0, "version": llama_cpp.__version__,
                            "prefill": {}, "decode": {}, "flash_attn": flash_attn,
                            "n_ctx": n_ctx, "n_batch": n_batch, "n_ubatch": n_ubatch}
+    try:   # this process's resident bytes once the model is loaded (Linux)
+        status = Path("/proc/self/status").read_text().splitlines()
+        out["rss_after_load"] = next(int(x.split()[1]) * 1024 for x in status if x.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError):
+        pass
     n_vocab = llm.n_vocab()
     try:
         out["system_info"] = llama_cpp.llama_print_system_info().decode()
