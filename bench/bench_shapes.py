@@ -30,6 +30,7 @@ from typing import Any
 
 from . import common
 from .common import Section, median, ok
+from .weight_bytes import gguf_decode_bytes, onnx_decode_bytes, worker_bandwidth  # noqa: F401 (workers)
 
 FTYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15}      # llama_ftype values
 LABELS = {"135m": "SmolLM2-135M (default model)", "0.5b": "Qwen2.5-0.5B shape", "1b": "Llama-3.2-1B shape",
@@ -166,76 +167,6 @@ def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
         out.setdefault("greedy", {})[str(ctx)] = seq[:16]
     out["rss_hwm"] = _status_bytes("VmHWM")
     return out
-
-
-def worker_bandwidth(mib: int = 1024, runs: int = 5, threads: int = 2) -> dict[str, Any]:
-    """Memory bandwidth from large numpy copies (read + write bytes per second, as STREAM's copy
-    counts them), with 1 and `threads` threads (numpy releases the GIL while copying); best of runs."""
-    import threading
-
-    import numpy as np
-    n = (mib << 20) // 8
-    src = np.ones(n, dtype=np.float64)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)           # fault both in
-    out: dict[str, Any] = {"bytes_per_copy": 2 * src.nbytes}
-    for t in sorted({1, max(1, threads)}):
-        parts = np.array_split(np.arange(n), t)
-        bounds = [(int(p[0]), int(p[-1]) + 1) for p in parts]
-        best = 0.0
-        for _ in range(runs):
-            def copy(lo: int, hi: int) -> None:
-                np.copyto(dst[lo:hi], src[lo:hi])
-            ths = [threading.Thread(target=copy, args=b) for b in bounds]
-            start = time.perf_counter()
-            for th in ths:
-                th.start()
-            for th in ths:
-                th.join()
-            best = max(best, 2 * src.nbytes / (time.perf_counter() - start))
-        out[f"copy_{t}t_bytes_per_s"] = best
-    out["bytes_per_s"] = max(v for k, v in out.items() if k.startswith("copy_"))
-    return out
-
-
-def onnx_decode_bytes(folder: str) -> dict[str, int]:
-    """Initializer bytes one decode step reads: every initializer in full, except tables read only
-    by Gather ops (the embedding lookup), which count one row."""
-    import math
-    from collections import defaultdict
-
-    import onnx
-    from onnx import helper
-    m = onnx.load(str(Path(folder) / "model.onnx"), load_external_data=False)
-    consumers: dict[str, list[str]] = defaultdict(list)
-    for node in m.graph.node:
-        for name in node.input:
-            consumers[name].append(node.op_type)
-    total = full = 0
-    for t in m.graph.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            n = int({e.key: e.value for e in t.external_data}.get("length", 0))
-        else:
-            n = len(t.raw_data) or math.prod(t.dims) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-        full += n
-        ops = consumers.get(t.name, [])
-        if ops and t.dims and all(op.startswith("Gather") for op in ops):
-            n //= max(1, int(t.dims[0]))
-        total += n
-    return {"decode_bytes": total, "initializer_bytes": full}
-
-
-def gguf_decode_bytes(path: str) -> dict[str, int]:
-    """Tensor bytes one llama.cpp decode step reads: all tensors, except that token_embd counts
-    one row when the model has its own output.weight (tied models read it whole, as the output)."""
-    from gguf import GGUFReader
-    tensors = {t.name: t for t in GGUFReader(path, "r").tensors}
-    full = sum(int(t.n_bytes) for t in tensors.values())
-    total = full
-    emb = tensors.get("token_embd.weight")
-    if emb is not None and "output.weight" in tensors:
-        total -= int(emb.n_bytes) - int(emb.n_bytes) // int(emb.shape[-1])
-    return {"decode_bytes": total, "tensor_bytes": full}
 
 
 def worker_bytes(gguf: str, folder: str) -> dict[str, Any]:
