@@ -61,7 +61,7 @@ def plan(shape: str, quick: bool) -> dict[str, Any]:
                 "sizes": list(PREFILL_SIZES), "contexts": list(DECODE_CONTEXTS), "experiments": True}
     if shape == "0.5b":
         return {"rounds": 1, "runs": 2, "steps": 32, "prefill_runs": {"512": 1, "2048": 1}, "prefill_warmup": 512,
-                "sizes": list(PREFILL_SIZES), "contexts": list(DECODE_CONTEXTS), "experiments": False}
+                "sizes": list(PREFILL_SIZES), "contexts": list(DECODE_CONTEXTS), "experiments": True}
     return {"rounds": 1, "runs": 1, "steps": 16, "prefill_runs": {}, "prefill_warmup": 512,
             "sizes": list(PREFILL_SIZES), "contexts": list(DECODE_CONTEXTS), "experiments": False}
 
