@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from engine.api import SamplingParams, SessionKind
-from engine.generation.generate import collect
+from engine.generation.generate import Generator, collect
 from engine.kvstore.kvfile import read_kv_file
 from engine.runtime import kvcache as kvcache_mod
 from engine.runtime.kvcache import STAGED, KVCache, SnapshotLost, live_device_buffers
@@ -404,3 +404,37 @@ def test_resume_uploads_once_into_buffers_sized_for_the_turn(tiny_model, manager
     assert r.figures.resume == "disk" and r.figures.reused_tokens == 47
     assert transfers.on("MainThread").count("upload") == 2 * tiny_model.kv.n_layers
     assert "download" not in transfers.on("MainThread")
+
+
+def test_float16_variant_saves_and_resumes_on_a_staged_cache(tiny_dir, tmp_path):
+    """The GPU variant's float16 KV through the device paths: same tokens as its CPU cache, saved
+    as float16 (its own dtype) and resumed losslessly."""
+    from engine.runtime.model import load_model
+    fp16 = load_model(tiny_dir, provider="cpu", threads=1, variant="fp16")
+    assert fp16.kv.dtype == np.float16
+    runner = Runner(fp16)
+    a, la = run_steps(runner, runner.new_cache(), P1, 8)
+    b, lb = run_steps(runner, KVCache(fp16.kv, device=STAGED), P1, 8)
+    assert a == b and np.array_equal(la, lb)
+
+    state = tmp_path / "state"
+    m = SessionManager(fp16, state, block_tokens=B)
+    m.generator.runner.kv_device = STAGED
+    try:
+        s = sid()
+        m.open(s, SessionKind.PINNED)
+        t1 = collect(m.generate_tokens(s, P1, greedy())).token_ids
+        at_save = cache_of(m, s).export(0, 47)
+        assert m.wait_for_saves(60) and m.info(s).save_error is None
+        tokens, kv = saved_kv(m, state, s)
+        assert kv.dtype == np.float16 and tokens == (P1 + t1)[:47]
+        np.testing.assert_array_equal(kv, at_save)
+        m.close(s)
+        p2 = P1 + t1 + EXTRA
+        m.open(s)
+        r = collect(m.generate_tokens(s, p2, greedy()))
+        assert r.figures.resume == "disk" and r.figures.reused_tokens == 47
+        want = collect(Generator(fp16).stream(KVCache(fp16.kv), p2, greedy())).token_ids
+        assert r.token_ids == want
+    finally:
+        m.shutdown(timeout=5)
