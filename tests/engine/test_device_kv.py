@@ -24,7 +24,7 @@ from engine.api import SamplingParams, SessionKind
 from engine.generation.generate import Generator, collect
 from engine.kvstore.kvfile import read_kv_file
 from engine.runtime import kvcache as kvcache_mod
-from engine.runtime.kvcache import STAGED, KVCache, SnapshotLost, live_device_buffers
+from engine.runtime.kvcache import STAGED, KVCache, KVSnapshot, SnapshotLost, live_device_buffers
 from engine.runtime.model import KVLayout
 from engine.runtime.runner import Runner
 from engine.sessions.manager import SessionManager
@@ -199,6 +199,65 @@ def test_a_snapshot_left_too_long_is_dropped_not_waited_for_forever(monkeypatch)
     cache.ort_values()        # went ahead after the wait
     with pytest.raises(SnapshotLost, match="changed before it was copied"):
         snap.export(0, 40)
+
+
+OPS = ["append", "truncate", "snapshot", "check", "upload", "download", "reserve", "clear"]
+WEIGHTS = [0.3, 0.12, 0.15, 0.12, 0.12, 0.07, 0.07, 0.05]
+
+
+def _check_one(snaps: list[tuple[KVSnapshot, np.ndarray]], i: int, outcomes: dict[str, int], seed: int) -> None:
+    snap, want = snaps.pop(i % len(snaps))
+    try:
+        got = snap.export(0, snap.n)
+    except SnapshotLost:
+        outcomes["lost"] += 1
+        return
+    finally:
+        snap.release()
+    np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")
+    outcomes["exact"] += 1
+
+
+@pytest.mark.parametrize("device", ["cpu", STAGED])
+def test_a_snapshot_exports_what_it_saw_or_says_it_cannot(device, monkeypatch) -> None:
+    """300 seeded random sequences of cache operations (one thread: a conflicting write waits
+    briefly, then drops the snapshot): each snapshot exports exactly the KV at the time it was
+    taken, or raises SnapshotLost; never other KV. The cache itself always holds what was written."""
+    monkeypatch.setattr(kvcache_mod, "SNAPSHOT_WAIT_S", 0.001)
+    outcomes = {"exact": 0, "lost": 0}
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        cache = KVCache(LAYOUT, device=device)
+        ref = np.zeros((2, 2, 2, 0, 4), np.float32)
+        snaps: list[tuple[KVSnapshot, np.ndarray]] = []
+        for _ in range(30):
+            op = rng.choice(OPS, p=WEIGHTS)
+            if op == "append":
+                n = int(rng.integers(1, 40))
+                if len(cache) + n <= 300:
+                    block = rng.standard_normal((2, 2, 2, n, 4)).astype(np.float32)
+                    cache.append_block(block, list(range(n)))
+                    ref = np.concatenate([ref, block], axis=3)
+            elif op == "truncate":
+                cache.truncate(int(rng.integers(0, len(cache) + 1)))
+                ref = ref[:, :, :, :len(cache)]
+            elif op == "reserve":
+                cache.reserve(int(rng.integers(0, 600)))
+            elif op == "upload":
+                cache.ort_values()
+            elif op == "download":
+                assert len(cache.keys) == 2        # on a device: a download into host staging
+            elif op == "clear":
+                cache.clear()
+                ref = ref[:, :, :, :0]
+            elif op == "snapshot":
+                snaps.append((cache.snapshot(), ref.copy()))
+            elif op == "check" and snaps:
+                _check_one(snaps, int(rng.integers(0, 10)), outcomes, seed)
+        while snaps:
+            _check_one(snaps, 0, outcomes, seed)
+        np.testing.assert_array_equal(cache.export(0, len(cache)), ref, err_msg=f"seed {seed}")
+    assert outcomes["exact"] > 100 and outcomes["lost"] > 10, outcomes     # both paths were taken
 
 
 # ---- the runner over a staged cache ------------------------------------------------------------
