@@ -201,8 +201,10 @@ class SessionFiles:
     def publish_async(self, s: _Session) -> None:
         """`publish_blocks` from a snapshot in the writer (a device cache: the copy is a download)."""
         assert s.cache is not None
-        snap = s.cache.snapshot()
         salt = s.salt
+        if all(self.prefix.has_memory(k) for k in self.store.keys_for(s.cache.tokens, salt)):
+            return      # nothing new: no download
+        snap = s.cache.snapshot()
 
         def job() -> None:
             with snap:

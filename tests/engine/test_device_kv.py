@@ -497,3 +497,23 @@ def test_float16_variant_saves_and_resumes_on_a_staged_cache(tiny_dir, tmp_path)
         assert r.token_ids == want
     finally:
         m.shutdown(timeout=5)
+
+
+def test_a_regular_device_chat_shares_its_blocks_from_the_writer(tiny_model, managers, transfers):
+    """A regular chat's full blocks reach the prefix cache's memory tier from a snapshot copied in
+    the writer; another chat then reuses them (uploaded into its own buffers)."""
+    m = managers()
+    a = sid()
+    m.open(a, SessionKind.REGULAR)
+    collect(m.generate_tokens(a, P1, greedy()))
+    assert "download" not in transfers.on("MainThread") and "export" not in transfers.on("MainThread")
+    assert m.wait_for_saves(60)
+    assert "download" in transfers.on(WRITER)
+    b = sid()
+    m.open(b, SessionKind.TEMPORARY)
+    r = collect(m.generate_tokens(b, P1[:32] + EXTRA, greedy()))
+    assert r.figures.cache_tokens_memory == 2 * B
+    ref = managers(device="cpu", state_dir=m.state_dir.parent / "ref")
+    c = sid()
+    ref.open(c, SessionKind.TEMPORARY)
+    assert r.token_ids == collect(ref.generate_tokens(c, P1[:32] + EXTRA, greedy())).token_ids
