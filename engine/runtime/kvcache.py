@@ -206,6 +206,13 @@ class KVCache:
         if self.layout.shared_buffer:
             with self._cond:
                 self._guards.append(snap)
+            now = self.tokens
+            if now[:snap.n] != tokens:
+                # Taken off the generating thread (pin() during a turn) as a truncate ran: only
+                # the prefix both agree on is certain to be what the buffers hold.
+                keep = next((i for i, (a, b) in enumerate(zip(now, tokens, strict=False)) if a != b),
+                            min(len(now), len(tokens)))
+                snap.tokens, snap.n = tokens[:keep], keep
         return snap
 
     def unguard(self, snap: KVSnapshot) -> None:
