@@ -1,6 +1,6 @@
 """`make gpu-check`: the float16 GPU variant on a real CUDA device, against the CPU.
 
-    python -m bench.gpu_check [--cpu-part] [--no-write] [--quick]
+    python -m bench.gpu_check [--cpu-part] [--no-write] [--quick] [--save-cost]
 
 With CUDA: converts the default model for CUDA (its float16 variant), then greedy tokens CPU vs
 CUDA token for token on a few prompts, the logits difference (teacher-forced on the same tokens),
@@ -10,7 +10,9 @@ chats. Prints one table and writes it to its section of docs/BENCHMARKS.md.
 
 Without a usable CUDA it prints one skip line and exits 0. `--cpu-part` runs what a CPU can: the
 float16 variant on the CPU provider against the float32 graph (agreement, logits, speed), written
-to its own section. Needs nothing beyond the project's install; under 5 minutes on a GPU.
+to its own section. `--save-cost` only measures what saving a pinned chat costs the generating
+thread, KV on the host and in staged device buffers (a CPU is enough). Needs nothing beyond the
+project's install; under 5 minutes on a GPU.
 """
 from __future__ import annotations
 
@@ -404,12 +406,52 @@ def cuda_section(res: dict[str, Any]) -> Section:
     return Section("gpu", "GPU (CUDA, float16 variant) vs CPU (issue 16)", body, order=61)
 
 
+def run_save_cost(model_dir: Path, rounds: int = 3, tokens: int = 2000) -> Section:
+    """`--save-cost`: a pinned save's cost to the generating thread, KV on the host ('cpu') and in
+    staged device buffers (the CUDA code path on a CPU), interleaved rounds; medians."""
+    from engine.runtime.kvcache import STAGED
+    from engine.runtime.model import load_model
+    from .common import facts_line, machine_facts
+    load0 = os.getloadavg()[0]
+    model = load_model(model_dir, "cpu", int(os.environ.get("AMBER_BENCH_THREADS", "2")))
+    runs: dict[str, list[dict[str, Any]]] = {"cpu": [], STAGED: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for dev in runs:
+                runs[dev].append(save_cost(model, Path(tmp) / f"{dev}-{r}", dev, tokens))
+    med = []
+    for cs in runs.values():
+        m = dict(cs[0])
+        for k in ("gen_save_ms", "writer_copy_ms"):
+            m[k] = float(np.median([c[k] for c in cs]))
+        m["save_error"] = "; ".join(sorted({c["save_error"] for c in cs if c["save_error"]}))
+        med.append(m)
+    body = (f"`python -m bench.gpu_check --save-cost` ({facts_line(machine_facts(), load0)}), the default model, "
+            f"a pinned chat of {tokens} tokens saved after its turn, medians of {rounds} interleaved rounds. "
+            "'cpu-staged' keeps the KV in separate OrtValues copied to and from the host exactly as on CUDA. "
+            "The KV bytes copied on the generating thread are the figure that matters (0: the save's "
+            "device→host copy is in the writer); with KV on the host the generating thread still "
+            "copies the full blocks into the prefix cache's memory tier, as before. The time in the "
+            "save call includes waiting for the GIL while the writer starts; the writer's copy is "
+            "what used to run on the generating thread.\n\n" + table(["Figure", "Value"], _save_rows(med)))
+    return Section("gpu-kv", "KV on the device: what a pinned save costs the generating thread (issue 16)", body,
+                   order=62)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu_check")
     ap.add_argument("--cpu-part", action="store_true", help="also run the float16 variant on CPU vs float32")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
     ap.add_argument("--quick", action="store_true", help="fewer prompts, tokens and runs (harness check)")
+    ap.add_argument("--save-cost", action="store_true",
+                    help="only: what a pinned save costs the generating thread (KV on host / staged device buffers)")
     args = ap.parse_args(argv)
+    if args.save_cost:
+        sec = run_save_cost(default_model_dir(), 1 if args.quick else 3, 500 if args.quick else 2000)
+        print(sec.body)
+        if not args.no_write and not args.quick:
+            write_section(sec)
+        return 0
     usable, why = cuda_status()
     if not usable and not args.cpu_part:
         print(f"gpu-check: SKIP: no usable CUDA here: {why}")
