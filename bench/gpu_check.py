@@ -406,6 +406,20 @@ def cuda_section(res: dict[str, Any]) -> Section:
     return Section("gpu", "GPU (CUDA, float16 variant) vs CPU (issue 16)", body, order=61)
 
 
+def cpu_features() -> str:
+    """The CPU family and the vector features that matter here, from /proc/cpuinfo (Linux)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    flags = set(fields.get("flags\t\t", fields.get("flags", "")).split())
+    family = fields.get("cpu family\t", "").strip()
+    wanted = ["avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile"]
+    have = [f for f in wanted if f in flags]
+    return f"CPU family {family}; {', '.join(have) or 'no AVX2'}{'' if 'amx_tile' in flags else ', no AMX'}."
+
+
 def run_save_cost(model_dir: Path, rounds: int = 3, tokens: int = 2000) -> Section:
     """`--save-cost`: a pinned save's cost to the generating thread, KV on the host ('cpu') and in
     staged device buffers (the CUDA code path on a CPU), interleaved rounds; medians."""
@@ -426,7 +440,8 @@ def run_save_cost(model_dir: Path, rounds: int = 3, tokens: int = 2000) -> Secti
             m[k] = float(np.median([c[k] for c in cs]))
         m["save_error"] = "; ".join(sorted({c["save_error"] for c in cs if c["save_error"]}))
         med.append(m)
-    body = (f"`python -m bench.gpu_check --save-cost` ({facts_line(machine_facts(), load0)}), the default model, "
+    body = (f"`python -m bench.gpu_check --save-cost` ({facts_line(machine_facts(), load0, cpu_features())}), "
+            "the default model, "
             f"a pinned chat of {tokens} tokens saved after its turn, medians of {rounds} interleaved rounds. "
             "'cpu-staged' keeps the KV in separate OrtValues copied to and from the host exactly as on CUDA. "
             "The KV bytes copied on the generating thread are the figure that matters (0: the save's "
