@@ -54,11 +54,38 @@ def _eval(node: onnx.NodeProto, args: list[np.ndarray]) -> np.ndarray:
         return out
     if op == "Concat":
         return np.concatenate(args, axis=int(_attr(node, "axis")))
+    return _eval_more(node, op, args)
+
+
+def _eval_more(node: onnx.NodeProto, op: str, args: list[np.ndarray]) -> np.ndarray:
+    """The ops of the compact weight forms (zero points formed at load, constant planes)."""
+    if op == "Gather":
+        return np.take(args[0], args[1], axis=int(_attr(node, "axis", 0)))
+    if op == "Expand":
+        shape = np.broadcast_shapes(args[0].shape, tuple(int(d) for d in args[1]))
+        return np.ascontiguousarray(np.broadcast_to(args[0], shape))
+    if op == "Div":
+        a, b = args
+        if np.issubdtype(a.dtype, np.integer):   # ONNX truncates toward zero (numpy floors)
+            q = (np.abs(a) // np.abs(b)) * (np.sign(a) * np.sign(b))
+            return q.astype(np.result_type(a, b))
+        out: np.ndarray = np.divide(a, b).astype(np.result_type(a, b))
+        return out
+    if op == "Round":
+        return np.rint(args[0])     # half to even, as ONNX's Round
+    if op == "Clip":
+        lo = args[1] if len(args) > 1 and args[1].size else None
+        hi = args[2] if len(args) > 2 and args[2].size else None
+        return np.clip(args[0], lo, hi).astype(args[0].dtype)
+    if op == "Equal":
+        return np.equal(args[0], args[1])
+    if op == "Where":
+        return np.where(args[0], args[1], args[2]).astype(np.result_type(args[1], args[2]))
     raise KeyError(op)
 
 
 FOLDABLE = {"Cast", "Reshape", "Mul", "Add", "Sub", "Transpose", "BitShift", "BitwiseAnd", "BitwiseOr",
-            "Unsqueeze", "Concat"}
+            "Unsqueeze", "Concat", "Gather", "Expand", "Div", "Round", "Clip", "Equal", "Where"}
 
 
 def fold_constants(model: onnx.ModelProto) -> None:
