@@ -145,15 +145,14 @@ def convert_worker(src: str, dest: str, exact: bool, gpu_variant: bool) -> dict[
 
 
 def run_worker_model(folder: str, prompt_len: int, decode: int) -> dict[str, Any]:
-    """Load time, prefill and decode tokens/s of a converted folder, with ONNX Runtime directly."""
+    """Load time, prefill and decode tokens/s of a converted folder: its CPU session made as Amber
+    makes it (engine.runtime.providers: the weight preparation formed in numpy, prefold.py)."""
     import numpy as np
-    import onnxruntime as ort
+
+    from engine.runtime.providers import create_session
     cfg = json.loads((Path(folder) / "config.json").read_text())
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = common.THREADS
-    so.log_severity_level = 3
     start = time.perf_counter()
-    sess = ort.InferenceSession(str(Path(folder) / "model.onnx"), so, providers=["CPUExecutionProvider"])
+    sess = create_session(str(Path(folder) / "model.onnx"), "cpu", common.THREADS).session
     load = time.perf_counter() - start
     n_layers, kv, hd = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
     past = {f"past_key_values.{i}.{k}": np.zeros((1, kv, 0, hd), np.float32)
