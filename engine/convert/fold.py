@@ -143,6 +143,15 @@ class LazyValues:
     def __contains__(self, name: str) -> bool:
         return name in self.overrides or name in self.recipes or name in self.inits
 
+    def get_map(self, location: str, name: str) -> np.memmap:
+        """The read-only map of the data file `location` (inside the model folder only)."""
+        if location not in self._maps:
+            path = (self.base_dir / location).resolve()
+            if path.parent != self.base_dir.resolve():
+                raise ModelImportError(f"initializer {name}: external data outside the model folder")
+            self._maps[location] = np.memmap(path, dtype=np.uint8, mode="r")
+        return self._maps[location]
+
     def get(self, name: str) -> np.ndarray:
         if name in self.overrides:
             return self.overrides[name]
@@ -157,11 +166,7 @@ class LazyValues:
             return numpy_helper.to_array(t)
         info = {e.key: e.value for e in t.external_data}
         location = info["location"]
-        if location not in self._maps:
-            path = (self.base_dir / location).resolve()
-            if path.parent != self.base_dir.resolve():
-                raise ModelImportError(f"initializer {name}: external data outside the model folder")
-            self._maps[location] = np.memmap(path, dtype=np.uint8, mode="r")
+        self.get_map(location, name)
         off, length = int(info.get("offset", 0)), int(info["length"])
         dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
         raw = self._maps[location][off:off + length]

@@ -18,6 +18,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -25,6 +26,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from engine.base import paths
+from engine.convert.errors import ModelImportError
 from engine.convert.fold import LazyValues, fold_lazily
 from engine.convert.writer import ALIGN
 
@@ -60,6 +62,7 @@ class _Spill:
         self.offset = 0
         self.items: list[tuple[int, tuple[int, ...], np.dtype]] = []
         self.map: np.memmap | None = None
+        self.maps: list[Any] = []      # maps of the model's data files (released the same way)
 
     def add(self, arr: np.ndarray) -> int:
         pad = (-self.offset) % ALIGN
@@ -79,17 +82,33 @@ class _Spill:
         return [np.ndarray(shape, dtype, buffer=self.map, offset=off) for off, shape, dtype in self.items]
 
     def release_pages(self) -> None:
-        m = getattr(self.map, "_mmap", None)
-        if m is not None and hasattr(m, "madvise"):
-            try:
-                m.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):     # only the memory figure suffers
-                pass
+        for arr in [self.map, *self.maps]:
+            m = getattr(arr, "_mmap", None)
+            if m is not None and hasattr(m, "madvise"):
+                try:
+                    m.madvise(mmap.MADV_DONTNEED)
+                except (OSError, ValueError):     # only the memory figure suffers
+                    pass
 
 
 def _release_until(spill: _Spill, done: threading.Event, every_s: float = 0.02) -> None:
     while not done.wait(every_s):
         spill.release_pages()
+
+
+M_MMAP_THRESHOLD = -3        # glibc mallopt parameter
+MMAP_THRESHOLD = 1 << 20
+
+
+def _fix_mmap_threshold() -> None:
+    """Arrays of 1 MiB and more get their own mappings, returned to the system when freed. glibc
+    otherwise raises the threshold after the first large frees, so the next intermediates (and
+    ONNX Runtime's re-packing buffers) come from the heap, which it keeps: measured +130 MiB
+    peak loading a 0.5B model. Process-wide, as glibc's own MALLOC_MMAP_THRESHOLD_ setting."""
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):   # not glibc: only the memory figure suffers
+        pass
 
 
 def _trim_heap() -> None:
@@ -110,10 +129,11 @@ def _spill_folder() -> Path:
         return Path(tempfile.gettempdir())
 
 
-def prefold(model_path: Path, spill: _Spill) -> tuple[bytes, list[str]] | None:
+def prefold(model_path: Path, spill: _Spill,
+            stored: list[np.ndarray]) -> tuple[bytes, list[str]] | None:
     """The graph without its weight-preparation nodes (serialized) and the names of the values
-    they formed, appended to `spill` in that order; None when the graph is not Amber's or has
-    nothing to fold."""
+    handed in: those they formed (appended to `spill` in that order), then stored ones (appended
+    to `stored`); None when the graph is not Amber's or has nothing to fold."""
     proto = onnx.load(str(model_path), load_external_data=False)
     if proto.producer_name != PRODUCER:
         return None
@@ -161,20 +181,46 @@ def prefold(model_path: Path, spill: _Spill) -> tuple[bytes, list[str]] | None:
     inits = [t for t in g.initializer if t.name in kept_inputs]
     del g.initializer[:]
     g.initializer.extend(inits + placeholders)
+    # Stored weights that only MatMulNBits reads (it re-packs them): handed in as views into this
+    # process's map of the data file too, so their pages are released once re-packed. (ONNX Runtime
+    # would read them into its own buffers and free those only when the whole session is made.)
+    readers: dict[str, set[str]] = {}
+    for n in g.node:
+        for i in n.input:
+            readers.setdefault(i, set()).add(n.op_type)
+    for t in inits:
+        if t.data_location == TensorProto.EXTERNAL and readers.get(t.name) == {"MatMulNBits"}:
+            names.append(t.name)
+            stored.append(_stored_view(t, values))
     return proto.SerializeToString(), names
+
+
+def _stored_view(t: TensorProto, values: LazyValues) -> np.ndarray:
+    """An external initializer as a view into the (read-only) map of its data file."""
+    info = {e.key: e.value for e in t.external_data}
+    m = values.get_map(info["location"], t.name)
+    off, length = int(info.get("offset", 0)), int(info["length"])
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
+    shape = tuple(int(d) for d in t.dims)
+    if off < 0 or off + length > m.size or length != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        raise ModelImportError(f"initializer {t.name}: its external data is truncated")
+    return np.ndarray(shape, dtype, buffer=m, offset=off)
 
 
 def cpu_session(model_path: str, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
     """An InferenceSession of `model_path` whose weight preparation ran in numpy (see above)."""
+    _fix_mmap_threshold()
     spill = _Spill(_spill_folder())
     try:
-        folded = prefold(Path(model_path), spill)
+        stored: list[np.ndarray] = []
+        folded = prefold(Path(model_path), spill, stored)
         if folded is None:
             spill.file.close()
             return ort.InferenceSession(model_path, options, providers=providers)
         data, names = folded
         _trim_heap()
-        arrays = spill.arrays()
+        arrays = spill.arrays() + stored
+        spill.maps = list({id(v.base): v.base for v in stored}.values())
         options.add_session_config_entry(FOLDER_KEY, os.path.dirname(os.path.abspath(model_path)))
         options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays])
         # While ONNX Runtime re-packs the weights, the pages it has read are released every few
