@@ -67,18 +67,21 @@ def _eval_more(node: onnx.NodeProto, op: str, args: list[np.ndarray]) -> np.ndar
     if op == "Div":
         a, b = args
         if np.issubdtype(a.dtype, np.integer):   # ONNX truncates toward zero (numpy floors)
-            q = (np.abs(a) // np.abs(b)) * (np.sign(a) * np.sign(b))
-            return q.astype(np.result_type(a, b))
+            q: np.ndarray = ((np.abs(a) // np.abs(b)) * (np.sign(a) * np.sign(b))).astype(np.result_type(a, b))
+            return q
         out: np.ndarray = np.divide(a, b).astype(np.result_type(a, b))
         return out
     if op == "Round":
-        return np.rint(args[0])     # half to even, as ONNX's Round
+        rounded: np.ndarray = np.rint(args[0])     # half to even, as ONNX's Round
+        return rounded
     if op == "Clip":
         lo = args[1] if len(args) > 1 and args[1].size else None
         hi = args[2] if len(args) > 2 and args[2].size else None
-        return np.clip(args[0], lo, hi).astype(args[0].dtype)
+        clipped: np.ndarray = np.clip(args[0], lo, hi).astype(args[0].dtype)
+        return clipped
     if op == "Equal":
-        return np.equal(args[0], args[1])
+        equal: np.ndarray = np.equal(args[0], args[1])
+        return equal
     if op == "Where":
         return np.where(args[0], args[1], args[2]).astype(np.result_type(args[1], args[2]))
     raise KeyError(op)

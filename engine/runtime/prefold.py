@@ -239,5 +239,6 @@ def cpu_session(model_path: str, options: ort.SessionOptions, providers: list[st
         raise
     spill.release_pages()
     _trim_heap()
-    session._amber_prefolded = (spill, arrays)    # ONNX Runtime reads these buffers: keep them mapped
+    # ONNX Runtime reads these buffers for as long as the session lives: keep them mapped with it.
+    session.amber_prefolded = (spill, arrays)
     return session

@@ -88,4 +88,4 @@ def test_foreign_graphs_are_loaded_as_they_are(tmp_path, spill_here):
     s = prefold.cpu_session(str(tmp_path / "model.onnx"), ort.SessionOptions(), ["CPUExecutionProvider"])
     y = s.run(None, {"x": np.array([[1.0, 2.0]], np.float32)})[0]
     assert np.array_equal(y, np.array([[6.0, 9.0, 12.0]], np.float32))
-    assert not hasattr(s, "_amber_prefolded")
+    assert not hasattr(s, "amber_prefolded")
