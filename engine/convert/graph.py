@@ -218,14 +218,14 @@ class _Graph:
             q.stored = [(hi, high_bits, 16), (lo, 4, 1)]
             shape = [n, nb, blk]
             if fast:
-                # One 8-bit MatMulNBits (ORT's int8 kernel) on lo | hi << 4, formed at load, with the
-                # center as its zero point: as fast as Q8_0. (Two 4-bit matmuls, or a 2-bit one for
-                # the high part, measured 2-5x slower on this kernel.)
+                # One 8-bit MatMulNBits (ORT's int8 kernel) on (lo | hi << 4) + 128 - center, formed
+                # at load, with its default zero point 128: the kernel form of Q8_0. (Two 4-bit
+                # matmuls, or a 2-bit one for the high part, measured 2-5x slower on this kernel.)
                 high = self.op1("BitShift", [self.unpack(hi, high_bits, shape), self.const(4, np.uint8)],
                                 direction="LEFT")
-                b = self.op1("BitwiseOr", [self.unpack(lo, 4, shape), high], outputs=[f"{prefix}.qweight"])
-                zp = self.fill(w.center, [n * nb], f"{prefix}.zero_points")
-                q.matmuls = [(b, 8, flat, zp)]
+                levels = self.op1("BitwiseOr", [self.unpack(lo, 4, shape), high])
+                b = self.op1("Add", [levels, self.const(128 - w.center, np.uint8)], outputs=[f"{prefix}.qweight"])
+                q.matmuls = [(b, 8, flat, None)]
                 kernel_zero = w.center
             else:
                 # Exact mode: two 4-bit matmuls with float32 activations, zero points chosen so that

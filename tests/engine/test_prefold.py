@@ -66,7 +66,7 @@ def test_no_preparation_node_is_left(converted, spill_here):   # noqa: F811
     assert set(names) <= inits
     assert [n.name for n in g.node if n.input and all(i in inits for i in n.input if i)] == []
     kinds = {n.rsplit(".", 1)[-1] for n in names}
-    assert {"scales", "zero_points_u4", "zp_correction", "qweight", "zero_points"} <= kinds
+    assert {"scales", "zero_points_u4", "zp_correction", "qweight"} <= kinds
     assert len(spill.items) + len(stored) == len(names)
     spill.file.close()
 
