@@ -71,6 +71,13 @@ def _eval_more(node: onnx.NodeProto, op: str, args: list[np.ndarray]) -> np.ndar
             return q
         out: np.ndarray = np.divide(a, b).astype(np.result_type(a, b))
         return out
+    if op == "Slice":
+        steps = [int(v) for v in args[4]] if len(args) > 4 else [1] * len(args[1])
+        axes = [int(v) for v in args[3]] if len(args) > 3 else list(range(len(args[1])))
+        index = [slice(None)] * args[0].ndim
+        for a, b, e, st in zip(axes, args[1], args[2], steps, strict=True):
+            index[a] = slice(int(max(min(b, INT64_SAFE), -INT64_SAFE)), int(max(min(e, INT64_SAFE), -INT64_SAFE)), st)
+        return np.ascontiguousarray(args[0][tuple(index)])
     if op == "Round":
         rounded: np.ndarray = np.rint(args[0])     # half to even, as ONNX's Round
         return rounded
@@ -88,7 +95,8 @@ def _eval_more(node: onnx.NodeProto, op: str, args: list[np.ndarray]) -> np.ndar
 
 
 FOLDABLE = {"Cast", "Reshape", "Mul", "Add", "Sub", "Transpose", "BitShift", "BitwiseAnd", "BitwiseOr",
-            "Unsqueeze", "Concat", "Gather", "Expand", "Div", "Round", "Clip", "Equal", "Where"}
+            "Unsqueeze", "Concat", "Gather", "Expand", "Div", "Round", "Clip", "Equal", "Where", "Slice"}
+INT64_SAFE = 1 << 62       # Slice's "to the end" (INT64_MAX) as a Python slice bound
 
 
 def fold_constants(model: onnx.ModelProto) -> None:

@@ -101,10 +101,11 @@ MMAP_THRESHOLD = 1 << 20
 
 
 def _fix_mmap_threshold() -> None:
-    """Arrays of 1 MiB and more get their own mappings, returned to the system when freed. glibc
-    otherwise raises the threshold after the first large frees, so the next intermediates (and
-    ONNX Runtime's re-packing buffers) come from the heap, which it keeps: measured +130 MiB
-    peak loading a 0.5B model. Process-wide, as glibc's own MALLOC_MMAP_THRESHOLD_ setting."""
+    """Blocks of 1 MiB and more get their own mappings, returned to the system when freed. glibc
+    raises the threshold after the first large frees (numpy's intermediates here), so ONNX
+    Runtime's re-packing buffers would come from the heap, which it keeps: measured +130 MiB
+    peak loading a 0.5B model. Set once the numpy work is done (fresh mappings for every
+    intermediate made it 2x slower); process-wide, as glibc's MALLOC_MMAP_THRESHOLD_."""
     try:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     except (OSError, AttributeError):   # not glibc: only the memory figure suffers
@@ -209,7 +210,6 @@ def _stored_view(t: TensorProto, values: LazyValues) -> np.ndarray:
 
 def cpu_session(model_path: str, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
     """An InferenceSession of `model_path` whose weight preparation ran in numpy (see above)."""
-    _fix_mmap_threshold()
     spill = _Spill(_spill_folder())
     try:
         stored: list[np.ndarray] = []
@@ -219,6 +219,7 @@ def cpu_session(model_path: str, options: ort.SessionOptions, providers: list[st
             return ort.InferenceSession(model_path, options, providers=providers)
         data, names = folded
         _trim_heap()
+        _fix_mmap_threshold()
         arrays = spill.arrays() + stored
         spill.maps = list({id(v.base): v.base for v in stored}.values())
         options.add_session_config_entry(FOLDER_KEY, os.path.dirname(os.path.abspath(model_path)))
