@@ -163,3 +163,24 @@ def test_cli_report_prints_size_by_type(tmp_path):
     sizes = json.loads((tmp_path / "out" / "amber_import.json").read_text())["sizes"]
     assert float(lines["Q6_K"][3]) == pytest.approx(sizes["Q6_K"]["onnx"] / sizes["Q6_K"]["gguf"], abs=1e-3)
     assert r.stdout.strip() == str(tmp_path / "out")
+
+
+@pytest.mark.parametrize("level", [EXACT, FAST])
+def test_large_weights_run_as_row_pieces(converted, level, tmp_path, monkeypatch):
+    """A MatMulNBits over a very large weight (the lm_head at real sizes) is split by rows into
+    pieces whose outputs are concatenated: the same logits as one matmul."""
+    from engine.convert import graph
+    model, whole = converted(Q4_K_M, level)
+    monkeypatch.setattr(graph, "SPLIT_ABOVE", 4096)     # every weight of the tiny model above it
+    monkeypatch.setattr(graph, "SPLIT_WEIGHTS", 3000)
+    split = convert_gguf(model.path, tmp_path / "split", accuracy_level=level, gpu_variant=False)
+    nodes = onnx.load(str(split / "model.onnx"), load_external_data=False).graph.node
+    whole_nodes = onnx.load(str(whole / "model.onnx"), load_external_data=False).graph.node
+    count = sum(n.op_type == "MatMulNBits" for n in nodes)
+    assert count > sum(n.op_type == "MatMulNBits" for n in whole_nodes)
+    ids = prompt(model, 13)
+    a, _ = Runner(whole).run(ids)
+    b, _ = Runner(split).run(ids)
+    assert np.abs(a - b).max() <= 1e-5
+    if level == EXACT:
+        assert np.abs(b - reference_logits(model, ids)).max() <= 1e-3
