@@ -184,3 +184,26 @@ def test_large_weights_run_as_row_pieces(converted, level, tmp_path, monkeypatch
     assert np.abs(a - b).max() <= 1e-5
     if level == EXACT:
         assert np.abs(b - reference_logits(model, ids)).max() <= 1e-3
+
+
+def test_fused_weights_are_split_and_joined_without_copies():
+    """phi3's attn_qkv / ffn_up: the parts are views of the fused weight, and joining them in order
+    gives the fused weight itself back (no second copy during import)."""
+    from engine.convert.arch_weights import split_rows
+    from engine.convert.weights import concat_rows, from_q4_k
+    rng = np.random.default_rng(3)
+    n, k = 48, 512
+    raw = rng.integers(0, 256, (n, k // 256 * 144), dtype=np.uint8)
+    raw.reshape(n, k // 256, 144)[..., 0:4] = np.frombuffer(np.array([0.01, 0.002], np.float16).tobytes(), np.uint8)
+    fused = from_q4_k(raw, n, k)
+    q, kk, v = split_rows(fused, [32, 8, 8], "blk.0.attn_qkv.weight")
+    assert np.shares_memory(q.levels, fused.levels) and np.shares_memory(v.scale.factor, fused.scale.factor)
+    assert np.array_equal(np.concatenate([q.dequantized(), kk.dequantized(), v.dequantized()]), fused.dequantized())
+    assert concat_rows([q, kk, v]) is fused
+    # Out of order, or a part rewritten (e.g. a row permutation): joined as copies, still right.
+    joined = concat_rows([kk, q, v])
+    assert joined is not fused and joined is not None
+    assert np.array_equal(joined.dequantized()[:8], kk.dequantized())
+    permuted = q.rows(np.arange(32)[::-1])
+    again = concat_rows([permuted, kk, v])
+    assert again is not fused and np.array_equal(again.dequantized()[:32], q.dequantized()[::-1])
