@@ -75,8 +75,8 @@ def _eval_more(node: onnx.NodeProto, op: str, args: list[np.ndarray]) -> np.ndar
         steps = [int(v) for v in args[4]] if len(args) > 4 else [1] * len(args[1])
         axes = [int(v) for v in args[3]] if len(args) > 3 else list(range(len(args[1])))
         index = [slice(None)] * args[0].ndim
-        for a, b, e, st in zip(axes, args[1], args[2], steps, strict=True):
-            index[a] = slice(int(max(min(b, INT64_SAFE), -INT64_SAFE)), int(max(min(e, INT64_SAFE), -INT64_SAFE)), st)
+        for axis, lo, hi, st in zip(axes, args[1], args[2], steps, strict=True):
+            index[axis] = slice(int(max(min(lo, INT64_SAFE), -INT64_SAFE)), int(max(min(hi, INT64_SAFE), -INT64_SAFE)), st)
         return np.ascontiguousarray(args[0][tuple(index)])
     if op == "Round":
         rounded: np.ndarray = np.rint(args[0])     # half to even, as ONNX's Round

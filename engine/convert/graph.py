@@ -293,7 +293,7 @@ class _Graph:
         for r0 in range(0, w.n, rows):
             r1 = min(w.n, r0 + rows)
 
-            def part(name: str, per_row: int) -> str:
+            def part(name: str, per_row: int, r0: int = r0, r1: int = r1) -> str:
                 return self.op1("Slice", [name, self.const([r0 * per_row]), self.const([r1 * per_row]),
                                           self.const([0])])
             ins = [x, part(b, 1), part(scales, nb)] + ([part(zp, zrow)] if zp else [])
