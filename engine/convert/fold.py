@@ -76,7 +76,7 @@ def _eval_more(node: onnx.NodeProto, op: str, args: list[np.ndarray]) -> np.ndar
         axes = [int(v) for v in args[3]] if len(args) > 3 else list(range(len(args[1])))
         index = [slice(None)] * args[0].ndim
         for axis, lo, hi, st in zip(axes, args[1], args[2], steps, strict=True):
-            index[axis] = slice(int(max(min(lo, INT64_SAFE), -INT64_SAFE)), int(max(min(hi, INT64_SAFE), -INT64_SAFE)), st)
+            index[axis] = slice(_bound(lo), _bound(hi), st)
         return np.ascontiguousarray(args[0][tuple(index)])
     if op == "Round":
         rounded: np.ndarray = np.rint(args[0])     # half to even, as ONNX's Round
@@ -92,6 +92,11 @@ def _eval_more(node: onnx.NodeProto, op: str, args: list[np.ndarray]) -> np.ndar
     if op == "Where":
         return np.where(args[0], args[1], args[2]).astype(np.result_type(args[1], args[2]))
     raise KeyError(op)
+
+
+def _bound(v: Any) -> int:
+    """A Slice start/end as a Python slice bound (INT64_MAX/MIN: to the end)."""
+    return int(max(min(int(v), INT64_SAFE), -INT64_SAFE))
 
 
 FOLDABLE = {"Cast", "Reshape", "Mul", "Add", "Sub", "Transpose", "BitShift", "BitwiseAnd", "BitwiseOr",
