@@ -209,11 +209,19 @@ def _stored_view(t: TensorProto, values: LazyValues) -> np.ndarray:
 
 
 def cpu_session(model_path: str, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
-    """An InferenceSession of `model_path` whose weight preparation ran in numpy (see above)."""
-    spill = _Spill(_spill_folder())
+    """An InferenceSession of `model_path` whose weight preparation ran in numpy (see above).
+    Where the temporary file cannot be made or written (no writable folder, disk full), ONNX
+    Runtime folds the graph itself: more memory at load, the same model."""
+    try:
+        spill = _Spill(_spill_folder())
+    except OSError:
+        return ort.InferenceSession(model_path, options, providers=providers)
     try:
         stored: list[np.ndarray] = []
-        folded = prefold(Path(model_path), spill, stored)
+        try:
+            folded = prefold(Path(model_path), spill, stored)
+        except OSError:
+            folded = None
         if folded is None:
             spill.file.close()
             return ort.InferenceSession(model_path, options, providers=providers)

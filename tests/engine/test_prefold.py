@@ -51,6 +51,7 @@ def test_prefolded_session_matches_onnxruntime_folding(converted, cfg, level, sp
     assert np.array_equal(a2, b2)
     if level == EXACT:
         assert np.abs(b - reference_logits(model, ids)).max() <= 1e-3
+    assert hasattr(ours.session, "amber_prefolded")
     assert spill_here.is_dir() and list(spill_here.iterdir()) == []     # unlinked as soon as made
 
 
@@ -89,3 +90,17 @@ def test_foreign_graphs_are_loaded_as_they_are(tmp_path, spill_here):
     y = s.run(None, {"x": np.array([[1.0, 2.0]], np.float32)})[0]
     assert np.array_equal(y, np.array([[6.0, 9.0, 12.0]], np.float32))
     assert not hasattr(s, "amber_prefolded")
+
+
+def test_no_writable_scratch_folder_falls_back_to_onnxruntime(converted, tmp_path, monkeypatch):   # noqa: F811
+    """Where Amber's scratch folder cannot be made, ONNX Runtime folds the graph itself."""
+    model, folder = converted(FORMS[0], FAST)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setattr(prefold, "_spill_folder", lambda: blocker / "tmp")
+    ids = prompt(model, 9)
+    a, _ = Runner(folder).run(ids)
+    ours = PrefoldedRunner(folder)
+    assert not hasattr(ours.session, "amber_prefolded")
+    b, _ = ours.run(ids)
+    assert np.array_equal(a, b)
