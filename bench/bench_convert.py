@@ -340,6 +340,13 @@ NOTES = [
     "weight's copies at once while re-packing it (+280 MiB at 1.5B as one piece).",
     "- The run peak exceeds the load peak mainly by the float32 zero-point corrections of the Q4_K matrices "
     "(read at every step from the map's pages: ~140 MiB at 1.5B, counted as file-backed RSS).",
+    "- Cost: load time. Forming the values in numpy and handing them over takes longer than ONNX Runtime's "
+    "own folding of the previous (bigger) files. Interleaved fresh processes, 0.5B Q4_K_M, this converter "
+    "and loader against the previous converter's folder loaded by ONNX Runtime directly, 4 rounds at load "
+    "average ~13 (2026-12-01): load 4.6-7.3 s against 1.7-2.2 s (numpy ~2.7 s of it); decode 9.2, 9.1, "
+    "7.4, 9.5 against 9.6, 9.0, 7.7, 9.7 tok/s: the same kernels on the same values (the logits are "
+    "bit-identical). The speed columns above were taken at load average ~13.8 with other jobs on the 2 "
+    "cores and are not comparable with the *before* rows.",
 ]
 
 
