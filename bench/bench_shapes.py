@@ -324,7 +324,7 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
     res: dict[str, Any] = {"shape": shape, "quant": quant if shape != "135m" else "Q4_1",
                            "label": LABELS.get(shape, shape),
                            "plan": p, "sizes": sizes, "convert": conv, "errors": errors,
-                           "load_avg": sum(loads) / len(loads),
+                           "load_avg": sum(loads) / len(loads), "converter": folder.name.rsplit("-", 1)[-1],
                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                            "engines": {n: _pool(v, p["steps"]) for n, v in raw.items()}}
     # The spinning llama.cpp default is shown, not taken as "best": on this busy VM it only loses.

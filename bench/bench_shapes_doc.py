@@ -25,7 +25,7 @@ def summary_table(models: list[dict[str, Any]], targets: dict[str, float], which
     for m in models:
         if which != "ratios" and which not in m:
             continue
-        name = f"{m['label']}, {m['quant']}"
+        name = f"{m['label']}, {m['quant']}" + (f" ({m['date'][11:16]})" if m.get("date") else "")
         if "failed" in m or "ratios" not in m:
             why = m.get("failed") or "; ".join(f"{k}: {v.strip().splitlines()[-1][:200]}"
                                                for k, v in m.get("errors", {}).items())
@@ -157,6 +157,8 @@ def render(res: dict[str, Any]) -> str:
                     ", a warm-up at each size") + ")")
         if m.get("load_avg") is not None:
             head += f"; load average {m['load_avg']:.2f} while measured"
+        if m.get("date"):
+            head += f", {m['date']}" + (f", converter `{m['converter']}`" if m.get("converter") else "")
         out += [head + ".", "", detail_table(m), ""]
         for name, err in m.get("errors", {}).items():
             out += [f"_{name} could not run: {err.strip().splitlines()[-1][:300]}_", ""]
