@@ -100,13 +100,14 @@ class Generator:
         logits = None
         yield PrefillProgress(0, len(todo))
         # Chunk by chunk here (not inside the runner) so that progress can be streamed between them.
-        for start in range(0, len(todo), PREFILL_CHUNK):
+        chunk = min(PREFILL_CHUNK, self.runner.chunk_len(cache, len(todo)))
+        for start in range(0, len(todo), chunk):
             if start:
                 if is_cancelled():
                     logits = None
                     break
                 yield PrefillProgress(start, len(todo))
-            logits = self.runner.forward(cache, todo[start:start + PREFILL_CHUNK])
+            logits = self.runner.forward(cache, todo[start:start + chunk])
         if logits is not None:
             yield PrefillProgress(len(todo), len(todo))
         fig.prefill_ms = (time.perf_counter() - t_prefill) * 1000

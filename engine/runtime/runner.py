@@ -12,6 +12,12 @@ from engine.runtime.model import LoadedModel
 # Long prompts run in chunks: bounded attention memory, cancellable between chunks. 512 prefills
 # as fast as 1024 here (2048 tokens: 453-458 vs 446-451 tok/s) with ~90 MiB less peak memory.
 PREFILL_CHUNK = 512
+# ...and shorter ones as the context grows (issue 18): ORT's CPU GroupQueryAttention holds float32
+# scores for every head x chunk position x cache position (about twice over), 75 MiB for a 512-token
+# chunk against 2048 positions on the default model, the largest transient of a long prefill.
+# Chunks are cut so that those scores stay near this; shorter chunks measured no slower.
+ATTENTION_SCRATCH_BYTES = 32 << 20
+MIN_CHUNK = 64
 
 
 class Runner:
@@ -25,6 +31,14 @@ class Runner:
         # optimum's older merged decoder: an `If` picks the with-past branch once there is a past.
         self._has_cache_branch = "use_cache_branch" in model.input_names
         self._vocab, self._last_only = self._logits_layout()
+        self._heads = int(model.config.get("num_attention_heads") or model.kv.kv_heads)
+
+    def chunk_len(self, cache: KVCache, n: int) -> int:
+        """How many of `n` new tokens one prefill step takes after what `cache` holds: PREFILL_CHUNK,
+        or fewer so that the step's attention scores stay within ATTENTION_SCRATCH_BYTES."""
+        positions = max(cache.capacity, len(cache) + n)
+        fit = ATTENTION_SCRATCH_BYTES // (2 * 4 * self._heads * max(positions, 1)) // MIN_CHUNK * MIN_CHUNK
+        return max(1, min(PREFILL_CHUNK, max(MIN_CHUNK, fit)))
 
     def _logits_layout(self) -> tuple[int | None, bool]:
         """(vocab, last_only): the vocabulary size when the graph returns float32 logits of a known
@@ -116,9 +130,13 @@ class Runner:
         """Runs `ids` after what the cache holds. `between_chunks(done)` returning True stops early
         (cancellation); then None is returned and the cache holds the chunks that completed."""
         step = self._step_shared if self.model.kv.shared_buffer else self._step_plain
+        # The whole prompt's room at once (issue 18): growing chunk by chunk doubles the buffer
+        # while the old one is still held (a 2048-token prompt peaked at 1.5x its KV).
+        cache.reserve(len(cache) + len(ids))
+        chunk = self.chunk_len(cache, len(ids))
         logits = None
-        for start in range(0, len(ids), PREFILL_CHUNK):
+        for start in range(0, len(ids), chunk):
             if start and between_chunks is not None and between_chunks(start):
                 return None
-            logits = step(cache, ids[start:start + PREFILL_CHUNK])
+            logits = step(cache, ids[start:start + chunk])
         return logits
