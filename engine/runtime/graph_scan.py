@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 
 _PACKAGE = "amber.graphscan"      # not "onnx": no clash with onnx's own registration of onnx.proto
 EXTERNAL = 1                      # TensorProto.DataLocation.EXTERNAL

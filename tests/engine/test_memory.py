@@ -16,7 +16,6 @@ import pytest
 from engine.runtime import residency
 from engine.runtime import runner as runner_mod
 from engine.runtime.graph_scan import op_types, read_graph
-from engine.runtime.kvcache import MIN_CAPACITY
 from engine.runtime.model import ModelLoadError, load_model
 from engine.runtime.model_config import ConfigError, check_external_data
 from engine.runtime.providers import session_options
@@ -38,13 +37,15 @@ def test_cpu_sessions_run_without_the_memory_arena(tiny_model) -> None:
 
 # ---- KV sized once per prompt ---------------------------------------------------------------------
 def test_a_long_prompt_reserves_its_kv_once_not_by_doubling(tiny_model, monkeypatch) -> None:
+    from engine.runtime import kvcache
     monkeypatch.setattr(runner_mod, "PREFILL_CHUNK", 16)
+    monkeypatch.setattr(kvcache, "MIN_CAPACITY", 16)
     runner = Runner(tiny_model)
     cache = runner.new_cache()
-    runner.forward(cache, _prompt(600))
-    # chunk by chunk, the buffer grew 256 -> 512 -> 1024 (each copy holding both); one reserve: 768
-    assert cache.capacity == 3 * MIN_CAPACITY
-    assert len(cache) == 600
+    runner.forward(cache, _prompt(300))
+    # chunk by chunk, the buffer grew 16 -> 32 -> ... -> 512, each copy holding both; one reserve: 304
+    assert cache.capacity == 304
+    assert len(cache) == 300
     per_pos = 2 * tiny_model.kv.n_layers * tiny_model.kv.kv_heads * tiny_model.kv.head_dim * 4
     assert cache.nbytes == cache.capacity * per_pos
 
