@@ -220,3 +220,46 @@ def test_a_generating_process_never_imports_onnx_or_the_converter(tiny_dir) -> N
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# ---- malloc's mmap threshold rides with the huge-page tunable ----------------------------------------
+def test_the_huge_page_tunable_fixes_the_mmap_threshold_unless_the_user_set_one(tmp_path) -> None:
+    from engine.runtime import hugepages
+    thp = tmp_path / "enabled"
+    thp.write_text("always [madvise] never\n")
+    env = hugepages.tunable_env({}, thp, (2, 36))
+    assert env is not None
+    assert env["GLIBC_TUNABLES"].split(":") == ["glibc.malloc.hugetlb=1", "glibc.malloc.mmap_threshold=1048576"]
+    theirs = hugepages.tunable_env({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=65536"}, thp, (2, 36))
+    assert theirs is not None
+    assert theirs["GLIBC_TUNABLES"] == "glibc.malloc.mmap_threshold=65536:glibc.malloc.hugetlb=1"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables")
+def test_a_process_started_with_the_tunable_runs_with_that_threshold(tmp_path) -> None:
+    """glibc takes the threshold (a typo would be ignored silently): after a 4 MiB block is freed,
+    glibc's moving threshold would serve a 1.5 MiB block from the heap; with it fixed, it maps it."""
+    import os
+    from engine.runtime import hugepages
+    thp = tmp_path / "enabled"
+    thp.write_text("always [madvise] never\n")
+    env = hugepages.tunable_env(dict(os.environ), thp, (2, 36))
+    if env is None or hugepages.glibc_version() is None:
+        pytest.skip("no glibc")
+    code = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None)\n"
+        "libc.malloc.restype = libc.sbrk.restype = ctypes.c_void_p\n"
+        "libc.free.argtypes = [ctypes.c_void_p]; libc.malloc.argtypes = [ctypes.c_size_t]\n"
+        "libc.sbrk.argtypes = [ctypes.c_ssize_t]\n"
+        "libc.free(libc.malloc(4 << 20))\n"          # raises a moving threshold to 4 MiB
+        "top = libc.sbrk(0); p = libc.malloc(1536 << 10)\n"
+        "print('from-heap', top <= p < libc.sbrk(0) or libc.sbrk(0) != top)\n"
+    )
+    def run(tunables: str) -> str:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             env={**env, "GLIBC_TUNABLES": tunables})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+    assert run(hugepages.HUGETLB) == "from-heap True"          # glibc's default: the heap
+    assert run(env["GLIBC_TUNABLES"]) == "from-heap False"     # Amber's tunable: mapped, given back
