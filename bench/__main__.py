@@ -23,6 +23,7 @@ from . import common
 from .common import Section, ok, table
 
 BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
+BENCHES += ("memory",)     # issue 18: RSS per stage of a generating process (135M by default)
 # Targets of benches written by others (issue 6 for the store), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
@@ -62,6 +63,10 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny") -> dict[
         section = mod.section(res)
     elif name == "convert":     # the GGUF importer at real shapes (issue 15); `make bench`: tiny only
         mod = importlib.import_module("bench.bench_convert")
+        res = mod.run(quick=quick, shapes=shapes.split(","))
+        section = mod.section(res)
+    elif name == "memory":      # `--shapes 135m,/converted/folder,...`; `make bench`: the default model
+        mod = importlib.import_module("bench.bench_memory")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
     elif name in ("engine", "compare", "sessions", "server", "defaults"):
