@@ -127,7 +127,7 @@ of anonymous memory for 480 MiB / 1.1 GiB of initializers, the float forms ORT d
 converter's Q4_K/Q5_0/Q6_K weight forms (constant folding, prepacking); that is the converter's
 weight forms' business (issue 15), not the runtime's: a form that MatMulNBits takes as it is
 would remove it.
-"""
+"""  # noqa: E501 - markdown table rows
 
 
 def section(res: dict[str, Any]) -> Section:
