@@ -17,7 +17,7 @@ from engine.runtime.graph_scan import op_types, read_graph
 from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
 from engine.runtime.providers import ProviderChoice, create_session, short_name
-from engine.runtime.residency import release_mapped_weights
+from engine.runtime.residency import release_mapped_weights, trim_heap
 from engine.text.sampling import resolve_sampling
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
@@ -265,6 +265,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     # What ORT still maps of the weights (the embedding table) was read while the session was made;
     # a step reads a few pages of it: the rest leaves the process's memory (issue 18).
     release_mapped_weights(graph.parent)
+    trim_heap()     # what making the session freed (optimiser, prepacking) leaves the heap
     kv = read_kv_layout(session, config, graph, gqa)
     inputs = {i.name for i in session.get_inputs()}
     if "input_ids" not in inputs:
