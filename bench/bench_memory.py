@@ -113,6 +113,19 @@ Runtime 1.31.1, the same stage script in fresh processes; before = main before t
 | Mapped weights given back after session creation (`engine/runtime/residency.py`) | 45 MiB resident after load (135M), 135 MiB (0.5B), 240 MiB (1.5B) | ORT maps the initializers it keeps (the embedding table the Gather reads); a step reads a few pages |
 | No `onnx` / converter import in a generating process (`engine/runtime/graph_scan.py`) | 17 MiB | the loader read two facts from the graph with `onnx`; protobuf alone reads them |
 | Fixed 1 MiB mmap threshold with the huge-page tunable (`hugepages.TUNABLE`) | 43 MiB | glibc's moving threshold let 1–2 MiB prefill blocks fill a heap held in 2 MiB pages |
+| `malloc_trim` once the session is made (`residency.trim_heap`) | small at 135M; 66 MiB at 0.5B, 760 MiB at 1.5B (steady state, plain malloc) | the graph optimiser's and prepacking's freed temporaries stayed in the heap |
+
+Bigger shapes (random-weight Qwen2.5 shapes, Q4_K_M quantized by llama.cpp, converted by Amber),
+plain malloc, same stage script (prefill 2048 at 0.5B, 512 at 1.5B; before = main):
+
+| Model | session created, before → after | while generating, before → after | peak of the process, before → after |
+|---|---|---|---|
+| Qwen2.5-0.5B shape, Q4_K_M | 956 → 768 MiB | 1073 → 889 MiB | 1073 → 947 MiB (the load's own peak) |
+| Qwen2.5-1.5B shape, Q4_K_M | 3040 → 1948 MiB | 3336 (2048) → 2125 (512) MiB | 3336 → 3037 MiB (the load's own peak) |
+
+At 0.5B and 1.5B the process's peak is now the model load's (ORT's prepacking holds the
+initializers and their packed copies at once), the converter's side of issue 18 (weight forms,
+load-time peak); while generating, the process holds much less.
 
 Tried and not kept: a fixed 128–256 KiB mmap threshold without the huge-page tunable (−26 MiB,
 but +160,000 page faults per 2048-token prefill at ~4.4 µs each on this VM); `malloc_trim` after
