@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 MADV_DONTNEED = 4
 SMAPS = Path("/proc/self/smaps")
+MAPS = Path("/proc/self/maps")
+_clean_folders: set[str] = set()     # folders whose mappings were all clean once the session was made
 
 
 @dataclass
@@ -84,6 +86,11 @@ def release_mapped_weights(folder: Path) -> int:
         return 0
     try:
         maps = model_mappings(folder, SMAPS.read_text())
+        root = os.path.realpath(folder)
+        if maps and all(not m.dirty_kib and not m.anon_kib for m in maps):
+            _clean_folders.add(root)
+        else:
+            _clean_folders.discard(root)
         clean = [m for m in maps if m.rss_kib and not m.dirty_kib and not m.anon_kib]
         if not clean:
             return 0
@@ -99,6 +106,26 @@ def release_mapped_weights(folder: Path) -> int:
         log.debug("mapped weights not released: %s", exc)
         return 0
 
+
+def drop_mapped_pages(folder: Path) -> int:
+    """Between prefill chunks: the embedding rows a chunk read (and the kernel's fault-around
+    neighbours, 64 KiB a row) leave again, so a long prompt does not map the table back in
+    (23 MiB of 27 at 2048 tokens on the default model). Reads /proc/self/maps (~1 ms; smaps walks
+    page tables: ~30 ms), so only for a folder whose mappings `release_mapped_weights` found
+    clean: ONNX Runtime never writes its constant initializers. Returns the mappings advised."""
+    root = os.path.realpath(folder)
+    if root not in _clean_folders:
+        return 0
+    try:
+        maps = [m for m in parse_smaps(MAPS.read_text())
+                if os.path.dirname(m.path) == root and not m.path.endswith(".onnx")]
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.madvise.restype = ctypes.c_int
+        return sum(1 for m in maps if libc.madvise(m.start, m.end - m.start, MADV_DONTNEED) == 0)
+    except Exception as exc:   # noqa: BLE001 - an optimisation only
+        log.debug("mapped pages not dropped: %s", exc)
+        return 0
 
 
 def trim_heap() -> bool:

@@ -8,6 +8,7 @@ import onnxruntime as ort
 
 from engine.runtime.kvcache import KVCache
 from engine.runtime.model import LoadedModel
+from engine.runtime.residency import drop_mapped_pages
 
 # Long prompts run in chunks: bounded attention memory, cancellable between chunks. 512 prefills
 # as fast as 1024 here (2048 tokens: 453-458 vs 446-451 tok/s) with ~90 MiB less peak memory.
@@ -16,7 +17,7 @@ PREFILL_CHUNK = 512
 # scores for every head x chunk position x cache position (about twice over), 75 MiB for a 512-token
 # chunk against 2048 positions on the default model, the largest transient of a long prefill.
 # Chunks are cut so that those scores stay near this; shorter chunks measured no slower.
-ATTENTION_SCRATCH_BYTES = 32 << 20
+ATTENTION_SCRATCH_BYTES = 24 << 20
 MIN_CHUNK = 64
 
 
@@ -32,6 +33,7 @@ class Runner:
         self._has_cache_branch = "use_cache_branch" in model.input_names
         self._vocab, self._last_only = self._logits_layout()
         self._heads = int(model.config.get("num_attention_heads") or model.kv.kv_heads)
+        self._weights_dir = model.graph.parent if model.graph is not None else model.path
 
     def chunk_len(self, cache: KVCache, n: int) -> int:
         """How many of `n` new tokens one prefill step takes after what `cache` holds: PREFILL_CHUNK,
@@ -139,4 +141,6 @@ class Runner:
             if start and between_chunks is not None and between_chunks(start):
                 return None
             logits = step(cache, ids[start:start + chunk])
+            if len(ids) > 1:    # a prompt: the embedding rows it read leave again (issue 18)
+                drop_mapped_pages(self._weights_dir)
         return logits

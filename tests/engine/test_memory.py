@@ -147,18 +147,43 @@ def test_loading_gives_back_the_mapped_weights_and_results_stay(tiny_dir) -> Non
     assert count > 0, "ONNX Runtime 1.31 maps the external initializers it keeps (the embedding table)"
     assert resident == 0
     runner = Runner(model)
-    ids = _prompt(40)
-    first = runner.forward(runner.new_cache(), ids)
-    # the step read the pages it needed back from the page cache; giving them back again is exact
+    cache = runner.new_cache()
+    first = runner.forward(cache, [7])         # one token: a decode-sized step, nothing dropped after
+    # the step read the rows it needed back from the page cache; giving them back again is exact
+    assert _resident_kib(tiny_dir)[0] > 0
     assert residency.release_mapped_weights(tiny_dir) > 0
     assert _resident_kib(tiny_dir)[0] == 0
-    again = runner.forward(runner.new_cache(), ids)
+    again = runner.forward(runner.new_cache(), [7])
     assert first is not None and again is not None
     np.testing.assert_array_equal(again, first)
 
 
 def test_releasing_elsewhere_is_a_no_op(tmp_path) -> None:
     assert residency.release_mapped_weights(tmp_path) == 0
+    assert residency.drop_mapped_pages(tmp_path) == 0      # never checked clean: not touched
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps and madvise are Linux's")
+def test_a_prompt_leaves_no_embedding_pages_mapped_and_decode_still_matches(tiny_dir) -> None:
+    model = load_model(tiny_dir, provider="cpu", threads=1)
+    runner = Runner(model)
+    cache = runner.new_cache()
+    logits = runner.forward(cache, _prompt(120))
+    assert _resident_kib(tiny_dir)[0] == 0         # the rows the prompt read were dropped after it
+    steps = []
+    tok = int(np.argmax(logits))
+    for _ in range(4):                             # decode reads rows back (not dropped per step)
+        tok = int(np.argmax(runner.forward(cache, [tok])))
+        steps.append(tok)
+    reference = load_model(tiny_dir, provider="cpu", threads=1)
+    ref_runner = Runner(reference)
+    ref_cache = ref_runner.new_cache()
+    tok = int(np.argmax(ref_runner.forward(ref_cache, _prompt(120))))
+    ref_steps = []
+    for _ in range(4):
+        tok = int(np.argmax(ref_runner.forward(ref_cache, [tok])))
+        ref_steps.append(tok)
+    assert steps == ref_steps
 
 
 # ---- the graph read without onnx -------------------------------------------------------------------
