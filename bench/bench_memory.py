@@ -102,7 +102,7 @@ Runtime 1.31.1, the same stage script in fresh processes; before = main before t
 
 | Default model (135M), bench-compare's workload (prefill 128/512/2048 ×2, decode at 100/1000) | before | after |
 |---|---|---|
-| Peak RSS, plain malloc | 524 MiB | 363–372 MiB |
+| Peak RSS, plain malloc (varies with heap fragmentation) | 524 MiB | 356–385 MiB |
 | Peak RSS, with the huge-page tunable (how bench workers and the built app run) | 529 MiB | 351 MiB |
 
 | Change | Peak RSS saved (135M) | Why |
