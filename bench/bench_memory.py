@@ -122,7 +122,7 @@ plain malloc, same stage script (prefill 2048 at 0.5B, 512 at 1.5B; before = mai
 | Model | session created, before → after | while generating, before → after | peak of the process, before → after |
 |---|---|---|---|
 | Qwen2.5-0.5B shape, Q4_K_M | 956 → 768 MiB | 1073 → 889 MiB | 1073 → 947 MiB (the load's own peak) |
-| Qwen2.5-1.5B shape, Q4_K_M | 3040 → 1948 MiB | 3336 (2048) → 2125 (512) MiB | 3336 → 3037 MiB (the load's own peak) |
+| Qwen2.5-1.5B shape, Q4_K_M | 3040 → 1948 MiB | 3336 → 2125 MiB (after: a 512-token prompt; 2048 in the table above) | 3336 → 3037 MiB (the load's own peak) |
 
 At 0.5B and 1.5B the process's peak is now the model load's (ORT's prepacking holds the
 initializers and their packed copies at once), the converter's side of issue 18 (weight forms,
