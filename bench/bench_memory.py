@@ -130,8 +130,8 @@ load-time peak); while generating, the process holds much less.
 
 Speed: main against this, interleaved fresh processes (4 pairs, load average 10–15 on 2 cores
 while six engineers shared it): prefill of 512 tokens 0.95–1.04× pair by pair; decode pairs
-scattered 0.7–1.7× (noise of that load; no ratio can be claimed). Load-independent: page faults
-per decode step 0.75 (after 512 tokens) and 0.13 (after 2048) with and without the changes.
+scattered 0.7–1.7× (noise of that load; no ratio can be claimed). Load-independent: under one
+page fault per decode step either way (after 512 / 2048 tokens: main 0.61 / 0.84, now 0.75 / 0.13).
 
 Tried and not kept: a fixed 128–256 KiB mmap threshold without the huge-page tunable (−26 MiB,
 but +160,000 page faults per 2048-token prefill at ~4.4 µs each on this VM); `malloc_trim` after
