@@ -185,6 +185,23 @@ class _Graph:
         packed = self.op1("BitwiseOr", [lo, self.op1("BitShift", [hi, self.const(4, np.uint8)], direction="LEFT")])
         return self.op1("Reshape", [packed, self.const([n, nb, blk // 2])], outputs=[name] if name else None)
 
+    def widen_to_nibbles(self, packed: str, bits: int, shape: list[int], name: str) -> str:
+        """A plane of 1- or 2-bit levels (first value lowest) -> MatMulNBits' 4-bit B [N, nb, blk/2]:
+        each output byte takes two neighbouring levels straight from the packed bytes (a quarter of
+        the work of unpacking to one byte per level and packing again)."""
+        n, nb, blk = shape
+        mask = self.const((1 << bits) - 1, np.uint8)
+        parts = []
+        for t in range(8 // bits // 2):
+            def level(j: int) -> str:
+                v = packed if j == 0 else self.op1("BitShift", [packed, self.const(j * bits, np.uint8)],
+                                                   direction="RIGHT")
+                return self.op1("BitwiseAnd", [v, mask])
+            high = self.op1("BitShift", [level(2 * t + 1), self.const(4, np.uint8)], direction="LEFT")
+            parts.append(self.op1("Unsqueeze", [self.op1("BitwiseOr", [level(2 * t), high]), self.const([-1])]))
+        return self.op1("Reshape", [self.op1("Concat", parts, axis=-1), self.const([n, nb, blk // 2])],
+                        outputs=[name])
+
     def zero_points_u4(self, scale2d: str, offset2d: str, center: int, n: int, nb: int,
                        prefix: str) -> tuple[str, str]:
         """The nearest integer zero point per block, clip(round(center + offset/scale), 0, 15) (0 where
@@ -254,8 +271,7 @@ class _Graph:
                 # 16*z_hi + z_lo is the center (no correction for the symmetric types). ORT 1.31's 2-bit
                 # CPU kernel dequantizes on every call at accuracy level 0 (24.6 ms against 0.18 ms for
                 # 4-bit at 4864x896), so the high plane is widened to 4 bits at load.
-                hi4 = hi if high_bits == 4 else self.nibble_plane(
-                    self.unpack(hi, high_bits, shape), shape, f"{prefix}.qweight_hi4")
+                hi4 = hi if high_bits == 4 else self.widen_to_nibbles(hi, high_bits, shape, f"{prefix}.qweight_hi4")
                 z_hi = 8 if w.qbits == 8 else (2 if w.center == 32 else 1)
                 hi_scales = self.op1("Mul", [flat, self.const(16.0, np.float32)])
                 zbytes = [n * ((nb + 1) // 2)]
