@@ -8,7 +8,7 @@ per-layer rotary) comes from graph_blocks.py, driven by the table in arch.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -293,6 +293,20 @@ class _Graph:
         return self.op1("Identity", [out], outputs=["logits"])
 
 
+def as_common_8bit(parts: list[Weight]) -> list[Weight]:
+    """Symmetric 5/6/8-bit parts (Q5_0, Q6_K, Q8_0: no offset) as 8-bit levels around 128, so that
+    a mix (Q4_K_M's Q5_0 Q/K with a Q8_0 V) fuses into one matmul. Nothing changes in what is
+    stored: both modes keep these types as 8-bit levels (fast: one 8-bit plane; exact: two 4-bit
+    planes), and levels + 128 - center still fit in a byte. Other mixes are returned unchanged."""
+    quant = all(w.kind == "quant" and w.offset is None and w.qbits in (5, 6, 8) and w.levels is not None
+                for w in parts)
+    if not quant or len({w.qbits for w in parts}) == 1:
+        return parts
+    return [w if w.qbits == 8 else replace(w, levels=w.levels + np.uint8(128 - w.center),   # type: ignore[operator]
+                                           qbits=8, center=128)
+            for w in parts]
+
+
 def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
                 progress: Callable[[int, int], None] | None = None, writer: DataWriter | None = None,
                 layer: Callable[[int], LayerWeights] | None = None) -> onnx.ModelProto:
@@ -334,7 +348,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
     for i in range(n_layers):
         p = f"model.layers.{i}"
         # Attention: fuse Q|K|V into one matmul when their storage forms agree.
-        qkv_w = concat_rows([lw.q, lw.k, lw.v])
+        qkv_w = concat_rows(as_common_8bit([lw.q, lw.k, lw.v]))
         if qkv_w is not None:
             bias = None
             if lw.q_bias is not None:
@@ -365,7 +379,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
         x, _, _, h = g.op("SkipSimplifiedLayerNormalization",
                           [o, h, g.init(f"{p}.post_attention_layernorm.weight", lw.ffn_norm)],
                           outputs=[g.name("x"), "", "", g.name("h")], domain=MS, epsilon=spec.rms_eps)
-        gu_w = concat_rows([lw.gate, lw.up])
+        gu_w = concat_rows(as_common_8bit([lw.gate, lw.up]))
         if gu_w is not None:
             n_gate, n_up = lw.gate.n, lw.up.n
             lw.gate.release()

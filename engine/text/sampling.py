@@ -185,9 +185,26 @@ def apply_frequency_penalty(logits: np.ndarray, history: Sequence[int] | np.ndar
     return out
 
 
+_TOPK_ROWS = 8
+
+
 def top_k_threshold(logits: np.ndarray, k: int) -> float:
-    """The k-th largest logit: top-k keeps every logit >= it (ties at the edge all stay, as HF)."""
+    """The k-th largest logit: top-k keeps every logit >= it (ties at the edge all stay, as HF).
+
+    A partition of the whole vocabulary costs ~0.1-0.25 ms per token at 49k-152k ids, so it is
+    narrowed first: view the logits as 8 rows and take each column's maximum (one vectorised
+    pass); the k-th largest column maximum is a lower bound of the k-th largest logit (k columns
+    reach it), so only the logits at or above it (at most ~8k of them) need partitioning."""
     n = logits.shape[0]
+    m = n // _TOPK_ROWS
+    if m >= 4 * k:
+        col_max = logits[:m * _TOPK_ROWS].reshape(_TOPK_ROWS, m).max(axis=0)
+        if not np.isnan(col_max).any():      # NaN: the full partition, which ranks it as numpy does
+            bound = np.partition(col_max, m - k)[m - k]
+            cand = logits[logits >= bound]
+            if cand.shape[0] >= k:
+                c = cand.shape[0]
+                return float(np.partition(cand, c - k)[c - k])
     return float(np.partition(logits, n - k)[n - k])
 
 
