@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.text.sampling import ResolvedSampling, Sampler, apply_top_k, softmax, top_k_threshold
+from engine.text.sampling import ResolvedSampling, Sampler, apply_top_k, softmax, top_k_ids, top_k_threshold
 
 
 def full_threshold(x: np.ndarray, k: int) -> float:
@@ -36,6 +36,9 @@ def test_threshold_equals_full_partition(name, x, k):
     if k >= x.shape[0]:
         pytest.skip("k covers the vocabulary")
     assert top_k_threshold(x, k) == full_threshold(x, k)
+    ids, threshold = top_k_ids(x, k)
+    assert threshold == full_threshold(x, k)
+    assert np.array_equal(ids, np.flatnonzero(x >= full_threshold(x, k)))
 
 
 def test_nan_logits_still_refused():
@@ -62,3 +65,23 @@ def test_top_k_draws_follow_softmax_of_the_kept_logits():
     e = expected[support] * counts.sum()
     chi = float(((counts - e) ** 2 / e).sum())
     assert chi < 19 + 5 * np.sqrt(38)
+
+
+@pytest.mark.parametrize("n_hist", [1, 40, 3000, 20000])
+def test_penalties_on_a_big_vocabulary(n_hist):
+    """The penalised ids are exactly the distinct ids of the history, each penalised once."""
+    from engine.text.sampling import _seen_ids, apply_penalties
+    rng = np.random.default_rng(n_hist)
+    vocab = 151936
+    hist = rng.integers(0, vocab, n_hist)
+    hist[: n_hist // 2] = hist[0]                 # repeats
+    seen = _seen_ids(hist, vocab)
+    assert np.array_equal(seen, np.flatnonzero(np.bincount(hist, minlength=vocab)))
+    x = (rng.standard_normal(vocab) * 3).astype(np.float32)
+    out = apply_penalties(x, hist, repetition_penalty=1.3, presence_penalty=0.5)
+    ref = x.copy()
+    v = ref[seen]
+    ref[seen] = np.where(v > 0, v / 1.3, v * 1.3) - 0.5
+    assert np.array_equal(out, ref)
+    with pytest.raises(ValueError):
+        _seen_ids(np.append(hist, vocab), vocab)
