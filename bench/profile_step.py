@@ -55,26 +55,10 @@ def _runs(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
     return [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e["name"] == "model_run"]
 
 
-def op_table(profile: Path, last_runs: int, first_runs: int = 0) -> dict[str, Any]:
-    """Per op type: total µs per run and nodes per run, over the chosen runs of a profile file."""
+def op_table(profile: Path, last_runs: int) -> dict[str, Any]:
+    """Per op type: µs per run and nodes per run, over the last `last_runs` runs of a profile file."""
     events = json.loads(profile.read_text())
-    runs = _runs(events)
-    chosen = runs[-last_runs:] if last_runs else runs[first_runs:]
-    per_op: dict[str, float] = collections.defaultdict(float)
-    count: dict[str, int] = collections.defaultdict(int)
-    lo, hi = chosen[0][0], chosen[-1][1]
-    for e in events:
-        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
-            continue
-        if not lo <= e["ts"] <= hi:
-            continue
-        op = e.get("args", {}).get("op_name", "?")
-        per_op[op] += e["dur"]
-        count[op] += 1
-    n = len(chosen)
-    run_us = sum(b - a for a, b in chosen) / n
-    return {"runs": n, "run_us": run_us,
-            "ops": {k: {"us": v / n, "nodes": count[k] / n} for k, v in sorted(per_op.items(), key=lambda kv: -kv[1])}}
+    return _op_table_runs(events, _runs(events)[-last_runs:])
 
 
 def profile_decode(model: LoadedModel, ctx: int, steps: int, threads: int, out_dir: Path,
@@ -125,7 +109,7 @@ def _op_table_runs(events: list[dict[str, Any]], chosen: list[tuple[int, int]], 
     per_op: dict[str, float] = collections.defaultdict(float)
     count: dict[str, int] = collections.defaultdict(int)
     spans = chosen
-    for e in events:
+    for e in events:   # node events within the chosen runs
         if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
             continue
         if not any(a <= e["ts"] <= b for a, b in spans):
