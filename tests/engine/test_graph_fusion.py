@@ -84,3 +84,23 @@ def test_common_8bit_keeps_every_value():
     assert as_common_8bit(same) == same                      # nothing to unify: unchanged
     four = [_weight(rng, 4, 8, 8), _weight(rng, 8, 128, 4)]
     assert as_common_8bit(four) == four                      # 4-bit parts keep their own form
+
+
+@pytest.mark.parametrize("level", [EXACT, FAST])
+def test_gpu_variant_of_the_fused_mixed_graph(mixed, level):
+    """The float16 variant takes the re-centred 8-bit levels as it takes Q8_0's."""
+    from pathlib import Path
+
+    from engine.convert.variants import KERNELS, unplaceable_nodes, variant_graph
+    from test_gpu_variant import TINY_MAX_DLOGIT, _decode_logits
+    _, folders = mixed
+    graph = variant_graph(folders[level])
+    model = onnx.load(str(graph))
+    for provider in KERNELS:
+        assert unplaceable_nodes(model, provider) == [], provider
+    rng = np.random.default_rng(7)
+    ids = [int(t) for t in rng.integers(3, 400, 30)]
+    steps = [int(t) for t in rng.integers(3, 400, 6)]
+    a = _decode_logits(Path(folders[EXACT]) / "model.onnx", ids, steps, np.float32)
+    b = _decode_logits(graph, ids, steps, np.float16)
+    assert np.isfinite(b).all() and float(np.abs(a - b).max()) < TINY_MAX_DLOGIT
