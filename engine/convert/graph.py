@@ -8,7 +8,7 @@ per-layer rotary) comes from graph_blocks.py, driven by the table in arch.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -250,6 +250,36 @@ class _Graph:
             y = self.op1("Add", [y, self.init(f"{prefix}.bias", bias.astype(np.float32))])
         return y
 
+    def linear_group(self, x: str, parts: list[Weight], prefixes: list[str],
+                     biases: list[np.ndarray | None]) -> list[str]:
+        """Linears over the same input whose weights `concat_rows` cannot stack (different GGUF
+        types): one MatMulNBits when every part runs as the same kernel form — one 8-bit plane,
+        default zero point, no correction (fast mode's Q5_0, Q6_K with blocks of 32, Q8_0) — with
+        the parts' planes and scales concatenated at load; otherwise one linear per part. What is
+        stored is each part's own form either way."""
+        quant = [w.kind == "quant" for w in parts]
+        qs = [self.quant_inits(pre, w) if is_q else None for w, pre, is_q in zip(parts, prefixes, quant, strict=True)]
+
+        def one_plane(q: QInits | None) -> bool:
+            return (q is not None and q.correction is None and len(q.matmuls) == 1
+                    and q.matmuls[0][1] == 8 and q.matmuls[0][3] is None)
+        if len(parts) < 2 or not all(one_plane(q) for q in qs) or \
+                len({(q.w.k, q.w.block) for q in qs if q is not None}) != 1:
+            return [self.linear(x, w, pre, bias, params=q)
+                    for w, pre, bias, q in zip(parts, prefixes, biases, qs, strict=True)]
+        qq = [q for q in qs if q is not None]
+        k, blk = qq[0].w.k, qq[0].w.block
+        planes = [self.op1("Reshape", [q.matmuls[0][0], self.const([q.w.n, k // blk, blk])]) for q in qq]
+        scales = [self.op1("Reshape", [q.matmuls[0][2], self.const([-1])]) for q in qq]
+        n = sum(q.w.n for q in qq)
+        y = self.op1("MatMulNBits", [x, self.op1("Concat", planes, axis=0), self.op1("Concat", scales, axis=0)],
+                     domain=MS, K=k, N=n, bits=8, block_size=blk, accuracy_level=self.accuracy_level)
+        if any(b is not None for b in biases):
+            bias = np.concatenate([np.zeros(q.w.n, np.float32) if b is None else b.astype(np.float32)
+                                   for q, b in zip(qq, biases, strict=True)])
+            y = self.op1("Add", [y, self.init(f"{prefixes[0]}.group_bias", bias)])
+        return [y]
+
     def embedding(self, ids: str, w: Weight, params: QInits | None) -> str:
         """Gathers rows and dequantizes only those (the table stays quantized in memory)."""
         if w.kind == "dense":
@@ -293,20 +323,6 @@ class _Graph:
         return self.op1("Identity", [out], outputs=["logits"])
 
 
-def as_common_8bit(parts: list[Weight]) -> list[Weight]:
-    """Symmetric 5/6/8-bit parts (Q5_0, Q6_K, Q8_0: no offset) as 8-bit levels around 128, so that
-    a mix (Q4_K_M's Q5_0 Q/K with a Q8_0 V) fuses into one matmul. Nothing changes in what is
-    stored: both modes keep these types as 8-bit levels (fast: one 8-bit plane; exact: two 4-bit
-    planes), and levels + 128 - center still fit in a byte. Other mixes are returned unchanged."""
-    quant = all(w.kind == "quant" and w.offset is None and w.qbits in (5, 6, 8) and w.levels is not None
-                for w in parts)
-    if not quant or len({w.qbits for w in parts}) == 1:
-        return parts
-    return [w if w.qbits == 8 else replace(w, levels=w.levels + np.uint8(128 - w.center),   # type: ignore[operator]
-                                           qbits=8, center=128)
-            for w in parts]
-
-
 def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
                 progress: Callable[[int, int], None] | None = None, writer: DataWriter | None = None,
                 layer: Callable[[int], LayerWeights] | None = None) -> onnx.ModelProto:
@@ -348,7 +364,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
     for i in range(n_layers):
         p = f"model.layers.{i}"
         # Attention: fuse Q|K|V into one matmul when their storage forms agree.
-        qkv_w = concat_rows(as_common_8bit([lw.q, lw.k, lw.v]))
+        qkv_w = concat_rows([lw.q, lw.k, lw.v])
         if qkv_w is not None:
             bias = None
             if lw.q_bias is not None:
@@ -358,9 +374,10 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
             qkv = g.linear(x, qkv_w, f"{p}.self_attn.qkv_proj", bias)
             qkv_inputs = [qkv, "", ""]
         else:
-            qkv_inputs = [g.linear(x, lw.q, f"{p}.self_attn.q_proj", lw.q_bias),
-                          g.linear(x, lw.k, f"{p}.self_attn.k_proj", lw.k_bias),
-                          g.linear(x, lw.v, f"{p}.self_attn.v_proj", lw.v_bias)]
+            # Different GGUF types (Q4_K_M's Q5_0 Q/K with a Q8_0 V) can still share one kernel form.
+            parts = g.linear_group(x, [lw.q, lw.k, lw.v], [f"{p}.self_attn.{n}_proj" for n in "qkv"],
+                                   [lw.q_bias, lw.k_bias, lw.v_bias])
+            qkv_inputs = parts if len(parts) == 3 else [parts[0], "", ""]
         del qkv_w
         qkv_inputs = blocks.qk_norm(g, spec, lw, p, qkv_inputs)
         attn = g.op("GroupQueryAttention",
@@ -379,7 +396,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
         x, _, _, h = g.op("SkipSimplifiedLayerNormalization",
                           [o, h, g.init(f"{p}.post_attention_layernorm.weight", lw.ffn_norm)],
                           outputs=[g.name("x"), "", "", g.name("h")], domain=MS, epsilon=spec.rms_eps)
-        gu_w = concat_rows(as_common_8bit([lw.gate, lw.up]))
+        gu_w = concat_rows([lw.gate, lw.up])
         if gu_w is not None:
             n_gate, n_up = lw.gate.n, lw.up.n
             lw.gate.release()
@@ -387,8 +404,10 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
             gu = g.linear(x, gu_w, f"{p}.mlp.gate_up_proj")
             gate, up = g.op("Split", [gu, g.const([n_gate, n_up])], n_out=2, axis=-1)
         else:
-            gate = g.linear(x, lw.gate, f"{p}.mlp.gate_proj")
-            up = g.linear(x, lw.up, f"{p}.mlp.up_proj")
+            n_gate, n_up = lw.gate.n, lw.up.n
+            parts = g.linear_group(x, [lw.gate, lw.up], [f"{p}.mlp.gate_proj", f"{p}.mlp.up_proj"], [None, None])
+            gate, up = parts if len(parts) == 2 else g.op("Split", [parts[0], g.const([n_gate, n_up])],
+                                                          n_out=2, axis=-1)
         del gu_w
         act = blocks.activation(g, spec, gate, up)
         down = g.linear(act, lw.down, f"{p}.mlp.down_proj")

@@ -1,6 +1,7 @@
-"""Fusions of the decoder graph (issue 18): Q|K|V and gate|up stay one MatMulNBits when their GGUF
-types differ but their stored form is the same (Q4_K_M's Q5_0 Q/K with a Q8_0 V), and the fused
-graph still equals the numpy reference."""
+"""Fusions of the decoder graph (issue 18): in fast mode Q|K|V and gate|up stay one MatMulNBits when
+their GGUF types differ but their kernel form is the same (Q4_K_M's Q5_0 Q/K with a Q8_0 V: one
+8-bit plane each), the file keeps each part's own form, and the fused graph still equals the numpy
+reference (and its float16 variant the float32 graph)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,6 @@ import onnx
 import pytest
 
 from engine.convert import EXACT, FAST, convert_gguf
-from engine.convert.graph import as_common_8bit
-from engine.convert.weights import Scale, Weight
 from test_convert import Runner, prompt, reference_logits
 from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
 
@@ -19,9 +18,13 @@ MIXED = variant(TinyConfig(), wtype="Q5_0", seed=51, bias=True,
 FAST_TOL, FAST_REL = 0.4, 0.1
 
 
-def _matmul_names(folder) -> list[str]:
-    g = onnx.load(str(folder / "model.onnx"), load_external_data=False)
-    return [n.input[1] for n in g.graph.node if n.op_type == "MatMulNBits"]
+def _graph(folder) -> onnx.ModelProto:
+    return onnx.load(str(folder / "model.onnx"), load_external_data=False)
+
+
+def _matmul_widths(folder) -> list[int]:
+    return [next(a.i for a in n.attribute if a.name == "N") for n in _graph(folder).graph.node
+            if n.op_type == "MatMulNBits"]
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +35,26 @@ def mixed(tmp_path_factory):
                    for level in (EXACT, FAST)}
 
 
-def test_mixed_qkv_and_gate_up_fuse(mixed):
+def test_mixed_qkv_and_gate_up_fuse_in_fast_mode(mixed):
     _, folders = mixed
-    for level, folder in folders.items():
-        names = _matmul_names(folder)
-        for i in range(MIXED.n_layers):
-            p = f"model.layers.{i}"
-            assert any(f"{p}.self_attn.qkv_proj" in n for n in names), (level, names)
-            assert any(f"{p}.mlp.gate_up_proj" in n for n in names), (level, names)
-            assert not any(f"{p}.self_attn.{x}_proj" in n for n in names for x in "qkv"), (level, names)
-            assert not any(f"{p}.mlp.{x}_proj" in n for n in names for x in ("gate", "up")), (level, names)
+    c = MIXED
+    qkv, gate_up = (c.n_head + 2 * c.n_head_kv) * c.head_dim, 2 * c.n_ff
+    widths = _matmul_widths(folders[FAST])
+    assert widths.count(qkv) == c.n_layers and widths.count(gate_up) == c.n_layers, widths
+    assert len(widths) == 4 * c.n_layers + 1, widths        # Q|K|V, O, gate|up, down; the lm_head
+    # What is stored is each part's own form (the planes are concatenated when the model loads).
+    stored = {i.name for i in _graph(folders[FAST]).graph.initializer}
+    for i in range(c.n_layers):
+        for part in ("self_attn.q_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
+            assert any(name.startswith(f"model.layers.{i}.{part}.") for name in stored), (i, part)
+
+
+def test_exact_mode_keeps_separate_matmuls_for_mixed_types(mixed):
+    """Exact mode runs 5/6/8-bit levels as two 4-bit planes with per-type zero points: not fused."""
+    _, folders = mixed
+    widths = _matmul_widths(folders[EXACT])
+    kv = MIXED.n_head_kv * MIXED.head_dim
+    assert widths.count(kv) == 2 * 2 * MIXED.n_layers, widths      # K and V, two planes each
 
 
 def test_fused_mixed_graph_equals_reference(mixed):
@@ -67,28 +80,9 @@ def test_fused_decode_steps_equal_one_shot(mixed):
     assert np.abs(logits - one_shot).max() <= 1e-4
 
 
-def _weight(rng: np.random.Generator, qbits: int, center: int, n: int, k: int = 64) -> Weight:
-    levels = rng.integers(0, 1 << qbits, (n, k // 32, 32)).astype(np.uint8)
-    scale = Scale(rng.uniform(0.01, 0.1, (n, k // 32)).astype(np.float16))
-    return Weight("quant", n, k, levels=levels, qbits=qbits, scale=scale, center=center, qtype=f"q{qbits}")
-
-
-def test_common_8bit_keeps_every_value():
-    rng = np.random.default_rng(0)
-    parts = [_weight(rng, 5, 16, 8), _weight(rng, 8, 128, 4), _weight(rng, 6, 32, 4)]
-    out = as_common_8bit(parts)
-    assert {w.qbits for w in out} == {8} and {w.center for w in out} == {128}
-    for a, b in zip(parts, out, strict=True):
-        assert np.array_equal(a.dequantized(), b.dequantized())
-    same = [_weight(rng, 5, 16, 8), _weight(rng, 5, 16, 4)]
-    assert as_common_8bit(same) == same                      # nothing to unify: unchanged
-    four = [_weight(rng, 4, 8, 8), _weight(rng, 8, 128, 4)]
-    assert as_common_8bit(four) == four                      # 4-bit parts keep their own form
-
-
 @pytest.mark.parametrize("level", [EXACT, FAST])
 def test_gpu_variant_of_the_fused_mixed_graph(mixed, level):
-    """The float16 variant takes the re-centred 8-bit levels as it takes Q8_0's."""
+    """The float16 variant folds the concatenated planes as it folds any weight preparation."""
     from pathlib import Path
 
     from engine.convert.variants import KERNELS, unplaceable_nodes, variant_graph
