@@ -205,7 +205,8 @@ def top_k_ids(logits: np.ndarray, k: int) -> tuple[np.ndarray, float]:
     m = n // _TOPK_ROWS
     if m >= 4 * k:
         col_max = logits[:m * _TOPK_ROWS].reshape(_TOPK_ROWS, m).max(axis=0)
-        if not np.isnan(col_max).any():      # NaN: the full partition, which ranks it as numpy does
+        # NaN anywhere: the full partition, which ranks it as numpy does.
+        if not (np.isnan(col_max).any() or np.isnan(logits[m * _TOPK_ROWS:]).any()):
             bound = np.partition(col_max, m - k)[m - k]
             cand = np.flatnonzero(logits >= bound)
             if cand.shape[0] >= k:

@@ -41,6 +41,15 @@ def test_threshold_equals_full_partition(name, x, k):
     assert np.array_equal(ids, np.flatnonzero(x >= full_threshold(x, k)))
 
 
+@pytest.mark.parametrize("where", [[5], [49155], [3, 900, 40000]])
+def test_nan_logits_rank_as_the_full_partition_ranks_them(where):
+    x = (np.random.default_rng(2).standard_normal(49157)).astype(np.float32)
+    x[where] = np.nan
+    for k in (1, 2, 50):
+        a, b = top_k_threshold(x, k), full_threshold(x, k)
+        assert a == b or (np.isnan(a) and np.isnan(b))
+
+
 def test_nan_logits_still_refused():
     x = (np.random.default_rng(1).standard_normal(49152)).astype(np.float32)
     x[[3, 900, 40000]] = np.nan
