@@ -253,27 +253,34 @@ class _Graph:
     def linear_group(self, x: str, parts: list[Weight], prefixes: list[str],
                      biases: list[np.ndarray | None]) -> list[str]:
         """Linears over the same input whose weights `concat_rows` cannot stack (different GGUF
-        types): one MatMulNBits when every part runs as the same kernel form — one 8-bit plane,
-        default zero point, no correction (fast mode's Q5_0, Q6_K with blocks of 32, Q8_0) — with
-        the parts' planes and scales concatenated at load; otherwise one linear per part. What is
-        stored is each part's own form either way."""
-        quant = [w.kind == "quant" for w in parts]
-        qs = [self.quant_inits(pre, w) if is_q else None for w, pre, is_q in zip(parts, prefixes, quant, strict=True)]
-
-        def one_plane(q: QInits | None) -> bool:
-            return (q is not None and q.correction is None and len(q.matmuls) == 1
-                    and q.matmuls[0][1] == 8 and q.matmuls[0][3] is None)
-        if len(parts) < 2 or not all(one_plane(q) for q in qs) or \
-                len({(q.w.k, q.w.block) for q in qs if q is not None}) != 1:
+        types): one set of MatMulNBits when every part runs as the same kernel form — the same
+        planes (bits) in the same order, no correction: fast mode's one 8-bit plane (Q5_0, Q6_K with
+        blocks of 32, Q8_0), exact mode's two 4-bit planes — with the parts' planes, scales and zero
+        points concatenated at load; otherwise one linear per part. What is stored is each part's
+        own form either way (a default zero point is written out only where another part has one)."""
+        qs = [self.quant_inits(pre, w) if w.kind == "quant" else None
+              for w, pre in zip(parts, prefixes, strict=True)]
+        qq = [q for q in qs if q is not None and q.correction is None]
+        forms = {(q.w.k, q.w.block, tuple(bits for _, bits, _, _ in q.matmuls)) for q in qq}
+        if len(parts) < 2 or len(qq) != len(parts) or len(forms) != 1:
             return [self.linear(x, w, pre, bias, params=q)
                     for w, pre, bias, q in zip(parts, prefixes, biases, qs, strict=True)]
-        qq = [q for q in qs if q is not None]
-        k, blk = qq[0].w.k, qq[0].w.block
-        planes = [self.op1("Reshape", [q.matmuls[0][0], self.const([q.w.n, k // blk, blk])]) for q in qq]
-        scales = [self.op1("Reshape", [q.matmuls[0][2], self.const([-1])]) for q in qq]
-        n = sum(q.w.n for q in qq)
-        y = self.op1("MatMulNBits", [x, self.op1("Concat", planes, axis=0), self.op1("Concat", scales, axis=0)],
-                     domain=MS, K=k, N=n, bits=8, block_size=blk, accuracy_level=self.accuracy_level)
+        k, blk, plane_bits = forms.pop()
+        nb, n = k // blk, sum(q.w.n for q in qq)
+        outs = []
+        for j, bits in enumerate(plane_bits):
+            planes = [self.op1("Reshape", [q.matmuls[j][0], self.const([q.w.n, nb, blk * bits // 8])]) for q in qq]
+            scales = [self.op1("Reshape", [q.matmuls[j][2], self.const([-1])]) for q in qq]
+            inputs = [x, self.op1("Concat", planes, axis=0), self.op1("Concat", scales, axis=0)]
+            if any(q.matmuls[j][3] for q in qq):
+                zps = [q.matmuls[j][3] or self.init(
+                    f"{pre}.zero_points_default{j}",
+                    packed_zero_points(np.full((q.w.n, nb), 1 << (bits - 1), np.uint8), bits))
+                       for q, pre in zip(qq, prefixes, strict=True)]
+                inputs.append(self.op1("Concat", [self.op1("Reshape", [z, self.const([-1])]) for z in zps], axis=0))
+            outs.append(self.op1("MatMulNBits", inputs, domain=MS, K=k, N=n, bits=bits, block_size=blk,
+                                 accuracy_level=self.accuracy_level))
+        y = outs[0] if len(outs) == 1 else self.op1("Add", outs)
         if any(b is not None for b in biases):
             bias = np.concatenate([np.zeros(q.w.n, np.float32) if b is None else b.astype(np.float32)
                                    for q, b in zip(qq, biases, strict=True)])

@@ -1,7 +1,7 @@
-"""Fusions of the decoder graph (issue 18): in fast mode Q|K|V and gate|up stay one MatMulNBits when
-their GGUF types differ but their kernel form is the same (Q4_K_M's Q5_0 Q/K with a Q8_0 V: one
-8-bit plane each), the file keeps each part's own form, and the fused graph still equals the numpy
-reference (and its float16 variant the float32 graph)."""
+"""Fusions of the decoder graph (issue 18): Q|K|V and gate|up stay one set of MatMulNBits when their
+GGUF types differ but their kernel form is the same (Q4_K_M's Q5_0 Q/K with a Q8_0 V: one 8-bit
+plane each in fast mode, two 4-bit planes in exact mode), the file keeps each part's own form, and
+the fused graph still equals the numpy reference (and its float16 variant the float32 graph)."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,12 +49,16 @@ def test_mixed_qkv_and_gate_up_fuse_in_fast_mode(mixed):
             assert any(name.startswith(f"model.layers.{i}.{part}.") for name in stored), (i, part)
 
 
-def test_exact_mode_keeps_separate_matmuls_for_mixed_types(mixed):
-    """Exact mode runs 5/6/8-bit levels as two 4-bit planes with per-type zero points: not fused."""
+def test_mixed_qkv_and_gate_up_fuse_in_exact_mode(mixed):
+    """Exact mode runs 5/6/8-bit levels as two 4-bit planes: each plane fused across the parts,
+    with the zero points of the types that have none written out as their defaults."""
     _, folders = mixed
+    c = MIXED
+    qkv, gate_up = (c.n_head + 2 * c.n_head_kv) * c.head_dim, 2 * c.n_ff
     widths = _matmul_widths(folders[EXACT])
-    kv = MIXED.n_head_kv * MIXED.head_dim
-    assert widths.count(kv) == 2 * 2 * MIXED.n_layers, widths      # K and V, two planes each
+    assert widths.count(c.n_head_kv * c.head_dim) == 0, widths
+    assert len(widths) == 2 * 4 * c.n_layers + 2, widths         # two planes for every linear
+    assert widths.count(qkv) >= 2 * c.n_layers and widths.count(gate_up) == 2 * c.n_layers, widths
 
 
 def test_fused_mixed_graph_equals_reference(mixed):
