@@ -34,6 +34,9 @@ class Runner:
         self._vocab, self._last_only = self._logits_layout()
         self._heads = int(model.config.get("num_attention_heads") or model.kv.kv_heads)
         self._weights_dir = model.graph.parent if model.graph is not None else model.path
+        # Where new caches keep their KV between steps: on the GPU under CUDA (shared-buffer graphs);
+        # tests and gpu_check set kvcache.STAGED to run the device code paths on a CPU.
+        self.kv_device = "cuda" if model.provider == "CUDAExecutionProvider" else "cpu"
 
     def chunk_len(self, cache: KVCache, n: int) -> int:
         """How many of `n` new tokens one prefill step takes after what `cache` holds: PREFILL_CHUNK,
@@ -69,9 +72,7 @@ class Runner:
                                          ort.OrtValue.ortvalue_from_numpy(cache.logits_out))
 
     def new_cache(self) -> KVCache:
-        # On CUDA the cache stays on the device between steps (shared-buffer graphs).
-        device = "cuda" if self.model.provider == "CUDAExecutionProvider" else "cpu"
-        return KVCache(self.model.kv, device=device)
+        return KVCache(self.model.kv, device=self.kv_device)
 
     def _inputs(self, cache: KVCache, ids: list[int]) -> dict[str, np.ndarray]:
         past, n = len(cache), len(ids)
@@ -86,6 +87,7 @@ class Runner:
 
     def _step_shared(self, cache: KVCache, ids: list[int]) -> np.ndarray:
         cache.reserve(len(cache) + len(ids))
+        bound = cache.ort_values()      # uploads what changed on the host into the same buffers
         binding = cache.binding
         if binding is None:
             # The KV buffers are bound once, as past and present, and stay bound until they are
@@ -96,7 +98,7 @@ class Runner:
             cache.logits_out = None
             self._bind_logits(cache, binding, len(ids))
             for (pk, pv), (ok, ov), (k, v) in zip(self.model.kv.past_names, self.model.kv.present_names,
-                                                  cache.ort_values(), strict=True):
+                                                  bound, strict=True):
                 binding.bind_ortvalue_input(pk, k)
                 binding.bind_ortvalue_input(pv, v)
                 binding.bind_ortvalue_output(ok, k)     # present written into the same buffer
@@ -106,6 +108,7 @@ class Runner:
             self._bind_logits(cache, binding, len(ids))     # rebinding keeps the output's place
         for name, value in self._inputs(cache, ids).items():
             binding.bind_cpu_input(name, value)
+        cache.before_step()     # waits only when a pending snapshot needs what this step overwrites
         self.session.run_with_iobinding(binding)
         cache.device_written()
         if self._vocab is not None:
