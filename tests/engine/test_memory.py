@@ -230,23 +230,6 @@ def test_bytes_that_are_not_a_graph_are_refused_in_one_line(tiny_dir, tmp_path) 
     assert "model.onnx" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_generating_process_never_imports_onnx_or_the_converter(tiny_dir) -> None:
-    code = (
-        "import sys\n"
-        "from engine.runtime.model import load_model\n"
-        "from engine.generation.generate import Generator, collect\n"
-        "from engine.api import SamplingParams\n"
-        f"g = Generator(load_model({str(tiny_dir)!r}, provider='cpu', threads=1))\n"
-        "r = collect(g.stream(g.new_cache(), [5, 6, 7, 8], SamplingParams(greedy=True, max_new_tokens=4)))\n"
-        "assert len(r.token_ids) >= 1\n"
-        "heavy = ('onnx.', 'engine.convert', 'ml_dtypes')\n"
-        "print(sorted(m for m in sys.modules if m == 'onnx' or m.startswith(heavy)))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "[]"
-
-
 # ---- malloc's mmap threshold rides with the huge-page tunable ----------------------------------------
 def test_the_huge_page_tunable_fixes_the_mmap_threshold_unless_the_user_set_one(tmp_path) -> None:
     from engine.runtime import hugepages
