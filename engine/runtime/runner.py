@@ -1,11 +1,14 @@
 """One forward step of the decoder over a `KVCache`: the only place that calls ONNX Runtime."""
 from __future__ import annotations
 
+import os
+from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
 import numpy as np
 import onnxruntime as ort
 
+from engine.runtime.batcher import DecodeBatcher
 from engine.runtime.kvcache import KVCache
 from engine.runtime.model import LoadedModel
 
@@ -25,6 +28,22 @@ class Runner:
         # optimum's older merged decoder: an `If` picks the with-past branch once there is a past.
         self._has_cache_branch = "use_cache_branch" in model.input_names
         self._vocab, self._last_only = self._logits_layout()
+        # Concurrent sessions' decode steps run as one batched call (engine.runtime.batcher) on
+        # Amber's own graphs on CPU; `batch_decode = False` (or AMBER_BATCH_DECODE=0) takes turns.
+        self.batcher = DecodeBatcher(self) if self._can_batch() else None
+        self.batch_decode = os.environ.get("AMBER_BATCH_DECODE", "1") != "0"
+
+    def _can_batch(self) -> bool:
+        return (self.model.kv.shared_buffer and self.model.provider == "CPUExecutionProvider"
+                and self._vocab is not None and self._last_only and self._has_mask
+                and not self._has_cache_branch)
+
+    def decoding(self, cache: KVCache) -> AbstractContextManager[None]:
+        """Around a decode loop over `cache`: its one-token steps may then be batched with other
+        sessions' (engine.runtime.batcher)."""
+        if self.batcher is None or not self.batch_decode:
+            return nullcontext()
+        return self.batcher.decoding(cache)
 
     def _logits_layout(self) -> tuple[int | None, bool]:
         """(vocab, last_only): the vocabulary size when the graph returns float32 logits of a known
@@ -115,6 +134,8 @@ class Runner:
                 between_chunks: Callable[[int], bool] | None = None) -> np.ndarray | None:
         """Runs `ids` after what the cache holds. `between_chunks(done)` returning True stops early
         (cancellation); then None is returned and the cache holds the chunks that completed."""
+        if len(ids) == 1 and self.batcher is not None and self.batcher.is_decoding(cache):
+            return self.batcher.step(cache, int(ids[0]))
         step = self._step_shared if self.model.kv.shared_buffer else self._step_plain
         logits = None
         for start in range(0, len(ids), PREFILL_CHUNK):
