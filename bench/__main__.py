@@ -1,4 +1,4 @@
-"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert ...]
+"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert|batch ...]
 [--quick] [--write|--no-write]`
 
 Runs the chosen benches (all of them by default), printing each figure as it goes, and rewrites
@@ -22,7 +22,7 @@ from typing import Any
 from . import common
 from .common import Section, ok, table
 
-BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
+BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert", "batch")
 # Targets of benches written by others (issue 6 for the store), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
@@ -62,6 +62,10 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny") -> dict[
         section = mod.section(res)
     elif name == "convert":     # the GGUF importer at real shapes (issue 15); `make bench`: tiny only
         mod = importlib.import_module("bench.bench_convert")
+        res = mod.run(quick=quick, shapes=shapes.split(","))
+        section = mod.section(res)
+    elif name == "batch":       # concurrent chats, batched decode (issue 18); big shapes under --shapes
+        mod = importlib.import_module("bench.bench_batch")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
     elif name in ("engine", "compare", "sessions", "server", "defaults"):
@@ -138,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="write docs/BENCHMARKS.md (default unless --quick)")
     parser.add_argument("--no-write", dest="write", action="store_false")
     parser.add_argument("--shapes", default="tiny",
-                        help="convert bench: model shapes, comma-separated (tiny, 0.5b, 1.5b)")
+                        help="convert and batch benches: model shapes, comma-separated (tiny, 0.5b, 1.5b)")
     args = parser.parse_args(argv)
     if args.benches == ["deps"]:
         return deps()

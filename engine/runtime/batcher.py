@@ -14,16 +14,16 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import onnxruntime as ort
 
 from engine.runtime.kvcache import KVCache
 from engine.runtime.kvpool import KVPool
+from engine.runtime.model import LoadedModel
 
-if TYPE_CHECKING:
-    from engine.runtime.runner import Runner
+SoloStep = Callable[[KVCache, list[int]], np.ndarray]
 
 # How long the first session ready waits for the others before running without them. Sessions in
 # step get their logits together and queue again within a millisecond or two (sampling, the
@@ -44,9 +44,11 @@ class _Request:
 class DecodeBatcher:
     """Gathers concurrent one-token steps of one runner's sessions into batched runs."""
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-        self.pool = KVPool(runner.model.kv)
+    def __init__(self, model: LoadedModel, vocab: int, feeds_positions: bool, solo_step: SoloStep) -> None:
+        """`solo_step(cache, [token])`: the runner's ordinary step (a batch of one, and the retry)."""
+        self.model, self.session = model, model.session
+        self.vocab, self.feeds_positions, self.solo_step = vocab, feeds_positions, solo_step
+        self.pool = KVPool(model.kv)
         self._cv = threading.Condition()
         self._pending: list[_Request] = []
         self._running = False
@@ -119,7 +121,7 @@ class DecodeBatcher:
                 pass
         for r in batch:
             try:
-                r.logits = self.runner._step_shared(r.cache, [r.token])
+                r.logits = self.solo_step(r.cache, [r.token])
             except Exception as exc:   # noqa: BLE001 - raised in that session's own thread
                 r.error = exc
 
@@ -144,9 +146,9 @@ class DecodeBatcher:
         mask = (np.arange(width)[None, :] <= pos[:, None]).astype(np.int64)   # right-padded rows
         binding.bind_cpu_input("input_ids", tokens[:, None])
         binding.bind_cpu_input("attention_mask", mask)
-        if self.runner._has_positions:
+        if self.feeds_positions:
             binding.bind_cpu_input("position_ids", pos[:, None])
-        self.runner.session.run_with_iobinding(binding)
+        self.session.run_with_iobinding(binding)
         for b, r in by_slot.items():
             r.logits = logits[b - lo, 0].copy()
             r.cache.tokens.append(r.token)
@@ -161,11 +163,10 @@ class DecodeBatcher:
         if found is not None:
             return found
         self._bindings = {k: v for k, v in self._bindings.items() if k[0] == self.pool.generation}
-        kv = self.runner.model.kv
-        binding = self.runner.session.io_binding()
-        assert self.runner._vocab is not None
-        logits = np.empty((hi - lo, 1, self.runner._vocab), np.float32)
-        binding.bind_ortvalue_output(self.runner.model.logits_name, ort.OrtValue.ortvalue_from_numpy(logits))
+        kv = self.model.kv
+        binding = self.session.io_binding()
+        logits = np.empty((hi - lo, 1, self.vocab), np.float32)
+        binding.bind_ortvalue_output(self.model.logits_name, ort.OrtValue.ortvalue_from_numpy(logits))
         for (pk, pv), (ok, ov), (k, v) in zip(kv.past_names, kv.present_names, self.pool.layer_range(lo, hi),
                                               strict=True):
             k_val, v_val = ort.OrtValue.ortvalue_from_numpy(k), ort.OrtValue.ortvalue_from_numpy(v)

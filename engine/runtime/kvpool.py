@@ -81,8 +81,8 @@ class KVPool:
         members move into it (their slot numbers stay)."""
         cap = max(-(-need // MIN_CAPACITY) * MIN_CAPACITY, 2 * self.capacity if need > self.capacity else self.capacity)
         slots = max(n_slots, len(self.slots))
-        L = self.layout
-        self.arena = np.zeros((2, L.n_layers, slots, L.kv_heads, cap, L.head_dim), L.dtype)
+        lay = self.layout
+        self.arena = np.zeros((2, lay.n_layers, slots, lay.kv_heads, cap, lay.head_dim), lay.dtype)
         self.slots += [None] * (slots - len(self.slots))
         self.generation += 1
         for b, cache in members:

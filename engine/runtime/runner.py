@@ -30,7 +30,8 @@ class Runner:
         self._vocab, self._last_only = self._logits_layout()
         # Concurrent sessions' decode steps run as one batched call (engine.runtime.batcher) on
         # Amber's own graphs on CPU; `batch_decode = False` (or AMBER_BATCH_DECODE=0) takes turns.
-        self.batcher = DecodeBatcher(self) if self._can_batch() else None
+        self.batcher = (DecodeBatcher(model, self._vocab, self._has_positions, self._step_shared)
+                        if self._vocab is not None and self._can_batch() else None)
         self.batch_decode = os.environ.get("AMBER_BATCH_DECODE", "1") != "0"
 
     def _can_batch(self) -> bool:

@@ -1,0 +1,175 @@
+"""Concurrent chats (issue 18): aggregate decode tok/s of 1, 2 and 4 sessions generating together
+through the real SessionManager (one thread per session, as the API server runs its clients),
+with their decode steps batched into one ONNX Runtime call (engine.runtime.batcher) or taking
+turns (`Runner.batch_decode = False`, what Amber did before).
+
+Aggregate decode tok/s counts the tokens every session streamed while ALL of them were decoding
+(from the last session's first token to the first session's last one), over that window; with one
+session it is that session's decode rate. Modes alternate within one process (batched, turns,
+batched, …), so a change in machine load hits both alike; the ratios are the figures to read.
+Target (issue 18): with 4 sessions, aggregate decode ≥ 2.5× one session.
+
+The default model always; `--shapes 0.5b` adds a random-weight Qwen2.5-0.5B shape in Q4_0
+(bench.bench_convert's writer, Amber's converter), made in a temporary folder and deleted after.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from . import common
+from .common import Section, ok, table
+
+COUNTS = (1, 2, 4)
+TARGET = 2.5
+PROMPT_WORDS = 40
+
+
+def _session_run(mgr: Any, sid: str, ids: list[int], n_new: int, start: threading.Barrier,
+                 out: dict[str, Any]) -> None:
+    from engine.api import GenerationResult, SamplingParams, TextChunk
+    sampling = SamplingParams(greedy=True, repetition_penalty=1.0, max_new_tokens=n_new)
+    stamps: list[tuple[float, int]] = []
+    start.wait()
+    for event in mgr.generate_tokens(sid, ids, sampling):
+        if isinstance(event, TextChunk) and event.token_ids:
+            stamps.append((time.perf_counter(), len(event.token_ids)))
+        elif isinstance(event, GenerationResult):
+            out["tokens"] = len(event.token_ids)
+    out["stamps"] = stamps
+
+
+def measure(mgr: Any, prompts: list[list[int]], n_new: int, batched: bool) -> dict[str, Any]:
+    """One round: len(prompts) temporary sessions generate at once; the aggregate decode rate."""
+    from engine.api import SessionKind
+    runner = mgr.generator.runner
+    runner.batch_decode = batched
+    batcher = runner.batcher
+    steps0, rows0 = (batcher.batched_steps, batcher.batched_rows) if batcher else (0, 0)
+    ids = [mgr.open(kind=SessionKind.TEMPORARY).session_id for _ in prompts]
+    outs: list[dict[str, Any]] = [{} for _ in prompts]
+    barrier = threading.Barrier(len(prompts))
+    threads = [threading.Thread(target=_session_run, args=(mgr, sid, p, n_new, barrier, o))
+               for sid, p, o in zip(ids, prompts, outs, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for sid in ids:
+        mgr.close(sid)
+    # The window in which every session was decoding (each session's first token is the end of
+    # its prefill; its stamps after that are decode steps).
+    lo = max(o["stamps"][0][0] for o in outs)
+    hi = min(o["stamps"][-1][0] for o in outs)
+    count = sum(n for o in outs for t, n in o["stamps"] if lo < t <= hi)
+    res = {"tok_s": count / (hi - lo) if hi > lo and count else float("nan"), "window_s": hi - lo,
+           "tokens": [o.get("tokens", 0) for o in outs]}
+    if batcher is not None:
+        steps, rows = batcher.batched_steps - steps0, batcher.batched_rows - rows0
+        res["rows_per_batch"] = rows / steps if steps else 0.0
+    return res
+
+
+def _prompts(mgr: Any, n: int) -> list[list[int]]:
+    """Distinct prompts of similar length (no shared prefix: each session prefills its own)."""
+    return [mgr.generator.encode_prompt(common.pseudo_text(PROMPT_WORDS, seed=100 + i)) for i in range(n)]
+
+
+def bench_model(folder: Path, label: str, n_new: int, reps: int) -> dict[str, Any]:
+    from engine.runtime.model import load_model
+    from engine.sessions.manager import SessionManager
+    model = load_model(folder, "cpu", common.THREADS)
+    state = Path(tempfile.mkdtemp(prefix="amber-bench-batch-"))
+    mgr = SessionManager(model, state)
+    try:
+        measure(mgr, _prompts(mgr, 2), 8, True)      # warm-up: ORT's first runs, batch shapes
+        runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+        for rep in range(reps):
+            for n in COUNTS:
+                modes = ("batched", "turns") if rep % 2 == 0 else ("turns", "batched")
+                for mode in modes if n > 1 else ("batched",):   # one session: nothing to batch
+                    r = measure(mgr, _prompts(mgr, n), n_new, mode == "batched")
+                    runs.setdefault((n, mode), []).append(r)
+                    print(f"batch: {label} {n} session(s) {mode}: {r['tok_s']:.1f} tok/s aggregate "
+                          f"(window {r['window_s']:.2f} s, rows/batch {r.get('rows_per_batch', 0):.2f}, "
+                          f"load {common.load_average():.2f})", flush=True)
+        med = {f"{n}_{mode}": statistics.median(r["tok_s"] for r in rs) for (n, mode), rs in runs.items()}
+        rows = {f"{n}_{mode}": statistics.median(r.get("rows_per_batch", 0.0) for r in rs)
+                for (n, mode), rs in runs.items()}
+        return {"label": label, "median_tok_s": med, "rows_per_batch": rows, "n_new": n_new, "reps": reps,
+                "kv_heads": model.kv.kv_heads, "layers": model.kv.n_layers}
+    finally:
+        mgr.shutdown()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _make_shape(shape: str, root: Path) -> Path:
+    from . import bench_convert
+    src = root / f"{shape}-Q4_0.gguf"
+    bench_convert._child("write_gguf_worker", {"path": str(src), "shape": shape, "wtype": "Q4_0"}, common.REPO)
+    dest = root / f"{shape}-Q4_0"
+    bench_convert._child("convert_worker", {"src": str(src), "dest": str(dest), "exact": False,
+                                            "gpu_variant": False}, common.REPO)
+    src.unlink(missing_ok=True)
+    return dest
+
+
+def run(quick: bool = False, shapes: list[str] | None = None) -> dict[str, Any]:
+    from .bench_engine import model_dir
+    load_before = common.load_average()
+    reps, n_new = (1, 24) if quick else (3, 96)
+    models = [bench_model(model_dir(), "SmolLM2-135M (default)", n_new, reps)]
+    for shape in [s for s in (shapes or []) if s != "tiny"]:
+        root = Path(tempfile.mkdtemp(prefix="amber-bench-batch-shape-", dir=os.environ.get("AMBER_BENCH_SCRATCH")))
+        try:
+            models.append(bench_model(_make_shape(shape, root), f"Qwen2.5-{shape.upper()} shape, Q4_0 (random)",
+                                      n_new // 3 if not quick else 12, reps))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    targets = {}
+    for m in models:
+        med = m["median_tok_s"]
+        m["ratio_batched"] = {n: med[f"{n}_batched"] / med["1_batched"] for n in COUNTS}
+        m["ratio_turns"] = {n: med.get(f"{n}_turns", med["1_batched"]) / med["1_batched"] for n in COUNTS}
+    r4 = models[0]["ratio_batched"][4]
+    targets["4_sessions_vs_1"] = {"ratio": r4, "target": TARGET, "met": r4 >= TARGET}
+    return {"models": models, "targets": targets, "facts": common.machine_facts(), "load_before": load_before,
+            "quick": quick}
+
+
+def section(res: dict[str, Any]) -> Section:
+    rows = []
+    for m in res["models"]:
+        med = m["median_tok_s"]
+        for n in COUNTS:
+            batched, turns = med[f"{n}_batched"], med.get(f"{n}_turns")
+            rows.append([m["label"], str(n), f"{turns:.1f}" if turns is not None else f"{batched:.1f}",
+                         f"{m['ratio_turns'][n]:.2f}×", f"{batched:.1f}", f"{m['ratio_batched'][n]:.2f}×",
+                         f"{m['rows_per_batch'].get(f'{n}_batched', 0.0):.2f}" if n > 1 else "—",
+                         ok(m["ratio_batched"][n] >= TARGET) if n == 4 else ""])
+    facts = res["facts"]
+    body = "\n".join([
+        "`python -m bench batch [--shapes 0.5b]` (bench/bench_batch.py). Sessions generate at once through the "
+        "real SessionManager, one thread each (temporary sessions, distinct prompts of ~50 tokens, greedy). "
+        "*Aggregate decode tok/s* counts every session's streamed tokens while all of them were decoding, "
+        "over that window (one session: its own decode rate). *turns*: each session's step is its own "
+        "ONNX Runtime run (`Runner.batch_decode = False`, before issue 18); *batched*: steps of sessions "
+        "decoding at the same moment run as one run over a batch (engine/runtime/batcher.py; KV in one "
+        "pool of per-session slots, engine/runtime/kvpool.py). Modes alternate within one process; medians "
+        f"of {res['models'][0]['reps']} rounds of {res['models'][0]['n_new']} new tokens per session. "
+        "*rows/batch*: sessions per batched run on average.",
+        "",
+        table(["Model", "Sessions", "turns: tok/s", "turns ÷ 1 session", "batched: tok/s",
+               "batched ÷ 1 session", "rows/batch", f"≥ {TARGET}× at 4"], rows),
+        "",
+        common.facts_line(facts, res.get("load_before"),
+                          "Six engineers shared the 2 cores while this ran: absolute tok/s swing with the load, "
+                          "the ratios less." if facts["load_avg"][0] > 1.0 else ""),
+    ])
+    return Section("batch", "Concurrent chats (issue 18)", body, common.ORDER.get("batch", 62))
