@@ -53,6 +53,10 @@ class DecodeBatcher:
         self._pending: list[_Request] = []
         self._running = False
         self._decoding: dict[int, int] = {}     # id(cache) -> nesting count, while in a decode loop
+        # id(cache) -> the thread that last stepped it. Sessions stepped in turn by ONE thread (the
+        # API server's scheduler, a GUI worker) cannot wait for each other: a leader waits only for
+        # sessions of other threads than those already queued.
+        self._threads: dict[int, int] = {}
         self._bindings: dict[tuple[int, int, int], tuple[Any, np.ndarray]] = {}
         self.batched_steps = 0      # runs of more than one row (figures for the bench and tests)
         self.batched_rows = 0
@@ -62,6 +66,7 @@ class DecodeBatcher:
         """Marks `cache` as in a decode loop (its steps may be batched); on exit it leaves the pool."""
         with self._cv:
             self._decoding[id(cache)] = self._decoding.get(id(cache), 0) + 1
+            self._threads[id(cache)] = threading.get_ident()
         try:
             yield
         finally:
@@ -71,6 +76,7 @@ class DecodeBatcher:
                     self._decoding[id(cache)] = left
                 else:
                     del self._decoding[id(cache)]
+                    self._threads.pop(id(cache), None)
                     self.pool.leave(cache)
                     if self.pool.arena is None:
                         self._bindings.clear()      # they hold the freed arena's buffers
@@ -83,6 +89,7 @@ class DecodeBatcher:
         """One decode step of `cache`, batched with whatever other sessions step now."""
         req = _Request(cache, token)
         with self._cv:
+            self._threads[id(cache)] = threading.get_ident()
             self._pending.append(req)
             self._cv.notify_all()
             deadline = time.monotonic() + GATHER_WAIT_S
@@ -90,7 +97,7 @@ class DecodeBatcher:
             while not req.done:
                 if not self._running and req in self._pending:
                     left = deadline - time.monotonic()
-                    if len(self._pending) >= len(self._decoding) or left <= 0:
+                    if len(self._pending) >= len(set(self._threads.values())) or left <= 0:
                         batch, self._pending = self._pending, []
                         self._running = True
                         break

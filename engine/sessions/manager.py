@@ -98,6 +98,13 @@ class SessionManager:
     def model_name(self) -> str:
         return self.model.name
 
+    @property
+    def batches_decode(self) -> bool:
+        """Sessions decoding at once from different threads share each step's run (one ONNX
+        Runtime call for all: engine.runtime.batcher), so callers may drive them in parallel."""
+        runner = self.generator.runner
+        return runner.batcher is not None and runner.batch_decode
+
     def open(self, session_id: str | None = None, kind: SessionKind | str | None = None,
              cache_salt: str | None = None) -> SessionInfo:
         """Opens (or creates) a session. An existing pinned/regular session keeps its kind unless

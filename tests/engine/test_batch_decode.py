@@ -326,3 +326,28 @@ def test_sessions_through_the_manager_pinned_and_saved(tiny_model, tmp_path, pat
         assert result.token_ids == solo_tokens(tiny_model, nxt, 8)
     finally:
         mgr2.shutdown()
+
+
+def test_sessions_stepped_in_turn_by_one_thread_do_not_wait_for_each_other(tiny_model, patient):
+    """The API server's single-thread scheduler and the GUI step several streams from ONE thread:
+    a leader must not wait for sessions that thread drives (it would hang here, GATHER_WAIT_S
+    being a minute)."""
+    prompts = [prompt(10, 20), prompt(30, 21), prompt(5, 22)]
+    want = [solo_tokens(tiny_model, p, 15) for p in prompts]
+    gen = Generator(tiny_model)
+    got: list[list[int] | None] = [None] * 3
+
+    def round_robin():
+        streams = [gen.stream(gen.new_cache(), p, greedy(15)) for p in prompts]
+        live = list(range(3))
+        while live:
+            for i in list(live):
+                try:
+                    event = next(streams[i])
+                except StopIteration:
+                    live.remove(i)
+                    continue
+                if isinstance(event, GenerationResult):
+                    got[i] = event.token_ids
+    run_threads([round_robin])
+    assert got == want
