@@ -57,7 +57,9 @@ class DecodeBatcher:
         # API server's scheduler, a GUI worker) cannot wait for each other: a leader waits only for
         # sessions of other threads than those already queued.
         self._threads: dict[int, int] = {}
-        self._bindings: dict[tuple[int, int, int], tuple[Any, np.ndarray]] = {}
+        # (arena generation, lo, hi) -> (IOBinding, its logits buffer, the bound OrtValues, which
+        # reference the arena's memory without owning it: the arena stays while they are here).
+        self._bindings: dict[tuple[int, int, int], tuple[Any, np.ndarray, Any]] = {}
         self.batched_steps = 0      # runs of more than one row (figures for the bench and tests)
         self.batched_rows = 0
 
@@ -120,17 +122,31 @@ class DecodeBatcher:
 
     # ---- the leader's side ---------------------------------------------------------------------
     def _run(self, batch: list[_Request]) -> None:
-        if len(batch) > 1:
+        together, alone = self._split(batch)
+        if len(together) > 1:
             try:
-                self._run_batched(batch)
-                return
+                self._run_batched(together)
             except Exception:   # noqa: BLE001 - each row again on its own: only a bad one fails
-                pass
-        for r in batch:
+                alone = batch
+        else:
+            alone = batch
+        for r in alone:
             try:
                 r.logits = self.solo_step(r.cache, [r.token])
             except Exception as exc:   # noqa: BLE001 - raised in that session's own thread
                 r.error = exc
+
+    def _split(self, batch: list[_Request]) -> tuple[list[_Request], list[_Request]]:
+        """(rows for the batch, rows stepped alone). Every slot of the pool is as long as its longest
+        member: a cache needing more than twice what the pool (or the shortest cache joining with
+        it) holds steps alone, so that one long chat does not make every slot that long."""
+        with self._cv:
+            in_pool = {id(c) for _, c in self.pool.members()}
+            need = {id(r.cache): max(len(r.cache) + 1, r.cache.capacity) for r in batch}
+            joining = [need[id(r.cache)] for r in batch if id(r.cache) not in in_pool]
+            base = self.pool.capacity if in_pool else min(joining, default=0)
+            alone = [r for r in batch if id(r.cache) not in in_pool and need[id(r.cache)] > 2 * base]
+        return [r for r in batch if r not in alone], alone
 
     def _run_batched(self, batch: list[_Request]) -> None:
         with self._cv:      # the pool's layout changes only under the lock (leave() takes it too)
@@ -148,7 +164,7 @@ class DecodeBatcher:
                     # A session in the pool that is not stepping now: a dummy row written just past
                     # its valid positions (the pool has room for it), which its next step overwrites.
                     pos[b - lo] = len(members[b])
-            binding, logits = self._binding(lo, hi)
+            binding, logits, hold = self._binding(lo, hi)   # noqa: F841 - `hold` keeps the buffers alive
         width = int(pos.max()) + 1
         mask = (np.arange(width)[None, :] <= pos[:, None]).astype(np.int64)   # right-padded rows
         binding.bind_cpu_input("input_ids", tokens[:, None])
@@ -162,7 +178,7 @@ class DecodeBatcher:
         self.batched_steps += 1
         self.batched_rows += len(batch)
 
-    def _binding(self, lo: int, hi: int) -> tuple[Any, np.ndarray]:
+    def _binding(self, lo: int, hi: int) -> tuple[Any, np.ndarray, Any]:
         """An IOBinding with slots [lo, hi) of the pool bound as past and present (kept while the
         pool's arena stays) and a logits buffer of that batch's shape."""
         key = (self.pool.generation, lo, hi)
@@ -174,12 +190,12 @@ class DecodeBatcher:
         binding = self.session.io_binding()
         logits = np.empty((hi - lo, 1, self.vocab), np.float32)
         binding.bind_ortvalue_output(self.model.logits_name, ort.OrtValue.ortvalue_from_numpy(logits))
-        for (pk, pv), (ok, ov), (k, v) in zip(kv.past_names, kv.present_names, self.pool.layer_range(lo, hi),
-                                              strict=True):
+        layers = self.pool.layer_range(lo, hi)
+        for (pk, pv), (ok, ov), (k, v) in zip(kv.past_names, kv.present_names, layers, strict=True):
             k_val, v_val = ort.OrtValue.ortvalue_from_numpy(k), ort.OrtValue.ortvalue_from_numpy(v)
             binding.bind_ortvalue_input(pk, k_val)
             binding.bind_ortvalue_input(pv, v_val)
             binding.bind_ortvalue_output(ok, k_val)
             binding.bind_ortvalue_output(ov, v_val)
-        self._bindings[key] = (binding, logits)
-        return binding, logits
+        self._bindings[key] = (binding, logits, (layers, self.pool.arena))
+        return self._bindings[key]

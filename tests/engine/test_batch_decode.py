@@ -351,3 +351,28 @@ def test_sessions_stepped_in_turn_by_one_thread_do_not_wait_for_each_other(tiny_
                     got[i] = event.token_ids
     run_threads([round_robin])
     assert got == want
+
+
+def test_a_much_longer_cache_steps_alone_while_the_others_batch(tiny_model, patient):
+    """A slot is as long as the pool's longest member: a cache with far more room than the others
+    (here 2048 positions against 256) stays out of the batch rather than lengthen every slot."""
+    prompts = [prompt(12, 30), prompt(18, 31), prompt(15, 32)]
+    want = [solo_tokens(tiny_model, p, 20) for p in prompts]
+    gen = Generator(tiny_model)
+    caches = [gen.new_cache() for _ in prompts]
+    caches[2].reserve(2048)
+    together = Together(gen.runner, caches)
+    got: list[list[int] | None] = [None] * 3
+
+    def worker(i: int):
+        def run():
+            try:
+                got[i] = collect(gen.stream(caches[i], prompts[i], greedy(20))).token_ids
+            finally:
+                together.release(caches[i])
+        return run
+    run_threads([worker(i) for i in range(3)])
+    assert got == want
+    b = gen.runner.batcher
+    assert b.batched_steps > 0 and b.batched_rows == 2 * b.batched_steps
+    assert caches[2].capacity == 2048 and caches[0].capacity < 2048
