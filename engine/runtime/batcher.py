@@ -1,13 +1,14 @@
 """Batched decoding: sessions decoding at the same moment run their one-token steps as ONE
 ONNX Runtime call over a batch (GroupQueryAttention takes per-sequence lengths), instead of taking
-turns on the CPU's cores. A decode step costs about the same for 1 row as for 4 (it is bound by
-reading the weights), so the batch multiplies aggregate tok/s.
+turns on the CPU's cores. A step reads every weight whatever the batch, so 4 rows cost far less
+than 4 steps (about 1.6-1.8x one row's for the default model here: docs/BENCHMARKS.md).
 
 The rendezvous is leader/follower: a thread whose session wants a step queues it; once every
-session in its decode loop has queued one (or after `GATHER_WAIT_S`, when one is slow, e.g. its
-consumer has not pulled the next token), one of the waiting threads runs the batch for everyone
-queued and each thread gets its row's logits back. Sampling stays in each session's thread. A
-batch of one is an ordinary solo step. Prefill stays solo. The KV of a batch: engine.runtime.kvpool.
+session in its decode loop has queued one (or after `GATHER_WAIT_S`, or `GATHER_FRACTION` of the
+last run if longer, when one is slow: its consumer has not pulled the next token, its thread got
+no core), one of the waiting threads runs the batch for everyone queued and each thread gets its
+row's logits back. Sampling stays in each session's thread. A batch of one is an ordinary solo
+step. Prefill stays solo. The KV of a batch: engine.runtime.kvpool.
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ SoloStep = Callable[[KVCache, list[int]], np.ndarray]
 # step get their logits together and queue again within a millisecond or two (sampling, the
 # detokenizer); a session whose consumer is slow costs the others at most this much per step.
 GATHER_WAIT_S = 0.004
+# ... or this share of the last run's duration, if longer: on a loaded machine a woken thread can
+# take longer than 4 ms to get a core, and a step missed means a batch of one plus one of three.
+GATHER_FRACTION = 0.25
 
 
 class _Request:
@@ -52,6 +56,8 @@ class DecodeBatcher:
         self._cv = threading.Condition()
         self._pending: list[_Request] = []
         self._running = False
+        self._idle_since = 0.0      # monotonic time the last run ended
+        self._last_run_s = 0.0      # how long it took
         self._decoding: dict[int, int] = {}     # id(cache) -> nesting count, while in a decode loop
         # id(cache) -> the thread that last stepped it. Sessions stepped in turn by ONE thread (the
         # API server's scheduler, a GUI worker) cannot wait for each other: a leader waits only for
@@ -94,11 +100,14 @@ class DecodeBatcher:
             self._threads[id(cache)] = threading.get_ident()
             self._pending.append(req)
             self._cv.notify_all()
-            deadline = time.monotonic() + GATHER_WAIT_S
+            queued = time.monotonic()
             batch: list[_Request] | None = None
             while not req.done:
                 if not self._running and req in self._pending:
-                    left = deadline - time.monotonic()
+                    # The wait counts from when a batch could start (the last run's end), not from
+                    # queueing: a step queued during a run would otherwise lead alone right after it.
+                    wait = max(GATHER_WAIT_S, GATHER_FRACTION * self._last_run_s)
+                    left = max(queued, self._idle_since) + wait - time.monotonic()
                     if len(self._pending) >= len(set(self._threads.values())) or left <= 0:
                         batch, self._pending = self._pending, []
                         self._running = True
@@ -107,11 +116,14 @@ class DecodeBatcher:
                 else:
                     self._cv.wait()
         if batch is not None:
+            t0 = time.monotonic()
             try:
                 self._run(batch)
             finally:
                 with self._cv:
                     self._running = False
+                    self._idle_since = time.monotonic()
+                    self._last_run_s = self._idle_since - t0
                     for r in batch:
                         r.done = True
                     self._cv.notify_all()
