@@ -405,9 +405,10 @@ class SessionManager:
                 figures.cache_tokens_memory or figures.cache_tokens_disk) else 0.0
             s.last_used = time.monotonic()
             finished = False
+            events = self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin,
+                                           figures=figures, started=started)
             try:
-                for event in self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin,
-                                                   figures=figures, started=started):
+                for event in events:
                     if isinstance(event, GenerationResult):
                         if plan is not None:
                             s.history = self.planner.record(s.history, plan, event.token_ids)
@@ -417,6 +418,9 @@ class SessionManager:
                         finished = True
                     yield event
             finally:
+                # Abandoned mid-stream: the decode loop ends now (its cache leaves the batch pool,
+                # engine.runtime.kvpool), before the session's lock lets another turn touch it.
+                events.close()
                 if not finished and s.cache is not None:
                     self._after_generation(s)          # abandoned mid-stream: keep what was computed
         finally:

@@ -376,3 +376,43 @@ def test_a_much_longer_cache_steps_alone_while_the_others_batch(tiny_model, pati
     b = gen.runner.batcher
     assert b.batched_steps > 0 and b.batched_rows == 2 * b.batched_steps
     assert caches[2].capacity == 2048 and caches[0].capacity < 2048
+
+
+def test_an_abandoned_managed_stream_leaves_the_pool_before_its_lock_is_released(tiny_model, tmp_path, patient):
+    """A reader that stops mid-reply (the GUI closing a chat, a client gone) closes the stream:
+    the session's cache is an ordinary one again at once, and the other session goes on."""
+    mgr = SessionManager(tiny_model, tmp_path / "state", block_tokens=16)
+    a, b = (mgr.open(kind=SessionKind.TEMPORARY).session_id for _ in range(2))
+    for sid in (a, b):   # white-box: made up front, so that A's reader can watch B's
+        mgr._open[sid].cache = mgr.generator.new_cache()
+    b_cache = mgr._open[b].cache
+    batcher = mgr.generator.runner.batcher
+    b_prompt = prompt(16, 41)
+    want_b = solo_tokens(tiny_model, b_prompt, 30)
+    got: dict[str, object] = {}
+
+    def run_a():
+        stream = mgr.generate_tokens(a, prompt(9, 40), greedy(60))
+        chunks = 0
+        for event in stream:
+            if isinstance(event, TextChunk):
+                chunks += 1
+                if chunks == 1:
+                    for _ in range(6000):       # until B decodes too
+                        if batcher.is_decoding(b_cache):
+                            break
+                        threading.Event().wait(0.01)
+                if chunks == 8:
+                    break
+        stream.close()
+        cache = mgr._open[a].cache
+        got["a_left"] = cache is not None and cache.pool_owner is None and not batcher.is_decoding(cache)
+
+    def run_b():
+        got["b"] = collect(mgr.generate_tokens(b, b_prompt, greedy(30))).token_ids
+    try:
+        run_threads([run_a, run_b])
+        assert got == {"a_left": True, "b": want_b}
+        assert batcher.batched_steps > 0 and batcher.pool.arena is None
+    finally:
+        mgr.shutdown()
