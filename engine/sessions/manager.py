@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -420,7 +421,8 @@ class SessionManager:
             finally:
                 # Abandoned mid-stream: the decode loop ends now (its cache leaves the batch pool,
                 # engine.runtime.kvpool), before the session's lock lets another turn touch it.
-                events.close()
+                if isinstance(events, types.GeneratorType):
+                    events.close()
                 if not finished and s.cache is not None:
                     self._after_generation(s)          # abandoned mid-stream: keep what was computed
         finally:
