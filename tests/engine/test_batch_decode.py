@@ -390,6 +390,7 @@ def test_an_abandoned_managed_stream_leaves_the_pool_before_its_lock_is_released
     b_prompt = prompt(16, 41)
     want_b = solo_tokens(tiny_model, b_prompt, 30)
     got: dict[str, object] = {}
+    a_decoding = threading.Event()
 
     def run_a():
         stream = mgr.generate_tokens(a, prompt(9, 40), greedy(60))
@@ -398,7 +399,8 @@ def test_an_abandoned_managed_stream_leaves_the_pool_before_its_lock_is_released
             if isinstance(event, TextChunk):
                 chunks += 1
                 if chunks == 1:
-                    for _ in range(6000):       # until B decodes too
+                    a_decoding.set()            # B starts now, and A reads on once B decodes too
+                    for _ in range(6000):
                         if batcher.is_decoding(b_cache):
                             break
                         threading.Event().wait(0.01)
@@ -409,6 +411,7 @@ def test_an_abandoned_managed_stream_leaves_the_pool_before_its_lock_is_released
         got["a_left"] = cache is not None and cache.pool_owner is None and not batcher.is_decoding(cache)
 
     def run_b():
+        assert a_decoding.wait(60)
         got["b"] = collect(mgr.generate_tokens(b, b_prompt, greedy(30))).token_ids
     try:
         run_threads([run_a, run_b])
