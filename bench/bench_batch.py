@@ -221,6 +221,21 @@ def _make_shape(shape: str, root: Path) -> Path:
     return dest
 
 
+FEATURES = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_vbmi", "avx512_bf16",
+            "avx_vnni", "amx_tile")
+
+
+def cpu_features() -> str:
+    """The SIMD features the kernels care about, from /proc/cpuinfo (empty elsewhere)."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), [])
+    except OSError:
+        return ""
+    have = [f for f in FEATURES if f in flags]
+    return " ".join(have) + ("" if "amx_tile" in flags else " (no AMX)")
+
+
 def run(quick: bool = False, shapes: list[str] | None = None) -> dict[str, Any]:
     from .bench_engine import model_dir
     load_before = common.load_average()
@@ -240,7 +255,7 @@ def run(quick: bool = False, shapes: list[str] | None = None) -> dict[str, Any]:
         m["ratio_turns"] = {n: med.get(f"{n}_turns", med["1_batched"]) / med["1_batched"] for n in COUNTS}
     r4 = models[0]["ratio_batched"][4]
     targets["4_sessions_vs_1"] = {"ratio": r4, "target": TARGET, "met": r4 >= TARGET}
-    return {"models": models, "targets": targets, "matmuls": matmul_rows(1 if quick else 3),
+    return {"models": models, "targets": targets, "matmuls": matmul_rows(1 if quick else 3), "features": cpu_features(),
             "facts": common.machine_facts(), "load_before": load_before, "quick": quick}
 
 
@@ -289,7 +304,8 @@ def section(res: dict[str, Any]) -> Section:
                 f"{m['ratio']:.2f}×"] for m in res.get("matmuls", [])]),
         "",
         common.facts_line(facts, res.get("load_before"),
-                          "Six engineers shared the 2 cores while this ran: absolute tok/s swing with the load, "
-                          "the ratios less." if facts["load_avg"][0] > 1.0 else ""),
+                          f"CPU features: {res.get('features') or 'unknown'}."
+                          + (" Six engineers shared the 2 cores while this ran: absolute tok/s swing with the "
+                             "load, the ratios less." if facts["load_avg"][0] > 1.0 else "")),
     ])
     return Section("batch", "Concurrent chats (issue 18)", body, common.ORDER.get("batch", 62))
