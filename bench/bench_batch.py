@@ -236,11 +236,74 @@ def cpu_features() -> str:
     return " ".join(have) + ("" if "amx_tile" in flags else " (no AMX)")
 
 
+def _server_round(url: str, model: str, n: int, n_new: int) -> float:
+    """n streaming clients at once (completions, greedy): aggregate streamed chunks/s while all stream."""
+    import openai
+    client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
+    stamps: list[list[float]] = [[] for _ in range(n)]
+    barrier = threading.Barrier(n)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        stream = client.completions.create(model=model, prompt=common.pseudo_text(PROMPT_WORDS, seed=300 + 10 * n + i),
+                                           max_tokens=n_new, temperature=0, stream=True)
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].text:
+                stamps[i].append(time.perf_counter())
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lo, hi = max(s[0] for s in stamps), min(s[-1] for s in stamps)
+    count = sum(1 for s in stamps for t in s if lo < t <= hi)
+    return count / (hi - lo) if hi > lo else float("nan")
+
+
+def bench_server(folder: Path, n_new: int, reps: int) -> dict[str, float]:
+    """`amber-engine serve` in a child process, 1 and 4 clients; batched, then AMBER_BATCH_DECODE=0
+    (the server then steps generations round-robin from one thread, as before issue 18)."""
+    import subprocess
+    import sys
+    out: dict[str, list[float]] = {}
+    for mode in ("batched", "turns"):
+        state = Path(tempfile.mkdtemp(prefix="amber-bench-batch-serve-"))
+        env = dict(os.environ, AMBER_HOME=str(state / "home"), PYTHONPATH=str(common.REPO))
+        env.pop("AMBER_API_KEYS", None)
+        if mode == "turns":
+            env["AMBER_BATCH_DECODE"] = "0"
+        proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--model", str(folder), "--port", "0",
+                                 "--provider", "cpu", "--state-dir", str(state / "state")],
+                                cwd=common.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().strip()
+            if not line.startswith("amber-engine: serving "):
+                raise RuntimeError(f"the server did not start: {line!r}")
+            url = line.split()[-1]
+            _server_round(url, folder.name, 2, 8)     # warm-up
+            for _ in range(reps):
+                for n in (1, 4):
+                    r = _server_round(url, folder.name, n, n_new)
+                    out.setdefault(f"{n}_{mode}", []).append(r)
+                    print(f"batch: server, {n} client(s), {mode}: {r:.1f} tok/s aggregate "
+                          f"(load {common.load_average():.2f})", flush=True)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            shutil.rmtree(state, ignore_errors=True)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
 def run(quick: bool = False, shapes: list[str] | None = None) -> dict[str, Any]:
     from .bench_engine import model_dir
     load_before = common.load_average()
     reps, n_new = (1, 24) if quick else (5, 64)
     models = [bench_model(model_dir(), "SmolLM2-135M (default)", n_new, reps)]
+    server = bench_server(model_dir(), n_new, 1 if quick else 3)
     for shape in [s for s in (shapes or []) if s != "tiny"]:
         root = Path(tempfile.mkdtemp(prefix="amber-bench-batch-shape-", dir=os.environ.get("AMBER_BENCH_SCRATCH")))
         try:
@@ -255,7 +318,11 @@ def run(quick: bool = False, shapes: list[str] | None = None) -> dict[str, Any]:
         m["ratio_turns"] = {n: med.get(f"{n}_turns", med["1_batched"]) / med["1_batched"] for n in COUNTS}
     r4 = models[0]["ratio_batched"][4]
     targets["4_sessions_vs_1"] = {"ratio": r4, "target": TARGET, "met": r4 >= TARGET}
-    return {"models": models, "targets": targets, "matmuls": matmul_rows(1 if quick else 3), "features": cpu_features(),
+    if server:
+        rs = server["4_batched"] / server["1_batched"]
+        targets["server_4_clients_vs_1"] = {"ratio": rs, "target": TARGET, "met": rs >= TARGET}
+    return {"models": models, "targets": targets, "server": server, "matmuls": matmul_rows(1 if quick else 3),
+            "features": cpu_features(),
             "facts": common.machine_facts(), "load_before": load_before, "quick": quick}
 
 
@@ -283,6 +350,17 @@ def section(res: dict[str, Any]) -> Section:
         "",
         table(["Model", "Sessions", "turns: tok/s", "turns ÷ 1 session", "batched: tok/s",
                "batched ÷ 1 session", "rows/batch", f"≥ {TARGET}× at 4"], rows),
+        "",
+        "Through the API server (`amber-engine serve`, the default model, streaming `completions` from "
+        "threads of one client process, greedy): *batched* runs each active generation on its own "
+        "thread so that their steps batch; *turns* (`AMBER_BATCH_DECODE=0`) is the server before "
+        "issue 18, one thread stepping the generations round-robin. Medians of "
+        f"{1 if res.get('quick') else 3} rounds.",
+        "",
+        table(["Clients", "turns: tok/s", "turns ÷ 1 client", "batched: tok/s", "batched ÷ 1 client"],
+              [[str(n), f"{sv[f'{n}_turns']:.1f}", f"{sv[f'{n}_turns'] / sv['1_turns']:.2f}×",
+                f"{sv[f'{n}_batched']:.1f}", f"{sv[f'{n}_batched'] / sv['1_batched']:.2f}×"]
+               for sv in [res["server"]] if sv for n in (1, 4)]),
         "",
         "One bare ONNX Runtime decode step (no threads, no sampling, no Python between steps; context "
         "~100, blocks of runs alternating batch 1 and batch 4 in one process). The aggregate figures "
