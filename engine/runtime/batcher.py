@@ -125,6 +125,8 @@ class DecodeBatcher:
                     self._idle_since = time.monotonic()
                     self._last_run_s = self._idle_since - t0
                     for r in batch:
+                        if r.logits is None and r.error is None:    # the leader was interrupted
+                            r.error = RuntimeError("the batched decode step did not complete")
                         r.done = True
                     self._cv.notify_all()
         if req.error is not None:
