@@ -7,7 +7,6 @@ already include Gemma's "1 +" (llama.cpp's converter adds it), so every norm is 
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -26,12 +25,13 @@ class _Loader(Protocol):
 
 
 def split_rows(w: Weight, sizes: list[int], name: str) -> list[Weight]:
-    """A weight stacked along N cut into parts of `sizes` rows."""
+    """A weight stacked along N cut into parts of `sizes` rows: views, no copy (the graph joins them
+    back into the fused weight itself, see weights.concat_rows)."""
     if sum(sizes) != w.n:
         raise ModelImportError(f"tensor {name} has {w.n} rows, expected {sum(sizes)} from the model's metadata")
     parts, start = [], 0
     for size in sizes:
-        parts.append(replace(w.rows(np.arange(start, start + size)), n=size))
+        parts.append(w.row_range(start, start + size))
         start += size
     return parts
 

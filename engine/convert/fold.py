@@ -54,11 +54,54 @@ def _eval(node: onnx.NodeProto, args: list[np.ndarray]) -> np.ndarray:
         return out
     if op == "Concat":
         return np.concatenate(args, axis=int(_attr(node, "axis")))
+    return _eval_more(node, op, args)
+
+
+def _eval_more(node: onnx.NodeProto, op: str, args: list[np.ndarray]) -> np.ndarray:
+    """The ops of the compact weight forms (zero points formed at load, constant planes)."""
+    if op == "Gather":
+        return np.take(args[0], args[1], axis=int(_attr(node, "axis", 0)))
+    if op == "Expand":
+        shape = np.broadcast_shapes(args[0].shape, tuple(int(d) for d in args[1]))
+        return np.ascontiguousarray(np.broadcast_to(args[0], shape))
+    if op == "Div":
+        a, b = args
+        if np.issubdtype(a.dtype, np.integer):   # ONNX truncates toward zero (numpy floors)
+            q: np.ndarray = ((np.abs(a) // np.abs(b)) * (np.sign(a) * np.sign(b))).astype(np.result_type(a, b))
+            return q
+        out: np.ndarray = np.divide(a, b).astype(np.result_type(a, b))
+        return out
+    if op == "Slice":
+        steps = [int(v) for v in args[4]] if len(args) > 4 else [1] * len(args[1])
+        axes = [int(v) for v in args[3]] if len(args) > 3 else list(range(len(args[1])))
+        index = [slice(None)] * args[0].ndim
+        for axis, lo, hi, st in zip(axes, args[1], args[2], steps, strict=True):
+            index[axis] = slice(_bound(lo), _bound(hi), st)
+        return np.ascontiguousarray(args[0][tuple(index)])
+    if op == "Round":
+        rounded: np.ndarray = np.rint(args[0])     # half to even, as ONNX's Round
+        return rounded
+    if op == "Clip":
+        lo = args[1] if len(args) > 1 and args[1].size else None
+        hi = args[2] if len(args) > 2 and args[2].size else None
+        clipped: np.ndarray = np.clip(args[0], lo, hi).astype(args[0].dtype)
+        return clipped
+    if op == "Equal":
+        equal: np.ndarray = np.equal(args[0], args[1])
+        return equal
+    if op == "Where":
+        return np.where(args[0], args[1], args[2]).astype(np.result_type(args[1], args[2]))
     raise KeyError(op)
 
 
+def _bound(v: Any) -> int:
+    """A Slice start/end as a Python slice bound (INT64_MAX/MIN: to the end)."""
+    return int(max(min(int(v), INT64_SAFE), -INT64_SAFE))
+
+
 FOLDABLE = {"Cast", "Reshape", "Mul", "Add", "Sub", "Transpose", "BitShift", "BitwiseAnd", "BitwiseOr",
-            "Unsqueeze", "Concat"}
+            "Unsqueeze", "Concat", "Gather", "Expand", "Div", "Round", "Clip", "Equal", "Where", "Slice"}
+INT64_SAFE = 1 << 62       # Slice's "to the end" (INT64_MAX) as a Python slice bound
 
 
 def fold_constants(model: onnx.ModelProto) -> None:
@@ -116,6 +159,15 @@ class LazyValues:
     def __contains__(self, name: str) -> bool:
         return name in self.overrides or name in self.recipes or name in self.inits
 
+    def get_map(self, location: str, name: str) -> np.memmap:
+        """The read-only map of the data file `location` (inside the model folder only)."""
+        if location not in self._maps:
+            path = (self.base_dir / location).resolve()
+            if path.parent != self.base_dir.resolve():
+                raise ModelImportError(f"initializer {name}: external data outside the model folder")
+            self._maps[location] = np.memmap(path, dtype=np.uint8, mode="r")
+        return self._maps[location]
+
     def get(self, name: str) -> np.ndarray:
         if name in self.overrides:
             return self.overrides[name]
@@ -130,11 +182,7 @@ class LazyValues:
             return numpy_helper.to_array(t)
         info = {e.key: e.value for e in t.external_data}
         location = info["location"]
-        if location not in self._maps:
-            path = (self.base_dir / location).resolve()
-            if path.parent != self.base_dir.resolve():
-                raise ModelImportError(f"initializer {name}: external data outside the model folder")
-            self._maps[location] = np.memmap(path, dtype=np.uint8, mode="r")
+        self.get_map(location, name)
         off, length = int(info.get("offset", 0)), int(info["length"])
         dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
         raw = self._maps[location][off:off + length]

@@ -24,6 +24,8 @@ MS = "com.microsoft"
 OPSET = 21
 IR_VERSION = 10   # onnx 1.23 writes IR 14 by default, which ONNX Runtime 1.31/1.32 rejects
 INT64_MAX = np.iinfo(np.int64).max
+SPLIT_ABOVE = 64 << 20        # weights (N*K) above which a MatMulNBits is split by rows ...
+SPLIT_WEIGHTS = 32 << 20      # ... into pieces of at most this many
 
 
 @dataclass
@@ -93,6 +95,7 @@ class _Graph:
         self.inits: list[TensorProto] = []
         self.accuracy_level = accuracy_level
         self.writer = writer
+        self.scale_parts: dict[str, tuple[str, str | None, int]] = {}   # scale_value's stored parts
         self._n = 0
 
     def name(self, base: str) -> str:
@@ -128,13 +131,32 @@ class _Graph:
         if s.factor is None:
             if s.base.dtype == np.float32:
                 return self.init(name, s.base.reshape(n, nb), tag)
-            return self.op1("Cast", [self.init(name + "_f16", s.base, tag)], to=TensorProto.FLOAT, outputs=[name])
+            stored = self.init(name + "_f16", s.base, tag)
+            self.scale_parts[name] = (stored, None, 1)
+            return self.op1("Cast", [stored], to=TensorProto.FLOAT, outputs=[name])
         g = s.group
+        self.scale_parts[name] = (name + "_base", name + "_factor", g)
         base = self.op1("Cast", [self.init(name + "_base", s.base, tag)], to=TensorProto.FLOAT)
         factor = self.op1("Cast", [self.init(name + "_factor", s.factor, tag)], to=TensorProto.FLOAT)
         prod = self.op1("Mul", [self.op1("Reshape", [base, self.const([n, nb // g, 1])]),
                                 self.op1("Reshape", [factor, self.const([n, nb // g, g])])])
         return self.op1("Reshape", [prod, self.const([n, nb])], outputs=[name])
+
+    def gathered_scale(self, name: str, ids: str, n: int, nb: int) -> str:
+        """Rows `ids` of the float32 [N, nb] value `name` as [B, S, nb, 1], formed from the stored
+        compact parts of those rows only (the same float32 products), so the whole float32 table
+        is never needed at run time (the embedding's: 58 MiB at 1.5B)."""
+        parts = self.scale_parts.get(name)
+        if parts is None:
+            return self.op1("Gather", [self.op1("Reshape", [name, self.const([n, nb, 1])]), ids])
+        base_name, factor_name, g = parts
+        base = self.op1("Cast", [self.op1("Gather", [base_name, ids])], to=TensorProto.FLOAT)
+        if factor_name is None:
+            return self.op1("Unsqueeze", [base, self.const([-1])])
+        factor = self.op1("Cast", [self.op1("Gather", [factor_name, ids])], to=TensorProto.FLOAT)
+        prod = self.op1("Mul", [self.op1("Reshape", [base, self.const([0, 0, nb // g, 1])]),
+                                self.op1("Reshape", [factor, self.const([0, 0, nb // g, g])])])
+        return self.op1("Reshape", [prod, self.const([0, 0, nb, 1])])
 
     def unpack(self, packed: str, bits: int, shape: list[int]) -> str:
         """Packed levels [.., bytes] -> uint8 levels reshaped to `shape` (first value lowest bits)."""
@@ -149,10 +171,44 @@ class _Graph:
             parts.append(self.op1("Unsqueeze", [v, self.const([-1])]))
         return self.op1("Reshape", [self.op1("Concat", parts, axis=-1), self.const(shape)])
 
+    def fill(self, value: int, shape: list[int], name: str | None = None) -> str:
+        """A uint8 array of one value, formed at load (nothing stored but the value)."""
+        return self.op1("Expand", [self.const(value, np.uint8), self.const(shape)],
+                        outputs=[name] if name else None)
+
+    def nibble_plane(self, levels: str, shape: list[int], name: str | None = None) -> str:
+        """uint8 levels 0..15 [N, nb, blk] -> MatMulNBits' 4-bit B [N, nb, blk/2], low nibble first."""
+        n, nb, blk = shape
+        pairs = self.op1("Reshape", [levels, self.const([n, nb * blk // 2, 2])])
+        lo = self.op1("Gather", [pairs, self.const(0)], axis=2)
+        hi = self.op1("Gather", [pairs, self.const(1)], axis=2)
+        packed = self.op1("BitwiseOr", [lo, self.op1("BitShift", [hi, self.const(4, np.uint8)], direction="LEFT")])
+        return self.op1("Reshape", [packed, self.const([n, nb, blk // 2])], outputs=[name] if name else None)
+
+    def zero_points_u4(self, scale2d: str, offset2d: str, center: int, n: int, nb: int,
+                       prefix: str) -> tuple[str, str]:
+        """The nearest integer zero point per block, clip(round(center + offset/scale), 0, 15) (0 where
+        the scale is 0), formed at load: (MatMulNBits' packed uint4 zero points, their float32 values)."""
+        dead = self.op1("Equal", [scale2d, self.const(0.0, np.float32)])
+        safe = self.op1("Where", [dead, self.const(1.0, np.float32), scale2d])
+        z = self.op1("Add", [self.const(float(center), np.float32), self.op1("Div", [offset2d, safe])])
+        z = self.op1("Clip", [self.op1("Round", [z]), self.const(0.0, np.float32), self.const(15.0, np.float32)])
+        z = self.op1("Where", [dead, self.const(0.0, np.float32), z])
+        zint = self.op1("Cast", [z], to=TensorProto.UINT8)
+        if nb % 2:
+            zint = self.op1("Concat", [zint, self.fill(0, [n, 1])], axis=1)
+        packed = self.nibble_plane(zint, [n, 1, nb + nb % 2])
+        return self.op1("Reshape", [packed, self.const([-1])], outputs=[f"{prefix}.zero_points_u4"]), z
+
     def quant_inits(self, prefix: str, w: Weight) -> QInits:
-        """Writes a quantized weight's initializers and the (folded) values MatMulNBits takes."""
+        """Writes a quantized weight's initializers and the (folded) values MatMulNBits takes.
+
+        The file holds the GGUF's own information only: levels of more than 4 bits as a 4-bit low
+        plane and a (bits-4)-bit high plane, zero points and constant planes as nodes. The kernels'
+        forms (8-bit planes, 4-bit high planes, packed zero points) are made from them at load
+        (engine/runtime/prefold.py, in numpy; or ONNX Runtime's constant folding)."""
         assert w.levels is not None and w.scale is not None
-        tag, n, nb, _blk = w.qtype or "other", w.n, w.nb, w.block
+        tag, n, nb, blk = w.qtype or "other", w.n, w.nb, w.block
         q = QInits(w)
         q.scale2d = self.scale_value(f"{prefix}.scale_values", w.scale, n, nb, tag)
         if w.offset is not None:
@@ -165,47 +221,48 @@ class _Graph:
             q.stored = [(b, 4, 1)]
             zp = None
             kernel_zero = 8
-            if fast and w.offset is not None:
+            if fast and q.offset2d is not None:
                 # int8 activations: keep the kernel's part small, the nearest integer zero point.
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    sv = w.scale.value()
-                    z = np.where(sv != 0, w.center + w.offset.value() / sv, 0)
-                zint = np.clip(np.rint(z), 0, 15).astype(np.uint8)
-                zp = self.init(f"{prefix}.zero_points_u4", packed_zero_points(zint, 4), tag)
-                kernel_zero = self.op1("Cast", [self.init(f"{prefix}.zero_points_int", zint, tag)],
-                                       to=TensorProto.FLOAT)
+                zp, kernel_zero = self.zero_points_u4(q.scale2d, q.offset2d, w.center, n, nb, prefix)
             q.matmuls = [(b, 4, flat, zp)]
-        elif fast:
-            # One 8-bit MatMulNBits (ORT's int8 kernel), default zero point 128: Q8_0 as is, 5/6-bit
-            # levels shifted (q + 128 - center). Exact, as fast as the old int8 requantization; a 2-bit
-            # high plane + a 4-bit low plane would be ~1.2x smaller but ORT 1.31's 2-bit kernel is slow
-            # (measured 3x a 4-bit one at 9728x896, 18 ms against 0.07 ms at 896x4864 with blocks of 16).
-            shift = 0 if w.qbits == 8 else 128 - (w.center or 16)
-            b = self.init(f"{prefix}.qweight", pack_bits(w.levels + np.uint8(shift), 8), tag)
+        elif w.qbits == 8 and fast:
+            # One 8-bit MatMulNBits (ORT's int8 kernel), default zero point 128: Q8_0 as is.
+            b = self.init(f"{prefix}.qweight", pack_bits(w.levels, 8), tag)
             q.stored = [(b, 8, 1)]
             q.matmuls = [(b, 8, flat, None)]
-            q.gather_shift = shift
-            kernel_zero = 128 - shift
+            kernel_zero = 128
         else:
-            # Exact mode: q = 16*hi + lo as two 4-bit matmuls with float32 activations. (2 bits would
-            # do for the high part of 5/6-bit levels, but ORT 1.31's 2-bit CPU kernel either
-            # dequantizes on every call at accuracy level 0 — 24.6 ms against 0.18 ms for 4-bit on a
-            # 4864x896 matmul — or quantizes the activations at level 4.)
-            high_bits = 4
+            # Levels of 5, 6 or 8 bits: q = 16*hi + lo, stored as a 4-bit low plane and a high plane of
+            # bits-4 bits (the GGUF's bytes, rearranged).
+            high_bits = 4 if w.qbits == 8 else w.qbits - 4
             hi = self.init(f"{prefix}.qweight_hi", pack_bits(w.levels >> 4, high_bits), tag)
             lo = self.init(f"{prefix}.qweight_lo", pack_nibbles(w.levels & 0x0F), tag)
             q.stored = [(hi, high_bits, 16), (lo, 4, 1)]
-            # q = 16*hi + lo as two matmuls, zero points chosen so that 16*z_hi + z_lo is the center
-            # (no correction for the symmetric types). Rebuilding 8-bit levels from the planes at load
-            # instead made ONNX Runtime's constant folding hold ~8 bytes per weight (measured 3.9 GiB
-            # peak loading a 0.5B model, 0.85 GiB without).
-            z_hi = 8 if w.qbits == 8 else (2 if w.center == 32 else 1)
-            hi_scales = self.op1("Mul", [flat, self.const(16.0, np.float32)])
-            zp_hi = None if z_hi == 1 << (high_bits - 1) else self.init(
-                f"{prefix}.zero_points_hi", packed_zero_points(np.full((n, nb), z_hi, np.uint8), high_bits), tag)
-            zp_lo = self.init(f"{prefix}.zero_points_lo", packed_zero_points(np.zeros((n, nb), np.uint8), 4), tag)
-            q.matmuls = [(hi, high_bits, hi_scales, zp_hi), (lo, 4, flat, zp_lo)]
-            kernel_zero = 16 * z_hi
+            shape = [n, nb, blk]
+            if fast:
+                # One 8-bit MatMulNBits (ORT's int8 kernel) on (lo | hi << 4) + 128 - center, formed
+                # at load, with its default zero point 128: the kernel form of Q8_0. (Two 4-bit
+                # matmuls, or a 2-bit one for the high part, measured 2-5x slower on this kernel.)
+                high = self.op1("BitShift", [self.unpack(hi, high_bits, shape), self.const(4, np.uint8)],
+                                direction="LEFT")
+                levels = self.op1("BitwiseOr", [self.unpack(lo, 4, shape), high])
+                b = self.op1("Add", [levels, self.const(128 - w.center, np.uint8)], outputs=[f"{prefix}.qweight"])
+                q.matmuls = [(b, 8, flat, None)]
+                kernel_zero = w.center
+            else:
+                # Exact mode: two 4-bit matmuls with float32 activations, zero points chosen so that
+                # 16*z_hi + z_lo is the center (no correction for the symmetric types). ORT 1.31's 2-bit
+                # CPU kernel dequantizes on every call at accuracy level 0 (24.6 ms against 0.18 ms for
+                # 4-bit at 4864x896), so the high plane is widened to 4 bits at load.
+                hi4 = hi if high_bits == 4 else self.nibble_plane(
+                    self.unpack(hi, high_bits, shape), shape, f"{prefix}.qweight_hi4")
+                z_hi = 8 if w.qbits == 8 else (2 if w.center == 32 else 1)
+                hi_scales = self.op1("Mul", [flat, self.const(16.0, np.float32)])
+                zbytes = [n * ((nb + 1) // 2)]
+                zp_hi = None if z_hi == 8 else self.fill(z_hi | (z_hi << 4), zbytes, f"{prefix}.zero_points_hi")
+                zp_lo = self.fill(0, zbytes, f"{prefix}.zero_points_lo")
+                q.matmuls = [(hi4, 4, hi_scales, zp_hi), (lo, 4, flat, zp_lo)]
+                kernel_zero = 16 * z_hi
         # Correction per block: what the kernels computed, s*(l - kz), vs w = s*(l - c) - offset.
         if isinstance(kernel_zero, str) or kernel_zero != w.center or w.offset is not None:
             if isinstance(kernel_zero, str):
@@ -218,6 +275,31 @@ class _Graph:
             q.correction = self.op1("Transpose", [diff], perm=[1, 0], outputs=[f"{prefix}.zp_correction"])
         w.release()
         return q
+
+    def matmul_nbits(self, x: str, w: Weight, b: str, bits: int, scales: str, zp: str | None,
+                     split: bool = True) -> str:
+        """One MatMulNBits, or for a very large weight (the lm_head) several over row ranges whose
+        outputs are concatenated: ONNX Runtime holds a weight's unpacked and re-packed copies at
+        once while it re-packs it at load (measured +280 MiB for the 151936x1536 head of a 1.5B
+        model), so smaller pieces keep the load peak down. Same arithmetic, row by row."""
+        level, nb = self.accuracy_level, w.nb
+        pieces = -(-w.n * w.k // SPLIT_WEIGHTS) if split and w.n * w.k > SPLIT_ABOVE else 1
+        if pieces <= 1:
+            return self.op1("MatMulNBits", [x, b, scales] + ([zp] if zp else []), domain=MS, K=w.k,
+                            N=w.n, bits=bits, block_size=w.block, accuracy_level=level)
+        rows = -(-w.n // pieces)
+        zrow = -(-nb * bits // 8)          # packed zero-point bytes per row (rows padded to bytes)
+        outs = []
+        for r0 in range(0, w.n, rows):
+            r1 = min(w.n, r0 + rows)
+
+            def part(name: str, per_row: int, r0: int = r0, r1: int = r1) -> str:
+                return self.op1("Slice", [name, self.const([r0 * per_row]), self.const([r1 * per_row]),
+                                          self.const([0])])
+            ins = [x, part(b, 1), part(scales, nb)] + ([part(zp, zrow)] if zp else [])
+            outs.append(self.op1("MatMulNBits", ins, domain=MS, K=w.k, N=r1 - r0, bits=bits,
+                                 block_size=w.block, accuracy_level=level))
+        return self.op1("Concat", outs, axis=-1)
 
     def _block_sums(self, x: str, w: Weight) -> str:
         blocks = self.op1("Reshape", [x, self.const([0, 0, w.nb, w.block])])
@@ -237,9 +319,7 @@ class _Graph:
             w = q.w
             outs = []
             for b, bits, scales, zp in q.matmuls:
-                level = self.accuracy_level
-                outs.append(self.op1("MatMulNBits", [x, b, scales] + ([zp] if zp else []), domain=MS, K=w.k,
-                                     N=w.n, bits=bits, block_size=w.block, accuracy_level=level))
+                outs.append(self.matmul_nbits(x, w, b, bits, scales, zp, split=q.correction is None))
             y = outs[0] if len(outs) == 1 else self.op1("Add", outs)
             if q.correction is not None:
                 # Per block, the kernels' zero point z0 differs from the weight's: the difference is
@@ -271,11 +351,9 @@ class _Graph:
             levels = part if levels is None else self.op1("Add", [levels, part])
         assert levels is not None
         levels = self.op1("Sub", [levels, self.const(float(w.center + params.gather_shift), np.float32)])
-        scale3d = self.op1("Reshape", [params.scale2d, self.const([w.n, nb, 1])])
-        values = self.op1("Mul", [levels, self.op1("Gather", [scale3d, ids])])
+        values = self.op1("Mul", [levels, self.gathered_scale(params.scale2d, ids, w.n, nb)])
         if params.offset2d is not None:
-            off3d = self.op1("Reshape", [params.offset2d, self.const([w.n, nb, 1])])
-            values = self.op1("Sub", [values, self.op1("Gather", [off3d, ids])])
+            values = self.op1("Sub", [values, self.gathered_scale(params.offset2d, ids, w.n, nb)])
         return self.op1("Reshape", [values, self.const([0, 0, w.k])])
 
     def lm_head(self, x: str, w: Weight, params: QInits | None, tied: bool, dense16: bool = False) -> str:

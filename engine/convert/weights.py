@@ -94,6 +94,7 @@ class Weight:
     offset: Scale | None = None          # None: no offset
     dense: np.ndarray | None = None      # dense: float32 or float16 [N, K]
     qtype: str = ""                      # the GGUF type it came from (the size report)
+    part_of: "tuple[Weight, int] | None" = None   # (fused weight, first row): a view of its rows
 
     @property
     def nb(self) -> int:
@@ -116,7 +117,20 @@ class Weight:
             return None if a is None else np.ascontiguousarray(a[perm])
         return replace(self, levels=pick(self.levels), dense=pick(self.dense),
                        scale=None if self.scale is None else self.scale.rows(perm),
-                       offset=None if self.offset is None else self.offset.rows(perm))
+                       offset=None if self.offset is None else self.offset.rows(perm), part_of=None)
+
+    def row_range(self, start: int, stop: int) -> "Weight":
+        """Rows [start, stop) as views of this weight's arrays (no copy), remembering where they
+        came from so `concat_rows` can hand the fused weight back instead of joining copies."""
+        def cut(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[start:stop]
+
+        def cut_scale(sc: Scale | None) -> Scale | None:
+            if sc is None:
+                return None
+            return Scale(sc.base[start:stop], None if sc.factor is None else sc.factor[start:stop])
+        return replace(self, n=stop - start, levels=cut(self.levels), dense=cut(self.dense),
+                       scale=cut_scale(self.scale), offset=cut_scale(self.offset), part_of=(self, start))
 
     def release(self) -> None:
         """Drops the arrays once written (the metadata stays for the graph)."""
@@ -134,8 +148,18 @@ def _as_offset(w: Weight) -> Weight:
 
 
 def concat_rows(weights: list[Weight]) -> Weight | None:
-    """Stack weights along N (fused QKV or gate/up); None when their forms differ."""
+    """Stack weights along N (fused QKV or gate/up); None when their forms differ. Parts cut from
+    one fused weight, all of it in order (phi3's attn_qkv, ffn_up), give that weight back."""
     first = weights[0]
+    if first.part_of is not None:
+        whole, start = first.part_of
+        for w in weights:
+            if w.part_of is None or w.part_of[0] is not whole or w.part_of[1] != start:
+                break
+            start += w.n
+        else:
+            if first.part_of[1] == 0 and start == whole.n:
+                return whole
     if any(w.kind != first.kind or w.k != first.k for w in weights):
         return None
     n = sum(w.n for w in weights)

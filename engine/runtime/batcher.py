@@ -140,8 +140,8 @@ class DecodeBatcher:
         if len(together) > 1:
             try:
                 self._run_batched(together)
-            except Exception:   # noqa: BLE001 - each row again on its own: only a bad one fails
-                alone = batch
+            except Exception:   # noqa: BLE001 - each row not done again on its own: only a bad one fails
+                alone = [r for r in together if r.logits is None] + alone
         else:
             alone = batch
         for r in alone:
@@ -165,30 +165,31 @@ class DecodeBatcher:
     def _run_batched(self, batch: list[_Request]) -> None:
         with self._cv:      # the pool's layout changes only under the lock (leave() takes it too)
             slots = self.pool.place([r.cache for r in batch])
-            members = dict(self.pool.members())
-            lo, hi = min(slots), max(slots) + 1
             by_slot = dict(zip(slots, batch, strict=True))
-            tokens = np.zeros(hi - lo, np.int64)
-            pos = np.zeros(hi - lo, np.int64)
-            for b in range(lo, hi):
-                r = by_slot.get(b)
-                if r is not None:
-                    tokens[b - lo], pos[b - lo] = r.token, len(r.cache)
-                elif b in members:
-                    # A session in the pool that is not stepping now: a dummy row written just past
-                    # its valid positions (the pool has room for it), which its next step overwrites.
-                    pos[b - lo] = len(members[b])
-            binding, logits, hold = self._binding(lo, hi)   # noqa: F841 - `hold` keeps the buffers alive
-        width = int(pos.max()) + 1
-        mask = (np.arange(width)[None, :] <= pos[:, None]).astype(np.int64)   # right-padded rows
-        binding.bind_cpu_input("input_ids", tokens[:, None])
-        binding.bind_cpu_input("attention_mask", mask)
-        if self.feeds_positions:
-            binding.bind_cpu_input("position_ids", pos[:, None])
-        self.session.run_with_iobinding(binding)
-        for b, r in by_slot.items():
-            r.logits = logits[b - lo, 0].copy()
-            r.cache.tokens.append(r.token)
+            # One run per range of consecutive slots that all step now: a slot not stepping (a
+            # session that missed this step, a free or retired slot) is never written.
+            runs: list[list[int]] = []
+            for b in sorted(by_slot):
+                if runs and runs[-1][-1] == b - 1:
+                    runs[-1].append(b)
+                else:
+                    runs.append([b])
+            bound = [(run, self._binding(run[0], run[-1] + 1)) for run in runs]
+        for r in batch:
+            r.cache.before_step()   # waits only when a pending snapshot needs what the step overwrites
+        for run, (binding, logits, hold) in bound:   # noqa: B007 - `hold` keeps the bound buffers alive
+            pos = np.asarray([len(by_slot[b].cache) for b in run], np.int64)
+            tokens = np.asarray([by_slot[b].token for b in run], np.int64)
+            mask = (np.arange(int(pos.max()) + 1)[None, :] <= pos[:, None]).astype(np.int64)   # right-padded
+            binding.bind_cpu_input("input_ids", tokens[:, None])
+            binding.bind_cpu_input("attention_mask", mask)
+            if self.feeds_positions:
+                binding.bind_cpu_input("position_ids", pos[:, None])
+            self.session.run_with_iobinding(binding)
+            for i, b in enumerate(run):
+                r = by_slot[b]
+                r.logits = logits[i, 0].copy()
+                r.cache.tokens.append(r.token)
         self.batched_steps += 1
         self.batched_rows += len(batch)
 

@@ -25,6 +25,8 @@ class KVPool:
         self.layout = layout
         self.arena: np.ndarray | None = None      # [2, layers, slots, kv_heads, capacity, head_dim]
         self.slots: list[weakref.ref[KVCache] | None] = []
+        self._given: list[list[np.ndarray] | None] = []   # per slot: the key views its cache got
+        self.retired: set[int] = set()      # slots a pending snapshot still reads: not reused
         self.generation = 0     # bumped whenever the arena is replaced (bindings over it are stale)
 
     @property
@@ -38,19 +40,27 @@ class KVPool:
             if ref is not None and ref() is cache:
                 if cache.pool_owner is self:
                     return b
-                self.slots[b] = None
+                self._free(b, cache)
                 return None
         return None
+
+    def _free(self, b: int, cache: KVCache | None) -> None:
+        """Slot b is no longer its cache's; retired while a snapshot of that cache reads it."""
+        given = self._given[b]
+        if cache is not None and given is not None and cache.guarded(given):
+            self.retired.add(b)
+        self.slots[b] = None
+        self._given[b] = None
 
     def members(self) -> list[tuple[int, KVCache]]:
         """(slot, cache) of every cache still in the pool; frees the slots of the others."""
         out = []
         for b, ref in enumerate(self.slots):
             cache = ref() if ref is not None else None
-            if cache is None or cache.pool_owner is not self:
-                self.slots[b] = None
-            else:
+            if cache is not None and cache.pool_owner is self:
                 out.append((b, cache))
+            elif ref is not None:
+                self._free(b, cache)
         return out
 
     def place(self, caches: list[KVCache]) -> list[int]:
@@ -61,15 +71,19 @@ class KVPool:
         # Room for the next position of everyone in the pool (idle members get a harmless dummy
         # row there), and at least what each joining cache had reserved for its reply.
         need = max([len(c) + 1 for _, c in members] + [max(len(c) + 1, c.capacity) for c in joining])
-        n_slots = len(members) + len(joining)
-        if self.arena is None or need > self.capacity or n_slots > len(self.slots):
-            self._grow(need, n_slots, members)
-        for cache in joining:
-            b = self.slots.index(None)
-            self.slots[b] = weakref.ref(cache)
-            keys, values = self._views(b)
-            cache.adopt(keys, values, self)
+        free = [b for b, ref in enumerate(self.slots) if ref is None and b not in self.retired]
+        if self.arena is None or need > self.capacity or len(joining) > len(free):
+            self._grow(need, len(members) + len(joining), members)
+            free = [b for b, ref in enumerate(self.slots) if ref is None]
+        for cache, b in zip(joining, free, strict=False):
+            self._take(b, cache)
         return [self._must_slot(c) for c in caches]
+
+    def _take(self, b: int, cache: KVCache) -> None:
+        keys, values = self._views(b)
+        self.slots[b] = weakref.ref(cache)
+        self._given[b] = keys
+        cache.adopt(keys, values, self)     # copies its valid positions into the slot
 
     def _must_slot(self, cache: KVCache) -> int:
         b = self.slot_of(cache)
@@ -84,10 +98,11 @@ class KVPool:
         lay = self.layout
         self.arena = np.zeros((2, lay.n_layers, slots, lay.kv_heads, cap, lay.head_dim), lay.dtype)
         self.slots += [None] * (slots - len(self.slots))
+        self._given += [None] * (slots - len(self._given))
+        self.retired.clear()        # fresh memory; a snapshot keeps the old arena alive itself
         self.generation += 1
         for b, cache in members:
-            keys, values = self._views(b)
-            cache.adopt(keys, values, self)     # copies its valid positions from the old arena
+            self._take(b, cache)    # its valid positions, from the old arena
 
     def _views(self, b: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         assert self.arena is not None
@@ -104,8 +119,9 @@ class KVPool:
         With no member left, the arena is freed."""
         b = self.slot_of(cache)
         if b is not None:
-            self.slots[b] = None
             cache.rehome()
+            self._free(b, cache)
         if not self.members():
-            self.arena, self.slots = None, []
+            self.arena, self.slots, self._given = None, [], []
+            self.retired.clear()
             self.generation += 1

@@ -12,6 +12,8 @@ from typing import Callable, Literal
 
 import onnxruntime as ort
 
+from . import prefold
+
 ProviderChoice = Literal["auto", "cpu", "gpu"]
 CPU = "CPUExecutionProvider"
 GPU_PREFERENCE = ("CUDAExecutionProvider", "CoreMLExecutionProvider", "DmlExecutionProvider")
@@ -184,5 +186,6 @@ def create_session(model_path: str, choice: ProviderChoice = "auto", threads: in
 
 
 def _cpu(model_path: str, threads: int | None, reason: str | None) -> SessionResult:
-    session = ort.InferenceSession(model_path, session_options(threads), providers=[CPU])
+    # Amber's graphs: the weight preparation runs in numpy, one tensor at a time (prefold.py).
+    session = prefold.cpu_session(model_path, session_options(threads), [CPU])
     return SessionResult(session, session.get_providers()[0], reason, model_path)

@@ -28,6 +28,9 @@ class Runner:
         # optimum's older merged decoder: an `If` picks the with-past branch once there is a past.
         self._has_cache_branch = "use_cache_branch" in model.input_names
         self._vocab, self._last_only = self._logits_layout()
+        # Where new caches keep their KV between steps: on the GPU under CUDA (shared-buffer graphs);
+        # tests and gpu_check set kvcache.STAGED to run the device code paths on a CPU.
+        self.kv_device = "cuda" if model.provider == "CUDAExecutionProvider" else "cpu"
         # Concurrent sessions' decode steps run as one batched call (engine.runtime.batcher) on
         # Amber's own graphs on CPU; `batch_decode = False` (or AMBER_BATCH_DECODE=0) takes turns.
         self.batcher = (DecodeBatcher(model, self._vocab, self._has_positions, self._step_shared)
@@ -42,7 +45,7 @@ class Runner:
     def decoding(self, cache: KVCache) -> AbstractContextManager[None]:
         """Around a decode loop over `cache`: its one-token steps may then be batched with other
         sessions' (engine.runtime.batcher)."""
-        if self.batcher is None or not self.batch_decode:
+        if self.batcher is None or not self.batch_decode or cache.on_device:
             return nullcontext()
         return self.batcher.decoding(cache)
 
@@ -73,9 +76,7 @@ class Runner:
                                          ort.OrtValue.ortvalue_from_numpy(cache.logits_out))
 
     def new_cache(self) -> KVCache:
-        # On CUDA the cache stays on the device between steps (shared-buffer graphs).
-        device = "cuda" if self.model.provider == "CUDAExecutionProvider" else "cpu"
-        return KVCache(self.model.kv, device=device)
+        return KVCache(self.model.kv, device=self.kv_device)
 
     def _inputs(self, cache: KVCache, ids: list[int]) -> dict[str, np.ndarray]:
         past, n = len(cache), len(ids)
@@ -90,6 +91,7 @@ class Runner:
 
     def _step_shared(self, cache: KVCache, ids: list[int]) -> np.ndarray:
         cache.reserve(len(cache) + len(ids))
+        bound = cache.ort_values()      # uploads what changed on the host into the same buffers
         binding = cache.binding
         if binding is None:
             # The KV buffers are bound once, as past and present, and stay bound until they are
@@ -100,7 +102,7 @@ class Runner:
             cache.logits_out = None
             self._bind_logits(cache, binding, len(ids))
             for (pk, pv), (ok, ov), (k, v) in zip(self.model.kv.past_names, self.model.kv.present_names,
-                                                  cache.ort_values(), strict=True):
+                                                  bound, strict=True):
                 binding.bind_ortvalue_input(pk, k)
                 binding.bind_ortvalue_input(pv, v)
                 binding.bind_ortvalue_output(ok, k)     # present written into the same buffer
@@ -110,6 +112,7 @@ class Runner:
             self._bind_logits(cache, binding, len(ids))     # rebinding keeps the output's place
         for name, value in self._inputs(cache, ids).items():
             binding.bind_cpu_input(name, value)
+        cache.before_step()     # waits only when a pending snapshot needs what this step overwrites
         self.session.run_with_iobinding(binding)
         cache.device_written()
         if self._vocab is not None:

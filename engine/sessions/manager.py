@@ -431,10 +431,13 @@ class SessionManager:
 
     def _after_generation(self, s: _Session) -> None:
         s.last_used = time.monotonic()
-        if s.kind != SessionKind.TEMPORARY:
+        # A device cache's blocks are copied in the writer, from the save's snapshot when pinned
+        # (never a download on this thread); host arrays are copied here, at once.
+        on_device = s.cache is not None and s.cache.on_device
+        if s.kind != SessionKind.TEMPORARY and not (on_device and s.kind == SessionKind.PINNED):
             self._publish(s)
         if s.kind == SessionKind.PINNED:
-            self.disk.save_async(s)
+            self.disk.save_async(s, publish=on_device)
 
     # ---- shared prefix cache -------------------------------------------------------------------
     def _fill_from_shared(self, s: _Session, prompt: list[int], figures: GenerationFigures) -> bool:
@@ -464,11 +467,10 @@ class SessionManager:
     def _publish(self, s: _Session) -> None:
         """Offers the session's full blocks to the memory tier (temporary sessions never do)."""
         assert s.cache is not None
-        B = self.block_tokens
-        tokens = s.cache.tokens
-        for i, key in enumerate(self.store.keys_for(tokens, s.salt)):
-            if not self.prefix.has_memory(key):
-                self.prefix.put_memory(key, tokens[i * B:(i + 1) * B], s.cache.export(i * B, (i + 1) * B))
+        if s.cache.on_device:
+            self.disk.publish_async(s)
+        else:
+            self.disk.publish_blocks(s.cache, s.cache.tokens, s.salt)
 
     # ---- memory budget -------------------------------------------------------------------------
     def _enforce_budget(self, keep: str | None = None) -> None:

@@ -20,7 +20,7 @@ from engine.kvstore.blockstore import BlockStore
 from engine.kvstore.kvfile import KVFileError, KVShape, looks_like_kv_file, read_kv_file, write_kv_file
 from engine.kvstore.prefix_cache import PrefixCache
 from engine.api import SessionKind
-from engine.runtime.kvcache import KVCache
+from engine.runtime.kvcache import KVCache, KVSnapshot
 from engine.runtime.model import LoadedModel
 from engine.sessions import refs as refs_mod
 from engine.sessions.locks import LockTimeout, StateLocks
@@ -144,8 +144,10 @@ class SessionFiles:
             self.prefix.note_removed(damaged.stem)
         self.writer.submit(lambda: self._write_manifest(s, s.disk_tokens, s.disk_keys, None))
 
-    def save_async(self, s: _Session) -> None:
-        """Snapshots what changed (a memory copy) and queues the file writes."""
+    def save_async(self, s: _Session, publish: bool = False) -> None:
+        """Takes a snapshot of what changed (a handle on the buffers, no copy: docs/DESIGN.md, "KV on
+        the device") and queues the copy and the file writes. `publish`: the writer also offers the
+        full blocks to the prefix cache's memory tier from the same snapshot (a device cache)."""
         with self.lock:
             if s.kind == SessionKind.TEMPORARY:
                 return
@@ -154,23 +156,60 @@ class SessionFiles:
                 job: Callable[[], None] = partial(self.write_regular, s, transcript)
             elif s.cache is None:
                 # Pinned but not in memory: what is on disk stays; only the transcript may change.
-                job = lambda: self._write_manifest(s, s.disk_tokens, s.disk_keys, s.tail_file)  # noqa: E731 - reads s when run
+                job = partial(self._write_pinned_manifest, s)   # reads s when run
             else:
-                B = self.block_tokens
-                tokens = list(s.cache.tokens)
-                keys = self.store.keys_for(tokens, s.salt)
+                snap = s.cache.snapshot()
+                keys = self.store.keys_for(snap.tokens, s.salt)
                 known = set(s.disk_keys)
                 # Incremental: only blocks not on disk yet, and the new tail, are copied and written.
-                new_blocks = [(k, tokens[i * B:(i + 1) * B], s.cache.export(i * B, (i + 1) * B))
-                              for i, k in enumerate(keys) if k not in known and not self.store.has(k)]
-                tail_toks = tokens[len(keys) * B:]
-                tail = s.cache.export(len(keys) * B, len(tokens)) if tail_toks else None
+                new = [i for i, k in enumerate(keys) if k not in known and not self.store.has(k)]
                 for key in keys:     # referenced from now on: the janitor must not take them
                     self.refs.add(key, s.id)
                 history = s.history
-                job = partial(self._write_pinned, s, tokens, keys, new_blocks, tail_toks, tail, transcript, history)
+                job = partial(self._save_snapshot, s, snap, keys, new, transcript, history, publish)
             s.pending_saves += 1
         self.writer.submit(job).add_done_callback(lambda f: self._saved(s, f))
+
+    def _write_pinned_manifest(self, s: _Session) -> None:
+        self._write_manifest(s, s.disk_tokens, s.disk_keys, s.tail_file)
+
+    def _save_snapshot(self, s: _Session, snap: KVSnapshot, keys: list[str], new: list[int],
+                       transcript: list[dict[str, str]], history: TokenHistory, publish: bool) -> None:
+        """The writer's half of a pinned save: copies the snapshot (device → host here, never on the
+        generating thread), lets the cache go on, then writes the files."""
+        B = self.block_tokens
+        tokens = snap.tokens
+        try:
+            if publish:
+                self.publish_blocks(snap, tokens, s.salt)
+            if s.kind != SessionKind.PINNED:
+                return   # unpinned or deleted while queued
+            new_blocks = [(keys[i], tokens[i * B:(i + 1) * B], snap.export(i * B, (i + 1) * B)) for i in new]
+            tail_toks = tokens[len(keys) * B:]
+            tail = snap.export(len(keys) * B, len(tokens)) if tail_toks else None
+        finally:
+            snap.release()
+        self._write_pinned(s, tokens, keys, new_blocks, tail_toks, tail, transcript, history)
+
+    def publish_blocks(self, source: KVCache | KVSnapshot, tokens: list[int], salt: str | None) -> None:
+        """Offers the full blocks of `tokens` to the memory tier (those not there yet are copied)."""
+        B = self.block_tokens
+        for i, key in enumerate(self.store.keys_for(tokens, salt)):
+            if not self.prefix.has_memory(key):
+                self.prefix.put_memory(key, tokens[i * B:(i + 1) * B], source.export(i * B, (i + 1) * B))
+
+    def publish_async(self, s: _Session) -> None:
+        """`publish_blocks` from a snapshot in the writer (a device cache: the copy is a download)."""
+        assert s.cache is not None
+        salt = s.salt
+        if all(self.prefix.has_memory(k) for k in self.store.keys_for(s.cache.tokens, salt)):
+            return      # nothing new: no download
+        snap = s.cache.snapshot()
+
+        def job() -> None:
+            with snap:
+                self.publish_blocks(snap, snap.tokens, salt)
+        self.writer.submit(job)
 
     def _saved(self, s: _Session, fut: Future[Any]) -> None:
         with self.lock:
