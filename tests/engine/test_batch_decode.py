@@ -419,3 +419,26 @@ def test_an_abandoned_managed_stream_leaves_the_pool_before_its_lock_is_released
         assert batcher.batched_steps > 0 and batcher.pool.arena is None
     finally:
         mgr.shutdown()
+
+
+def test_a_slot_a_pending_snapshot_reads_is_not_handed_to_another_cache(tiny_model):
+    """A save taken during a batched reply (KVSnapshot: copied later on the writer thread) reads the
+    cache's slot views: when that cache leaves, its slot is retired, so a cache joining next cannot
+    overwrite what the save still has to copy."""
+    gen = Generator(tiny_model)
+    runner = gen.runner
+    pool = KVPool(tiny_model.kv)
+    a, b, c = gen.new_cache(), gen.new_cache(), gen.new_cache()
+    for i, cache in enumerate((a, b, c)):
+        runner.forward(cache, prompt(20 + i, 50 + i))
+    want = a.export(0, len(a))
+    pool.place([a, b])
+    snap = a.snapshot()          # reads a's slot views, not a copy
+    slot_a, views = pool.slot_of(a), a.keys
+    pool.leave(a)
+    assert slot_a in pool.retired and a.pool_owner is None
+    pool.place([c])              # no free slot but the retired one: a fresh arena
+    assert not any(np.shares_memory(mine, old) for mine in c.keys for old in views)
+    np.testing.assert_array_equal(snap.export(0, snap.n), want)
+    snap.release()
+    np.testing.assert_array_equal(a.export(0, len(a)), want)
