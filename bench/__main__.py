@@ -1,4 +1,4 @@
-"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert ...]
+"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert|batch ...]
 [--quick] [--write|--no-write]`
 
 Runs the chosen benches (all of them by default), printing each figure as it goes, and rewrites
@@ -24,6 +24,7 @@ from .common import Section, ok, table
 
 BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
 BENCHES += ("memory",)     # issue 18: RSS per stage of a generating process (135M by default)
+BENCHES += ("batch",)      # issue 18: concurrent chats, batched decode
 # Targets of benches written by others (issue 6 for the store), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
@@ -67,6 +68,10 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny") -> dict[
         section = mod.section(res)
     elif name == "memory":      # `--shapes 135m,/converted/folder,...`; `make bench`: the default model
         mod = importlib.import_module("bench.bench_memory")
+        res = mod.run(quick=quick, shapes=shapes.split(","))
+        section = mod.section(res)
+    elif name == "batch":       # concurrent chats, batched decode (issue 18); big shapes under --shapes
+        mod = importlib.import_module("bench.bench_batch")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
     elif name in ("engine", "compare", "sessions", "server", "defaults"):
@@ -143,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="write docs/BENCHMARKS.md (default unless --quick)")
     parser.add_argument("--no-write", dest="write", action="store_false")
     parser.add_argument("--shapes", default="tiny",
-                        help="convert bench: model shapes, comma-separated (tiny, 0.5b, 1.5b)")
+                        help="convert and batch benches: model shapes, comma-separated (tiny, 0.5b, 1.5b)")
     args = parser.parse_args(argv)
     if args.benches == ["deps"]:
         return deps()

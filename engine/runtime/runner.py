@@ -1,11 +1,14 @@
 """One forward step of the decoder over a `KVCache`: the only place that calls ONNX Runtime."""
 from __future__ import annotations
 
+import os
+from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
 import numpy as np
 import onnxruntime as ort
 
+from engine.runtime.batcher import DecodeBatcher
 from engine.runtime.kvcache import KVCache
 from engine.runtime.model import LoadedModel
 from engine.runtime.residency import drop_mapped_pages
@@ -37,6 +40,23 @@ class Runner:
         # Where new caches keep their KV between steps: on the GPU under CUDA (shared-buffer graphs);
         # tests and gpu_check set kvcache.STAGED to run the device code paths on a CPU.
         self.kv_device = "cuda" if model.provider == "CUDAExecutionProvider" else "cpu"
+        # Concurrent sessions' decode steps run as one batched call (engine.runtime.batcher) on
+        # Amber's own graphs on CPU; `batch_decode = False` (or AMBER_BATCH_DECODE=0) takes turns.
+        self.batcher = (DecodeBatcher(model, self._vocab, self._has_positions, self._step_shared)
+                        if self._vocab is not None and self._can_batch() else None)
+        self.batch_decode = os.environ.get("AMBER_BATCH_DECODE", "1") != "0"
+
+    def _can_batch(self) -> bool:
+        return (self.model.kv.shared_buffer and self.model.provider == "CPUExecutionProvider"
+                and self._vocab is not None and self._last_only and self._has_mask
+                and not self._has_cache_branch)
+
+    def decoding(self, cache: KVCache) -> AbstractContextManager[None]:
+        """Around a decode loop over `cache`: its one-token steps may then be batched with other
+        sessions' (engine.runtime.batcher)."""
+        if self.batcher is None or not self.batch_decode or cache.on_device:
+            return nullcontext()
+        return self.batcher.decoding(cache)
 
     def chunk_len(self, cache: KVCache, n: int) -> int:
         """How many of `n` new tokens one prefill step takes after what `cache` holds: PREFILL_CHUNK,
@@ -134,6 +154,8 @@ class Runner:
                 between_chunks: Callable[[int], bool] | None = None) -> np.ndarray | None:
         """Runs `ids` after what the cache holds. `between_chunks(done)` returning True stops early
         (cancellation); then None is returned and the cache holds the chunks that completed."""
+        if len(ids) == 1 and self.batcher is not None and self.batcher.is_decoding(cache):
+            return self.batcher.step(cache, int(ids[0]))
         step = self._step_shared if self.model.kv.shared_buffer else self._step_plain
         # The whole prompt's room at once (issue 18): growing chunk by chunk doubles the buffer
         # while the old one is still held (a 2048-token prompt peaked at 1.5x its KV).
