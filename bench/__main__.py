@@ -1,4 +1,4 @@
-"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert ...]
+"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert|batch ...]
 [--quick] [--write|--no-write]`
 
 Runs the chosen benches (all of them by default), printing each figure as it goes, and rewrites
@@ -23,6 +23,8 @@ from . import common, llama_build
 from .common import Section, ok, table
 
 BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
+BENCHES += ("memory",)     # issue 18: RSS per stage of a generating process (135M by default)
+BENCHES += ("batch",)      # issue 18: concurrent chats, batched decode
 # Targets of benches written by others (issue 6 for the store), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
@@ -68,6 +70,14 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
     elif name == "compare" and shapes != "tiny":   # issue 18: real sizes, only under --shapes
         mod = importlib.import_module("bench.bench_shapes")
         res = mod.run(quick=quick, shapes=shapes.split(","), quants=quants.split(","))
+        section = mod.section(res)
+    elif name == "memory":      # `--shapes 135m,/converted/folder,...`; `make bench`: the default model
+        mod = importlib.import_module("bench.bench_memory")
+        res = mod.run(quick=quick, shapes=shapes.split(","))
+        section = mod.section(res)
+    elif name == "batch":       # concurrent chats, batched decode (issue 18); big shapes under --shapes
+        mod = importlib.import_module("bench.bench_batch")
+        res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
     elif name in ("engine", "compare", "sessions", "server", "defaults"):
         mod = importlib.import_module(f"bench.bench_{name}")
@@ -148,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="write docs/BENCHMARKS.md (default unless --quick)")
     parser.add_argument("--no-write", dest="write", action="store_false")
     parser.add_argument("--shapes", default="tiny",
-                        help="convert bench: model shapes, comma-separated (tiny, 0.5b, 1.5b); compare bench: "
-                             "135m, 0.5b, 1b, 1.5b side by side with llama.cpp (issue 18; default: the 135M model)")
+                        help="convert and batch benches: model shapes, comma-separated (tiny, 0.5b, 1.5b); "
+                             "compare bench: 135m, 0.5b, 1b, 1.5b side by side with llama.cpp (issue 18; "
+                             "default: the 135M model)")
     parser.add_argument("--quants", default="Q4_K_M,Q4_0,Q8_0",
                         help="compare --shapes: the llama.cpp quantizations of the random-weight shapes")
     args = parser.parse_args(argv)

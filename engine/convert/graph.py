@@ -185,6 +185,23 @@ class _Graph:
         packed = self.op1("BitwiseOr", [lo, self.op1("BitShift", [hi, self.const(4, np.uint8)], direction="LEFT")])
         return self.op1("Reshape", [packed, self.const([n, nb, blk // 2])], outputs=[name] if name else None)
 
+    def widen_to_nibbles(self, packed: str, bits: int, shape: list[int], name: str) -> str:
+        """A plane of 1- or 2-bit levels (first value lowest) -> MatMulNBits' 4-bit B [N, nb, blk/2]:
+        each output byte takes two neighbouring levels straight from the packed bytes (a quarter of
+        the work of unpacking to one byte per level and packing again)."""
+        n, nb, blk = shape
+        mask = self.const((1 << bits) - 1, np.uint8)
+        parts = []
+        for t in range(8 // bits // 2):
+            def level(j: int) -> str:
+                v = packed if j == 0 else self.op1("BitShift", [packed, self.const(j * bits, np.uint8)],
+                                                   direction="RIGHT")
+                return self.op1("BitwiseAnd", [v, mask])
+            high = self.op1("BitShift", [level(2 * t + 1), self.const(4, np.uint8)], direction="LEFT")
+            parts.append(self.op1("Unsqueeze", [self.op1("BitwiseOr", [level(2 * t), high]), self.const([-1])]))
+        return self.op1("Reshape", [self.op1("Concat", parts, axis=-1), self.const([n, nb, blk // 2])],
+                        outputs=[name])
+
     def zero_points_u4(self, scale2d: str, offset2d: str, center: int, n: int, nb: int,
                        prefix: str) -> tuple[str, str]:
         """The nearest integer zero point per block, clip(round(center + offset/scale), 0, 15) (0 where
@@ -254,8 +271,7 @@ class _Graph:
                 # 16*z_hi + z_lo is the center (no correction for the symmetric types). ORT 1.31's 2-bit
                 # CPU kernel dequantizes on every call at accuracy level 0 (24.6 ms against 0.18 ms for
                 # 4-bit at 4864x896), so the high plane is widened to 4 bits at load.
-                hi4 = hi if high_bits == 4 else self.nibble_plane(
-                    self.unpack(hi, high_bits, shape), shape, f"{prefix}.qweight_hi4")
+                hi4 = hi if high_bits == 4 else self.widen_to_nibbles(hi, high_bits, shape, f"{prefix}.qweight_hi4")
                 z_hi = 8 if w.qbits == 8 else (2 if w.center == 32 else 1)
                 hi_scales = self.op1("Mul", [flat, self.const(16.0, np.float32)])
                 zbytes = [n * ((nb + 1) // 2)]
@@ -329,6 +345,43 @@ class _Graph:
         if bias is not None:
             y = self.op1("Add", [y, self.init(f"{prefix}.bias", bias.astype(np.float32))])
         return y
+
+    def linear_group(self, x: str, parts: list[Weight], prefixes: list[str],
+                     biases: list[np.ndarray | None]) -> list[str]:
+        """Linears over the same input whose weights `concat_rows` cannot stack (different GGUF
+        types): one set of MatMulNBits when every part runs as the same kernel form — the same
+        planes (bits) in the same order, no correction: fast mode's one 8-bit plane (Q5_0, Q6_K with
+        blocks of 32, Q8_0), exact mode's two 4-bit planes — with the parts' planes, scales and zero
+        points concatenated at load; otherwise one linear per part. What is stored is each part's
+        own form either way (a default zero point is written out only where another part has one)."""
+        qs = [self.quant_inits(pre, w) if w.kind == "quant" else None
+              for w, pre in zip(parts, prefixes, strict=True)]
+        qq = [q for q in qs if q is not None and q.correction is None]
+        forms = {(q.w.k, q.w.block, tuple(bits for _, bits, _, _ in q.matmuls)) for q in qq}
+        if len(parts) < 2 or len(qq) != len(parts) or len(forms) != 1:
+            return [self.linear(x, w, pre, bias, params=q)
+                    for w, pre, bias, q in zip(parts, prefixes, biases, qs, strict=True)]
+        k, blk, plane_bits = forms.pop()
+        nb, n = k // blk, sum(q.w.n for q in qq)
+        outs = []
+        for j, bits in enumerate(plane_bits):
+            planes = [self.op1("Reshape", [q.matmuls[j][0], self.const([q.w.n, nb, blk * bits // 8])]) for q in qq]
+            scales = [self.op1("Reshape", [q.matmuls[j][2], self.const([-1])]) for q in qq]
+            inputs = [x, self.op1("Concat", planes, axis=0), self.op1("Concat", scales, axis=0)]
+            if any(q.matmuls[j][3] for q in qq):
+                zps = [q.matmuls[j][3] or self.init(
+                    f"{pre}.zero_points_default{j}",
+                    packed_zero_points(np.full((q.w.n, nb), 1 << (bits - 1), np.uint8), bits))
+                       for q, pre in zip(qq, prefixes, strict=True)]
+                inputs.append(self.op1("Concat", [self.op1("Reshape", [z, self.const([-1])]) for z in zps], axis=0))
+            outs.append(self.op1("MatMulNBits", inputs, domain=MS, K=k, N=n, bits=bits, block_size=blk,
+                                 accuracy_level=self.accuracy_level))
+        y = outs[0] if len(outs) == 1 else self.op1("Add", outs)
+        if any(b is not None for b in biases):
+            bias = np.concatenate([np.zeros(q.w.n, np.float32) if b is None else b.astype(np.float32)
+                                   for q, b in zip(qq, biases, strict=True)])
+            y = self.op1("Add", [y, self.init(f"{prefixes[0]}.group_bias", bias)])
+        return [y]
 
     def embedding(self, ids: str, w: Weight, params: QInits | None) -> str:
         """Gathers rows and dequantizes only those (the table stays quantized in memory)."""
@@ -422,9 +475,10 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
             qkv = g.linear(x, qkv_w, f"{p}.self_attn.qkv_proj", bias)
             qkv_inputs = [qkv, "", ""]
         else:
-            qkv_inputs = [g.linear(x, lw.q, f"{p}.self_attn.q_proj", lw.q_bias),
-                          g.linear(x, lw.k, f"{p}.self_attn.k_proj", lw.k_bias),
-                          g.linear(x, lw.v, f"{p}.self_attn.v_proj", lw.v_bias)]
+            # Different GGUF types (Q4_K_M's Q5_0 Q/K with a Q8_0 V) can still share one kernel form.
+            parts = g.linear_group(x, [lw.q, lw.k, lw.v], [f"{p}.self_attn.{n}_proj" for n in "qkv"],
+                                   [lw.q_bias, lw.k_bias, lw.v_bias])
+            qkv_inputs = parts if len(parts) == 3 else [parts[0], "", ""]
         del qkv_w
         qkv_inputs = blocks.qk_norm(g, spec, lw, p, qkv_inputs)
         attn = g.op("GroupQueryAttention",
@@ -451,8 +505,10 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
             gu = g.linear(x, gu_w, f"{p}.mlp.gate_up_proj")
             gate, up = g.op("Split", [gu, g.const([n_gate, n_up])], n_out=2, axis=-1)
         else:
-            gate = g.linear(x, lw.gate, f"{p}.mlp.gate_proj")
-            up = g.linear(x, lw.up, f"{p}.mlp.up_proj")
+            n_gate, n_up = lw.gate.n, lw.up.n
+            parts = g.linear_group(x, [lw.gate, lw.up], [f"{p}.mlp.gate_proj", f"{p}.mlp.up_proj"], [None, None])
+            gate, up = parts if len(parts) == 2 else g.op("Split", [parts[0], g.const([n_gate, n_up])],
+                                                          n_out=2, axis=-1)
         del gu_w
         act = blocks.activation(g, spec, gate, up)
         down = g.linear(act, lw.down, f"{p}.mlp.down_proj")

@@ -100,13 +100,14 @@ class Generator:
         logits = None
         yield PrefillProgress(0, len(todo))
         # Chunk by chunk here (not inside the runner) so that progress can be streamed between them.
-        for start in range(0, len(todo), PREFILL_CHUNK):
+        chunk = min(PREFILL_CHUNK, self.runner.chunk_len(cache, len(todo)))
+        for start in range(0, len(todo), chunk):
             if start:
                 if is_cancelled():
                     logits = None
                     break
                 yield PrefillProgress(start, len(todo))
-            logits = self.runner.forward(cache, todo[start:start + PREFILL_CHUNK])
+            logits = self.runner.forward(cache, todo[start:start + chunk])
         if logits is not None:
             yield PrefillProgress(len(todo), len(todo))
         fig.prefill_ms = (time.perf_counter() - t_prefill) * 1000
@@ -126,35 +127,37 @@ class Generator:
         pieces: list[str] = []
         reason = FinishReason.LENGTH
         t_first = 0.0
-        while True:
-            token = sampler.sample(logits, history[:n_hist])
-            if not generated:
-                t_first = time.perf_counter()
-                fig.ttft_ms = (t_first - started) * 1000
-            if token in eos:
-                reason = FinishReason.EOS
-                break
-            generated.append(token)
-            history[n_hist] = token
-            n_hist += 1
-            text, stopped = matcher.feed(decoder.push(token))
-            if text:
-                pieces.append(text)
-                yield TextChunk(text, [token])
-            if stopped:
-                reason = FinishReason.STOP
-                break
-            if len(generated) >= sampling.max_new_tokens:
-                reason = FinishReason.LENGTH
-                break
-            if len(cache) + 1 >= window:
-                reason = FinishReason.CONTEXT_FULL
-                break
-            if is_cancelled():
-                reason = FinishReason.CANCELLED
-                break
-            logits = self.runner.forward(cache, [token])
-            assert logits is not None     # without between_chunks it never stops early
+        # Other sessions decoding at the same time may share each step's run (engine.runtime.batcher).
+        with self.runner.decoding(cache):
+            while True:
+                token = sampler.sample(logits, history[:n_hist])
+                if not generated:
+                    t_first = time.perf_counter()
+                    fig.ttft_ms = (t_first - started) * 1000
+                if token in eos:
+                    reason = FinishReason.EOS
+                    break
+                generated.append(token)
+                history[n_hist] = token
+                n_hist += 1
+                text, stopped = matcher.feed(decoder.push(token))
+                if text:
+                    pieces.append(text)
+                    yield TextChunk(text, [token])
+                if stopped:
+                    reason = FinishReason.STOP
+                    break
+                if len(generated) >= sampling.max_new_tokens:
+                    reason = FinishReason.LENGTH
+                    break
+                if len(cache) + 1 >= window:
+                    reason = FinishReason.CONTEXT_FULL
+                    break
+                if is_cancelled():
+                    reason = FinishReason.CANCELLED
+                    break
+                logits = self.runner.forward(cache, [token])
+                assert logits is not None     # without between_chunks it never stops early
         if reason != FinishReason.STOP:
             tail, stopped = matcher.feed(decoder.flush())
             tail += "" if stopped else matcher.flush()

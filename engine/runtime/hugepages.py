@@ -3,7 +3,8 @@
 ORT allocates its prepacked weights (~156 MiB for the default model) with malloc, which on most
 distributions (THP mode `madvise`) leaves them on 4 KiB pages, so every decode step streams
 through ~40,000 TLB entries. glibc's `glibc.malloc.hugetlb=1` tunable (glibc 2.35+) makes malloc
-ask for huge pages on its large mappings: decode measured 3–5 % faster (docs/BENCHMARKS.md).
+ask for huge pages on its large mappings: decode measured 3–5 % faster (docs/BENCHMARKS.md); it comes
+with a fixed mmap threshold (MMAP_THRESHOLD below, issue 18).
 glibc reads tunables only when a process starts, so an entry point re-executes itself once with
 it set, then takes the variables out of its own environment again: the tunable stays with this
 process only, and nothing it starts (pip, a browser, a server child) inherits it.
@@ -22,7 +23,13 @@ import sys
 from pathlib import Path
 from typing import Mapping, MutableMapping, Sequence
 
-TUNABLE = "glibc.malloc.hugetlb=1"
+HUGETLB = "glibc.malloc.hugetlb=1"
+# With huge pages, a heap that glibc's moving mmap threshold (raised up to 32 MiB as large blocks
+# are freed) fills with a prefill's 1-2 MiB blocks is held in 2 MiB pages: the default model peaked
+# 43 MiB higher (issue 18, docs/BENCHMARKS.md). A fixed 1 MiB threshold maps those blocks and gives
+# them back; a decode step's blocks are smaller and stay on the heap (no more page faults a step).
+MMAP_THRESHOLD = "glibc.malloc.mmap_threshold=1048576"
+TUNABLE = f"{HUGETLB}:{MMAP_THRESHOLD}"
 REEXEC_MARK = "AMBER_MALLOC_REEXEC"       # set in the re-executed process: never loop
 BEFORE = "AMBER_GLIBC_TUNABLES_BEFORE"    # the user's own GLIBC_TUNABLES, restored after the re-exec
 OPT_IN = "AMBER_HUGEPAGES"                # source runs: re-execute only when this is "1"
@@ -76,7 +83,8 @@ def tunable_env(environ: Mapping[str, str], thp_setting: Path = THP_SETTING,
     except OSError:
         return None     # no THP in this kernel
     env = dict(environ)
-    env["GLIBC_TUNABLES"] = f"{tunables}:{TUNABLE}" if tunables else TUNABLE
+    ours = HUGETLB if "glibc.malloc.mmap_threshold" in tunables else TUNABLE    # theirs stays
+    env["GLIBC_TUNABLES"] = f"{tunables}:{ours}" if tunables else ours
     return env
 
 

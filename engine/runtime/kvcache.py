@@ -141,6 +141,8 @@ class KVCache:
         self._guards: list[KVSnapshot] = []          # pending snapshots
         self._cond = threading.Condition()
         self.waiting = 0                             # writers waiting for a snapshot (tests look)
+        self.pool_owner: object | None = None   # the batch pool whose slot holds the buffers (kvpool)
+        self._home_capacity = 0                 # the capacity it had before joining that pool
         self._alloc(capacity if layout.shared_buffer else 0)
 
     @property
@@ -269,6 +271,7 @@ class KVCache:
         self._keys = list(arena[0])
         self._values = list(arena[1])
         self._capacity = capacity
+        self.pool_owner = None      # buffers of its own again (a pool's slot is left behind)
         if self.on_device:
             self._drop_device()     # device buffers are per capacity: new ones on the next step
             self._dirty_from = 0
@@ -395,3 +398,32 @@ class KVCache:
         """Plain graphs: the step's presents become the cache."""
         self._keys, self._values = keys, values
         self._host_changed()
+
+    # ---- batched decoding (engine.runtime.kvpool) -------------------------------------------
+    def adopt(self, keys: list[np.ndarray], values: list[np.ndarray], owner: object) -> None:
+        """Moves the valid positions into the given [1, kv_heads, cap, head_dim] views (a slot of a
+        batch pool's buffers, cap >= len) and uses them as the cache's buffers from now on."""
+        assert self.layout.shared_buffer and self.device == "cpu"
+        n = len(self.tokens)
+        for dst, src in zip(keys + values, self.keys + self.values, strict=True):
+            dst[:, :, :n] = src[:, :, :n]
+        self._keys, self._values = keys, values     # these lists: the pool knows them (snapshots)
+        if self.pool_owner is None:     # not when moving within a pool that grew
+            self._home_capacity = max(self._capacity, n)    # what it had reserved (see rehome)
+        self._capacity = keys[0].shape[2]
+        self.pool_owner = owner
+        self._host_changed()
+
+    def guarded(self, source: object) -> bool:
+        """Whether a pending snapshot still reads `source` (a key list this cache had as buffers)."""
+        with self._cond:
+            return any(g.source is source for g in self._guards)
+
+    def rehome(self) -> None:
+        """Leaves a pool's slot: the valid positions move to buffers of the cache's own, as large as
+        it had reserved before joining (the pool's may be larger, sized for another session)."""
+        old_k, old_v, n = self.keys, self.values, len(self.tokens)
+        self._alloc(max(-(-n // MIN_CAPACITY) * MIN_CAPACITY, self._home_capacity))
+        assert self._keys is not None and self._values is not None
+        for dst, src in zip(self._keys + self._values, old_k + old_v, strict=True):
+            dst[:, :, :n] = src[:, :, :n]

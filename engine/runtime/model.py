@@ -2,22 +2,22 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import onnx
 from tokenizers import Tokenizer
 
 from engine.base import paths
 from engine.base.oneline import one_line
-from engine.convert.errors import ModelImportError
-from engine.convert.variants import VARIANT_NAME, ensure_variant, is_variant_folder
 from engine.runtime.fingerprint import model_fingerprint
+from engine.runtime.graph_scan import op_types, read_graph
 from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
 from engine.runtime.providers import ProviderChoice, create_session, short_name
+from engine.runtime.residency import release_mapped_weights, trim_heap
 from engine.text.sampling import resolve_sampling
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
@@ -120,12 +120,24 @@ def _check_folder_files(model_dir: Path, config: dict[str, Any], generation_conf
 
 def _uses_gqa(graph: Path) -> bool:
     """Also checks the graph's external-data references before ONNX Runtime reads them."""
-    proto = onnx.load(str(graph), load_external_data=False)
+    proto = read_graph(graph)     # not onnx.load: a generating process never imports onnx (issue 18)
     try:
         check_external_data(proto, graph)
     except ConfigError as exc:
         raise ModelLoadError(str(exc)) from None
-    return any(n.op_type == "GroupQueryAttention" for n in proto.graph.node)
+    return "GroupQueryAttention" in op_types(proto)
+
+
+# The converter (and onnx with it) is imported only where a variant is made or looked at.
+def _variants() -> Any:
+    from engine.convert import variants   # noqa: PLC0415 - ~25 MiB of imports a CPU run never needs
+    return variants
+
+
+def _is_import_error(exc: BaseException) -> bool:
+    """A converter error (it names the file); only raised once the converter was imported."""
+    errors = sys.modules.get("engine.convert.errors")
+    return errors is not None and isinstance(exc, errors.ModelImportError)
 
 
 def _dim(value: Any, fallback: int | None, what: str, graph: Path) -> int:
@@ -183,7 +195,7 @@ def _variant_maker(model_dir: Path, graph: Path, progress: Any) -> Any:
     def make() -> str:
         if not _uses_gqa(graph):
             return str(graph)
-        return str(ensure_variant(model_dir, graph, progress, spare_root=_spare_root()))
+        return str(_variants().ensure_variant(model_dir, graph, progress, spare_root=_spare_root()))
     return make
 
 
@@ -235,7 +247,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
                                      "a GPU variant is made only for models Amber imported")
             variant = "fp32"
         if variant == "fp16":
-            cpu_graph = ensure_variant(model_dir, graph, progress, spare_root=_spare_root())
+            cpu_graph = _variants().ensure_variant(model_dir, graph, progress, spare_root=_spare_root())
         gpu_graph: Any = str(graph) if variant == "fp32" else _variant_maker(model_dir, graph, progress)
         if variant == "fp16":
             gpu_graph = str(cpu_graph)
@@ -244,12 +256,16 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         gqa = _uses_gqa(graph)
     except ModelLoadError:
         raise
-    except ModelImportError as exc:
-        raise ModelLoadError(str(exc)) from None     # it names the file already
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime's errors on a bad graph: reported as one line
+        if _is_import_error(exc):
+            raise ModelLoadError(str(exc)) from None     # it names the file already
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"{graph}: ONNX Runtime cannot load it ({first_line[:400]})") from None
     session = result.session
+    # What ORT still maps of the weights (the embedding table) was read while the session was made;
+    # a step reads a few pages of it: the rest leaves the process's memory (issue 18).
+    release_mapped_weights(graph.parent)
+    trim_heap()     # what making the session freed (optimiser, prepacking) leaves the heap
     kv = read_kv_layout(session, config, graph, gqa)
     inputs = {i.name for i in session.get_inputs()}
     if "input_ids" not in inputs:
@@ -273,11 +289,12 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         eos.append(int(eos_id))
     window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
     name = model_dir.name
-    is_variant = graph.parent != model_dir and is_variant_folder(graph.parent)
+    is_variant = graph.parent != model_dir and _variants().is_variant_folder(graph.parent)
+    variant_name = _variants().VARIANT_NAME if is_variant else ""
     return LoadedModel(path=model_dir, name=name, session=session, provider=result.provider,
                        provider_fallback_reason=result.fallback_reason, kv=kv, tokenizer=tokenizer,
                        config=config, generation_config=generation_config, tokenizer_config=tokenizer_config,
                        context_window=window, eos_token_ids=eos,
-                       fingerprint=model_fingerprint(model_dir, graph, VARIANT_NAME if is_variant else ""),
-                       input_names=inputs, logits_name=logits, variant=VARIANT_NAME if is_variant else "fp32",
+                       fingerprint=model_fingerprint(model_dir, graph, variant_name),
+                       input_names=inputs, logits_name=logits, variant=variant_name or "fp32",
                        graph=graph)

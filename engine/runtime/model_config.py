@@ -13,7 +13,6 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
-from onnx import ModelProto, TensorProto
 
 MAX_JSON_BYTES = 64 << 20      # config files; tokenizer.json is parsed by `tokenizers` itself
 MAX_DIM = 1 << 24              # any hyperparameter (layers, heads, widths, positions)
@@ -109,16 +108,19 @@ def check_tokenizer_config(tc: dict[str, Any], path: Path) -> None:
     raise ConfigError(f"{path}: eos_token should be a string or {{\"content\": string}}, found {_show(eos)}")
 
 
-def _external(tensor: TensorProto) -> dict[str, str] | None:
-    if tensor.data_location != TensorProto.EXTERNAL:
+EXTERNAL = 1     # onnx TensorProto.DataLocation.EXTERNAL (onnx itself is not imported: graph_scan)
+
+
+def _external(tensor: Any) -> dict[str, str] | None:
+    if tensor.data_location != EXTERNAL:
         return None
     return {e.key: e.value for e in tensor.external_data}
 
 
-def check_external_data(proto: ModelProto, graph: Path) -> None:
+def check_external_data(proto: Any, graph: Path) -> None:
     """Every external-data reference names a regular file inside the model's folder that holds
     the bytes it points at, so ONNX Runtime never reads past an end, follows a path out of the
-    folder, or blocks on a FIFO."""
+    folder, or blocks on a FIFO. `proto`: an onnx ModelProto or graph_scan's reading of one."""
     folder = graph.parent.resolve()
     sizes: dict[str, int] = {}
     for tensor in proto.graph.initializer:

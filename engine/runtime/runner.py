@@ -1,17 +1,27 @@
 """One forward step of the decoder over a `KVCache`: the only place that calls ONNX Runtime."""
 from __future__ import annotations
 
+import os
+from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
 import numpy as np
 import onnxruntime as ort
 
+from engine.runtime.batcher import DecodeBatcher
 from engine.runtime.kvcache import KVCache
 from engine.runtime.model import LoadedModel
+from engine.runtime.residency import drop_mapped_pages
 
 # Long prompts run in chunks: bounded attention memory, cancellable between chunks. 512 prefills
 # as fast as 1024 here (2048 tokens: 453-458 vs 446-451 tok/s) with ~90 MiB less peak memory.
 PREFILL_CHUNK = 512
+# ...and shorter ones as the context grows (issue 18): ORT's CPU GroupQueryAttention holds float32
+# scores for every head x chunk position x cache position (about twice over), 75 MiB for a 512-token
+# chunk against 2048 positions on the default model, the largest transient of a long prefill.
+# Chunks are cut so that those scores stay near this; shorter chunks measured no slower.
+ATTENTION_SCRATCH_BYTES = 24 << 20
+MIN_CHUNK = 64
 
 
 class Runner:
@@ -25,9 +35,35 @@ class Runner:
         # optimum's older merged decoder: an `If` picks the with-past branch once there is a past.
         self._has_cache_branch = "use_cache_branch" in model.input_names
         self._vocab, self._last_only = self._logits_layout()
+        self._heads = int(model.config.get("num_attention_heads") or model.kv.kv_heads)
+        self._weights_dir = model.graph.parent if model.graph is not None else model.path
         # Where new caches keep their KV between steps: on the GPU under CUDA (shared-buffer graphs);
         # tests and gpu_check set kvcache.STAGED to run the device code paths on a CPU.
         self.kv_device = "cuda" if model.provider == "CUDAExecutionProvider" else "cpu"
+        # Concurrent sessions' decode steps run as one batched call (engine.runtime.batcher) on
+        # Amber's own graphs on CPU; `batch_decode = False` (or AMBER_BATCH_DECODE=0) takes turns.
+        self.batcher = (DecodeBatcher(model, self._vocab, self._has_positions, self._step_shared)
+                        if self._vocab is not None and self._can_batch() else None)
+        self.batch_decode = os.environ.get("AMBER_BATCH_DECODE", "1") != "0"
+
+    def _can_batch(self) -> bool:
+        return (self.model.kv.shared_buffer and self.model.provider == "CPUExecutionProvider"
+                and self._vocab is not None and self._last_only and self._has_mask
+                and not self._has_cache_branch)
+
+    def decoding(self, cache: KVCache) -> AbstractContextManager[None]:
+        """Around a decode loop over `cache`: its one-token steps may then be batched with other
+        sessions' (engine.runtime.batcher)."""
+        if self.batcher is None or not self.batch_decode or cache.on_device:
+            return nullcontext()
+        return self.batcher.decoding(cache)
+
+    def chunk_len(self, cache: KVCache, n: int) -> int:
+        """How many of `n` new tokens one prefill step takes after what `cache` holds: PREFILL_CHUNK,
+        or fewer so that the step's attention scores stay within ATTENTION_SCRATCH_BYTES."""
+        positions = max(cache.capacity, len(cache) + n)
+        fit = ATTENTION_SCRATCH_BYTES // (2 * 4 * self._heads * max(positions, 1)) // MIN_CHUNK * MIN_CHUNK
+        return max(1, min(PREFILL_CHUNK, max(MIN_CHUNK, fit)))
 
     def _logits_layout(self) -> tuple[int | None, bool]:
         """(vocab, last_only): the vocabulary size when the graph returns float32 logits of a known
@@ -118,10 +154,18 @@ class Runner:
                 between_chunks: Callable[[int], bool] | None = None) -> np.ndarray | None:
         """Runs `ids` after what the cache holds. `between_chunks(done)` returning True stops early
         (cancellation); then None is returned and the cache holds the chunks that completed."""
+        if len(ids) == 1 and self.batcher is not None and self.batcher.is_decoding(cache):
+            return self.batcher.step(cache, int(ids[0]))
         step = self._step_shared if self.model.kv.shared_buffer else self._step_plain
+        # The whole prompt's room at once (issue 18): growing chunk by chunk doubles the buffer
+        # while the old one is still held (a 2048-token prompt peaked at 1.5x its KV).
+        cache.reserve(len(cache) + len(ids))
+        chunk = self.chunk_len(cache, len(ids))
         logits = None
-        for start in range(0, len(ids), PREFILL_CHUNK):
+        for start in range(0, len(ids), chunk):
             if start and between_chunks is not None and between_chunks(start):
                 return None
-            logits = step(cache, ids[start:start + PREFILL_CHUNK])
+            logits = step(cache, ids[start:start + chunk])
+            if len(ids) > 1:    # a prompt: the embedding rows it read leave again (issue 18)
+                drop_mapped_pages(self._weights_dir)
         return logits

@@ -7,6 +7,11 @@ admitted round-robin across callers (FIFO within a caller). The asyncio event lo
 engine code: events reach it through `loop.call_soon_threadsafe`. A cancelled job (client gone)
 is told through its CancelToken, which the engine checks between prefill chunks and after every
 token, so it stops within one step.
+
+With an engine that batches concurrent decode steps (`batches_decode`: Amber's SessionManager on
+CPU, engine.runtime.batcher), `parallel=True` drives each active generation on a thread of its
+own instead: their one-token steps then run as one ONNX Runtime call (4 chats at once cost about
+as much per step as one), and every active generation advances at every batched step.
 """
 from __future__ import annotations
 
@@ -51,9 +56,11 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, max_active: int = DEFAULT_MAX_ACTIVE, max_queued: int = DEFAULT_MAX_QUEUED) -> None:
+    def __init__(self, max_active: int = DEFAULT_MAX_ACTIVE, max_queued: int = DEFAULT_MAX_QUEUED,
+                 parallel: bool = False) -> None:
         self.max_active = max_active
         self.max_queued = max_queued
+        self.parallel = parallel
         self._cv = threading.Condition()
         self._waiting: collections.OrderedDict[str, collections.deque[Job]] = collections.OrderedDict()
         self._active: collections.deque[Job] = collections.deque()
@@ -90,6 +97,9 @@ class Scheduler:
             self._active.append(job)
 
     def _run(self) -> None:
+        if self.parallel:
+            self._run_parallel()
+            return
         while True:
             with self._cv:
                 while not self._closed and not self._active and not self._waiting:
@@ -104,6 +114,31 @@ class Scheduler:
             else:
                 with self._cv:
                     self.served += 1
+
+    def _run_parallel(self) -> None:
+        """Admits waiting jobs (round-robin across callers, as above) into free places; each
+        admitted job runs to its end on a thread of its own (`_drive`)."""
+        while True:
+            with self._cv:
+                while not self._closed and not (self._waiting and len(self._active) < self.max_active):
+                    self._cv.wait()
+                if self._closed:
+                    return
+                before = len(self._active)
+                self._admit()
+                admitted = list(self._active)[before:]
+            for job in admitted:
+                threading.Thread(target=self._drive, args=(job,), name="amber-server-generation",
+                                 daemon=True).start()
+
+    def _drive(self, job: Job) -> None:
+        while self._step(job):
+            pass
+        with self._cv:
+            if job in self._active:     # close() may have cleared it already
+                self._active.remove(job)
+            self.served += 1
+            self._cv.notify_all()
 
     def _step(self, job: Job) -> bool:
         """Advances one job by one event; False when it is finished."""

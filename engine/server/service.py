@@ -85,7 +85,9 @@ class Service:
         self.state_dir = Path(state_dir)
         self.config = config
         self.keys = keys
-        self.scheduler = Scheduler(config.max_active, config.max_queued)
+        # Generations on threads of their own when the engine batches their decode steps (issue 18).
+        self.scheduler = Scheduler(config.max_active, config.max_queued,
+                                   parallel=bool(getattr(engine, "batches_decode", False)))
         self.created = int(time.time())
 
     # ---- models and limits --------------------------------------------------------------------

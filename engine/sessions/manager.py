@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -97,6 +98,13 @@ class SessionManager:
     @property
     def model_name(self) -> str:
         return self.model.name
+
+    @property
+    def batches_decode(self) -> bool:
+        """Sessions decoding at once from different threads share each step's run (one ONNX
+        Runtime call for all: engine.runtime.batcher), so callers may drive them in parallel."""
+        runner = self.generator.runner
+        return runner.batcher is not None and runner.batch_decode
 
     def open(self, session_id: str | None = None, kind: SessionKind | str | None = None,
              cache_salt: str | None = None) -> SessionInfo:
@@ -398,9 +406,10 @@ class SessionManager:
                 figures.cache_tokens_memory or figures.cache_tokens_disk) else 0.0
             s.last_used = time.monotonic()
             finished = False
+            events = self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin,
+                                           figures=figures, started=started)
             try:
-                for event in self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin,
-                                                   figures=figures, started=started):
+                for event in events:
                     if isinstance(event, GenerationResult):
                         if plan is not None:
                             s.history = self.planner.record(s.history, plan, event.token_ids)
@@ -410,6 +419,10 @@ class SessionManager:
                         finished = True
                     yield event
             finally:
+                # Abandoned mid-stream: the decode loop ends now (its cache leaves the batch pool,
+                # engine.runtime.kvpool), before the session's lock lets another turn touch it.
+                if isinstance(events, types.GeneratorType):
+                    events.close()
                 if not finished and s.cache is not None:
                     self._after_generation(s)          # abandoned mid-stream: keep what was computed
         finally:

@@ -185,10 +185,37 @@ def apply_frequency_penalty(logits: np.ndarray, history: Sequence[int] | np.ndar
     return out
 
 
+_TOPK_ROWS = 8
+
+
 def top_k_threshold(logits: np.ndarray, k: int) -> float:
-    """The k-th largest logit: top-k keeps every logit >= it (ties at the edge all stay, as HF)."""
+    """The k-th largest logit: top-k keeps every logit >= it (ties at the edge all stay, as HF).
+
+    A partition of the whole vocabulary costs ~0.1-0.25 ms per token at 49k-152k ids, so it is
+    narrowed first: view the logits as 8 rows and take each column's maximum (one vectorised
+    pass); the k-th largest column maximum is a lower bound of the k-th largest logit (k columns
+    reach it), so only the logits at or above it (at most ~8k of them) need partitioning."""
+    return top_k_ids(logits, k)[1]
+
+
+def top_k_ids(logits: np.ndarray, k: int) -> tuple[np.ndarray, float]:
+    """(ascending ids of every logit >= the k-th largest, that k-th largest): top-k's survivors,
+    as `np.flatnonzero(logits >= top_k_threshold(logits, k))`, from one pass over the vocabulary."""
     n = logits.shape[0]
-    return float(np.partition(logits, n - k)[n - k])
+    m = n // _TOPK_ROWS
+    if m >= 4 * k:
+        col_max = logits[:m * _TOPK_ROWS].reshape(_TOPK_ROWS, m).max(axis=0)
+        # NaN anywhere: the full partition, which ranks it as numpy does.
+        if not (np.isnan(col_max).any() or np.isnan(logits[m * _TOPK_ROWS:]).any()):
+            bound = np.partition(col_max, m - k)[m - k]
+            cand = np.flatnonzero(logits >= bound)
+            if cand.shape[0] >= k:
+                values = logits[cand]
+                c = cand.shape[0]
+                threshold = np.partition(values, c - k)[c - k]
+                return cand[values >= threshold], float(threshold)
+    threshold = np.partition(logits, n - k)[n - k]
+    return np.flatnonzero(logits >= threshold), float(threshold)
 
 
 def apply_top_k(logits: np.ndarray, k: int) -> np.ndarray:
@@ -294,7 +321,7 @@ class Sampler:
         #    the same and everything after works on ~k values instead of the whole vocabulary.
         ids = None
         if 0 < s.top_k < vocab:
-            ids = np.flatnonzero(x >= top_k_threshold(x, s.top_k))
+            ids = top_k_ids(x, s.top_k)[0]
             x = x[ids]
 
         # 4. Temperature, then unnormalised probabilities exp(z - max): the best token weighs

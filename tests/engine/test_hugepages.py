@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.runtime.hugepages import (
+    HUGETLB,
     BEFORE,
     OPT_IN,
     OPT_OUT,
@@ -138,8 +139,10 @@ def test_opted_in_source_run_reexecutes_once_and_children_do_not_inherit(tmp_pat
     assert first[2] == "None" and second[2] == TUNABLE and second[1] == first[1]
     assert first[3] == second[3] == "['--flag', 'a b']"
     after = out[-1]
-    assert after == (f"after {first[1]} x None ['GLIBC_TUNABLES={TUNABLE}'] "
-                     f"['{OPT_IN}']")
+    # /proc/self/environ: glibc 2.36 rewrites that copy of GLIBC_TUNABLES at start-up (the
+    # mmap_threshold entry leaves it, and still takes effect: tests/engine/test_memory.py)
+    assert after.startswith(f"after {first[1]} x None ['GLIBC_TUNABLES={HUGETLB}")
+    assert after.endswith(f"'] ['{OPT_IN}']")
     logged = [line for line in run.stderr.splitlines() if line.startswith("engine.runtime.hugepages: ")]
     assert len(logged) == 1 and f"GLIBC_TUNABLES={TUNABLE}" in logged[0]
 
