@@ -118,7 +118,8 @@ def render(res: dict[str, Any]) -> str:
                 "same ratios against the same llama.cpp figures:", "",
                 summary_table(models, TARGETS, "ratios_nospin", AMBER_NOSPIN), ""]
     out += ["- 4 sessions generating together, aggregate decode ÷ one session (target ≥ 2.5×): measured by "
-            "perf-batch's bench, not this one — see its section.", ""]
+            "`python -m bench batch` (bench/bench_batch.py), not this bench — see \"Concurrent chats (issue 18)\".",
+            ""]
     if bw:
         out.append("- Memory bandwidth (numpy copy of 2 × 1 GiB, read + write bytes counted, best of 5): "
                    + ", ".join(f"{k.split('_')[1]}: {v / 1e9:.1f} GB/s" for k, v in bw.items() if k.startswith("copy_"))
