@@ -94,6 +94,8 @@ def raw_steps(model: Any, blocks: int, per_block: int = 10, ctx: int = 100) -> d
     context `ctx`, KV bound in place as the batcher binds it), in alternating blocks."""
     import numpy as np
     import onnxruntime as ort
+
+    from engine.runtime.kvcache import bind_kv_shared
     kv, session = model.kv, model.session
     vocab = next(o.shape[2] for o in session.get_outputs() if o.name == model.logits_name)
 
@@ -102,12 +104,8 @@ def raw_steps(model: Any, blocks: int, per_block: int = 10, ctx: int = 100) -> d
         bd = session.io_binding()
         logits = np.empty((b, 1, vocab), np.float32)
         bd.bind_ortvalue_output(model.logits_name, ort.OrtValue.ortvalue_from_numpy(logits))
-        for i, ((pk, pv), (ok_, ov)) in enumerate(zip(kv.past_names, kv.present_names, strict=True)):
-            k, v = ort.OrtValue.ortvalue_from_numpy(arena[0, i]), ort.OrtValue.ortvalue_from_numpy(arena[1, i])
-            bd.bind_ortvalue_input(pk, k)
-            bd.bind_ortvalue_input(pv, v)
-            bd.bind_ortvalue_output(ok_, k)
-            bd.bind_ortvalue_output(ov, v)
+        bind_kv_shared(bd, kv, [(ort.OrtValue.ortvalue_from_numpy(arena[0, i]),
+                                 ort.OrtValue.ortvalue_from_numpy(arena[1, i])) for i in range(kv.n_layers)])
         bd.bind_cpu_input("input_ids", np.full((b, 1), 5, np.int64))
         bd.bind_cpu_input("attention_mask", np.ones((b, ctx + 1), np.int64))
         if "position_ids" in model.input_names:

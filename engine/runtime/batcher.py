@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import onnxruntime as ort
 
-from engine.runtime.kvcache import KVCache
+from engine.runtime.kvcache import KVCache, bind_kv_shared
 from engine.runtime.kvpool import KVPool
 from engine.runtime.model import LoadedModel
 
@@ -206,11 +206,7 @@ class DecodeBatcher:
         logits = np.empty((hi - lo, 1, self.vocab), np.float32)
         binding.bind_ortvalue_output(self.model.logits_name, ort.OrtValue.ortvalue_from_numpy(logits))
         layers = self.pool.layer_range(lo, hi)
-        for (pk, pv), (ok, ov), (k, v) in zip(kv.past_names, kv.present_names, layers, strict=True):
-            k_val, v_val = ort.OrtValue.ortvalue_from_numpy(k), ort.OrtValue.ortvalue_from_numpy(v)
-            binding.bind_ortvalue_input(pk, k_val)
-            binding.bind_ortvalue_input(pv, v_val)
-            binding.bind_ortvalue_output(ok, k_val)
-            binding.bind_ortvalue_output(ov, v_val)
+        bind_kv_shared(binding, kv, [(ort.OrtValue.ortvalue_from_numpy(k), ort.OrtValue.ortvalue_from_numpy(v))
+                                     for k, v in layers])
         self._bindings[key] = (binding, logits, (layers, self.pool.arena))
         return self._bindings[key]

@@ -12,6 +12,16 @@ from engine.runtime.halfcast import half_to_float
 from engine.runtime.model import KVLayout
 
 MIN_CAPACITY = 256
+
+
+def bind_kv_shared(binding: Any, layout: KVLayout, values: Any) -> None:
+    """Binds each layer's (key, value) OrtValues as both past and present of `binding`: a step
+    writes its new positions into the same buffers (shared-buffer GroupQueryAttention graphs)."""
+    for (pk, pv), (ok, ov), (k, v) in zip(layout.past_names, layout.present_names, values, strict=True):
+        binding.bind_ortvalue_input(pk, k)
+        binding.bind_ortvalue_input(pv, v)
+        binding.bind_ortvalue_output(ok, k)
+        binding.bind_ortvalue_output(ov, v)
 # A device cache whose OrtValues are separate CPU allocations, copied to and from host arrays
 # exactly as on CUDA: the device code paths (download off-thread, in-place upload, the binding
 # kept) run for real on a CPU (tests, bench/gpu_check.py).

@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from engine.runtime.batcher import DecodeBatcher
-from engine.runtime.kvcache import KVCache
+from engine.runtime.kvcache import KVCache, bind_kv_shared
 from engine.runtime.model import LoadedModel
 from engine.runtime.residency import drop_mapped_pages
 
@@ -117,12 +117,7 @@ class Runner:
             # bound one (logits + 2 per layer): ~0.25 ms a step, so a buffer is read directly.
             cache.logits_out = None
             self._bind_logits(cache, binding, len(ids))
-            for (pk, pv), (ok, ov), (k, v) in zip(self.model.kv.past_names, self.model.kv.present_names,
-                                                  bound, strict=True):
-                binding.bind_ortvalue_input(pk, k)
-                binding.bind_ortvalue_input(pv, v)
-                binding.bind_ortvalue_output(ok, k)     # present written into the same buffer
-                binding.bind_ortvalue_output(ov, v)
+            bind_kv_shared(binding, self.model.kv, bound)     # present written into the same buffer
             cache.binding = binding
         else:
             self._bind_logits(cache, binding, len(ids))     # rebinding keeps the output's place

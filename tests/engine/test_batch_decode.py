@@ -15,6 +15,7 @@ import pytest
 from engine.api import GenerationResult, SamplingParams, SessionKind, TextChunk
 from engine.generation.generate import Generator, collect
 from engine.runtime import batcher as batcher_mod
+from engine.runtime.kvcache import bind_kv_shared
 from engine.runtime.kvpool import KVPool
 from engine.sessions.manager import SessionManager
 
@@ -96,12 +97,8 @@ def test_graph_batch_rows_equal_each_sequence_alone(tiny_model):
     binding = tiny_model.session.io_binding()
     logits = np.empty((len(lens), 1, runner._vocab), np.float32)
     binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
-    for i, ((pk, pv), (ok, ov)) in enumerate(zip(kv.past_names, kv.present_names, strict=True)):
-        k, v = ort.OrtValue.ortvalue_from_numpy(arena[0, i]), ort.OrtValue.ortvalue_from_numpy(arena[1, i])
-        binding.bind_ortvalue_input(pk, k)
-        binding.bind_ortvalue_input(pv, v)
-        binding.bind_ortvalue_output(ok, k)
-        binding.bind_ortvalue_output(ov, v)
+    bind_kv_shared(binding, kv, [(ort.OrtValue.ortvalue_from_numpy(arena[0, i]),
+                                  ort.OrtValue.ortvalue_from_numpy(arena[1, i])) for i in range(kv.n_layers)])
     width = max(lens) + 1
     mask = np.zeros((len(lens), width), np.int64)
     for b, n in enumerate(lens):
