@@ -32,6 +32,12 @@ MADV_DONTNEED = 4
 SMAPS = Path("/proc/self/smaps")
 MAPS = Path("/proc/self/maps")
 _clean_folders: set[str] = set()     # folders whose mappings were all clean once the session was made
+# The small mapped initializers (norm weights, biases, scales: ~60-110 of them, under 1.5 MiB in all
+# with the 1 MiB ones, at most 2.5 MiB at 135M-1.5B) are read whole by every step. Dropping them after each prefill chunk made the next
+# step fault each one back (issue 18: ~80 minor faults on the first decode step after every prompt,
+# and again in every chunk) to save almost nothing; only the tables a prompt reads row by row
+# (the embedding and its scales, megabytes) are worth dropping.
+KEEP_MAX_BYTES = 1 << 20
 
 
 @dataclass
@@ -112,13 +118,15 @@ def drop_mapped_pages(folder: Path) -> int:
     neighbours, 64 KiB a row) leave again, so a long prompt does not map the table back in
     (23 MiB of 27 at 2048 tokens on the default model). Reads /proc/self/maps (~1 ms; smaps walks
     page tables: ~30 ms), so only for a folder whose mappings `release_mapped_weights` found
-    clean: ONNX Runtime never writes its constant initializers. Returns the mappings advised."""
+    clean: ONNX Runtime never writes its constant initializers. Mappings of at most
+    KEEP_MAX_BYTES stay: see there. Returns the mappings advised."""
     root = os.path.realpath(folder)
     if root not in _clean_folders:
         return 0
     try:
         maps = [m for m in parse_smaps(MAPS.read_text())
-                if os.path.dirname(m.path) == root and not m.path.endswith(".onnx")]
+                if os.path.dirname(m.path) == root and not m.path.endswith(".onnx")
+                and m.end - m.start > KEEP_MAX_BYTES]
         libc = ctypes.CDLL(None, use_errno=True)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         libc.madvise.restype = ctypes.c_int
