@@ -42,8 +42,10 @@ def _thread_cpu_ms() -> dict[str, float]:
     return out
 
 
-def worker(model_dir: str, threads: int, history: str, spinning: bool | None, steps: int) -> dict[str, Any]:
-    """One process: the prefill history, then per-step figures of the decodes at each context."""
+def worker(model_dir: str, threads: int, history: str, spinning: bool | None, steps: int,
+           contexts: tuple[int, ...] | list[int] = CONTEXTS, sizes: list[int] | None = None) -> dict[str, Any]:
+    """One process: the prefill history (`sizes` overrides HISTORIES[history]), then per-step figures
+    of the decodes at each context."""
     import numpy as np
 
     if spinning is not None:    # an experiment, as bench_shapes' "Amber, ORT spinning off"
@@ -64,14 +66,15 @@ def worker(model_dir: str, threads: int, history: str, spinning: bool | None, st
     runner = Generator(model).runner
     sampler = Sampler(resolve_sampling(SamplingParams(greedy=True), model.generation_config))
     vocab = int(model.config.get("vocab_size") or 32000)
-    ids = [int(x) for x in np.random.default_rng(0).integers(300, max(301, vocab - 10), 2100)]
+    lo = min(300, vocab // 2)     # random ids as bench_shapes draws them, inside a small vocabulary too
+    ids = [int(x) for x in np.random.default_rng(0).integers(lo, max(lo + 1, vocab - 10), 2100)]
     out: dict[str, Any] = {"history": [], "phases": {}}
-    for n in HISTORIES[history]:
+    for n in (HISTORIES[history] if sizes is None else sizes):
         cache = runner.new_cache()
         start = time.perf_counter()
         runner.forward(cache, ids[:n])
         out["history"].append(n / (time.perf_counter() - start))
-    for ctx in CONTEXTS:
+    for ctx in contexts:
         cache = runner.new_cache()
         cache.reserve(ctx + steps + 8)      # as Generator.stream does
         history_ids = np.empty(ctx + steps + 16, dtype=np.int64)
@@ -98,7 +101,8 @@ def worker(model_dir: str, threads: int, history: str, spinning: bool | None, st
     return out
 
 
-def _summary(runs: list[dict[str, Any]], ctx: str) -> dict[str, float]:
+def summary(runs: list[dict[str, Any]], ctx: str) -> dict[str, float]:
+    """One configuration's processes at one context: medians (steps 9+ for the warm figures)."""
     steps = [r["phases"][ctx]["steps"] for r in runs]
     first = [s[0] for s in steps]
     rest = [row for s in steps for row in s[8:]]
@@ -121,7 +125,7 @@ def run(models: list[str], rounds: int, steps: int) -> dict[str, Any]:
                                       {"model_dir": model, "threads": common.THREADS, "history": h,
                                        "spinning": s, "steps": steps}, timeout=1800)
                 per[f"{h}/{'default' if s is None else 'off'}"].append(r.data)
-        results[model] = {k: {ctx: _summary(v, ctx) for ctx in map(str, CONTEXTS)} for k, v in per.items()}
+        results[model] = {k: {ctx: summary(v, ctx) for ctx in map(str, CONTEXTS)} for k, v in per.items()}
     return results
 
 

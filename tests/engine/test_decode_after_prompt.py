@@ -28,10 +28,11 @@ def _prompt(n: int) -> list[int]:
 
 
 def _split(folder: Path) -> int:
-    """A threshold between the tiny model's largest mapping (its embedding table) and the others."""
+    """A threshold just under the tiny model's largest mapping (its embedding table): the others are
+    "small". (Other models of the same folder alive in this process have the same sizes.)"""
     sizes = sorted(size for size, _ in _by_mapping(folder).values())
-    assert len(sizes) >= 2 and sizes[-1] > sizes[-2], sizes
-    return sizes[-2]
+    assert sizes and sizes[0] < sizes[-1], sizes
+    return sizes[-1] - 1
 
 
 def test_a_prompt_drops_the_large_tables_and_keeps_the_small_initializers(tiny_dir, monkeypatch) -> None:
