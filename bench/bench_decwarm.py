@@ -42,6 +42,17 @@ def _thread_cpu_ms() -> dict[str, float]:
     return out
 
 
+def _machine_ms() -> tuple[float, float]:
+    """(busy, steal) CPU ms of the whole machine so far, all CPUs, from /proc/stat: busy is every
+    state but idle and iowait (so it counts other processes too); steal is time the hypervisor ran
+    something else while a vCPU wanted to run."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    tick = 1000.0 / os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    steal = fields[7] if len(fields) > 7 else 0
+    return (sum(fields[:8]) - idle) * tick, steal * tick
+
+
 def worker(model_dir: str, threads: int, history: str, spinning: bool | None, steps: int,
            contexts: tuple[int, ...] | list[int] = CONTEXTS, sizes: list[int] | None = None) -> dict[str, Any]:
     """One process: the prefill history (`sizes` overrides HISTORIES[history]), then per-step figures
@@ -84,6 +95,7 @@ def worker(model_dir: str, threads: int, history: str, spinning: bool | None, st
         tok = sampler.sample(logits, history_ids[:n])
         rows = []
         load = os.getloadavg()[0]
+        m0, own0 = _machine_ms(), resource.getrusage(resource.RUSAGE_SELF)
         for _ in range(steps):
             r0, c0, t0 = resource.getrusage(resource.RUSAGE_SELF), _thread_cpu_ms(), time.perf_counter()
             history_ids[n] = tok
@@ -97,13 +109,18 @@ def worker(model_dir: str, threads: int, history: str, spinning: bool | None, st
                          "thread_cpu_ms": busy[:3], "minflt": r1.ru_minflt - r0.ru_minflt,
                          "majflt": r1.ru_majflt - r0.ru_majflt, "nvcsw": r1.ru_nvcsw - r0.ru_nvcsw,
                          "nivcsw": r1.ru_nivcsw - r0.ru_nivcsw})
-        out["phases"][str(ctx)] = {"steps": rows, "load": load}
+        m1, own1 = _machine_ms(), resource.getrusage(resource.RUSAGE_SELF)
+        own_ms = (own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime) * 1e3
+        # What else ran on the machine during this phase: is "quiet" quiet while it decodes?
+        out["phases"][str(ctx)] = {"steps": rows, "load": load, "others_cpu_ms": max(0.0, m1[0] - m0[0] - own_ms),
+                                   "steal_ms": m1[1] - m0[1]}
     return out
 
 
 def summary(runs: list[dict[str, Any]], ctx: str) -> dict[str, float]:
     """One configuration's processes at one context: medians (steps 9+ for the warm figures)."""
-    steps = [r["phases"][ctx]["steps"] for r in runs]
+    phases = [r["phases"][ctx] for r in runs]
+    steps = [p["steps"] for p in phases]
     first = [s[0] for s in steps]
     rest = [row for s in steps for row in s[8:]]
     return {"first_ms": median(r["ms"] for r in first), "first_minflt": median(r["minflt"] for r in first),
@@ -111,7 +128,9 @@ def summary(runs: list[dict[str, Any]], ctx: str) -> dict[str, float]:
             "tok_s": median(len(s) / (sum(r["ms"] for r in s) / 1e3) for s in steps),
             "minflt_per_step": median(r["minflt"] for r in rest),
             "nivcsw_per_step": median(r["nivcsw"] for r in rest),
-            "load": median(r["phases"][ctx]["load"] for r in runs)}
+            "load": median(r["phases"][ctx]["load"] for r in runs),
+            "others_ms_per_step": median(p["others_cpu_ms"] / len(p["steps"]) for p in phases),
+            "steal_ms_per_step": median(p["steal_ms"] / len(p["steps"]) for p in phases)}
 
 
 def run(models: list[str], rounds: int, steps: int) -> dict[str, Any]:
@@ -134,13 +153,15 @@ def table(results: dict[str, Any]) -> str:
     for model, per in results.items():
         lines += [f"**{Path(model).name}**", "",
                   "| history / ORT spinning | context | tok/s | first step ms | first step minor faults "
-                  "| steps 9+: ms | CPU ms | minor faults | involuntary switches | load |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| steps 9+: ms | CPU ms | minor faults | involuntary switches | others' CPU ms a step "
+                  "| steal ms a step | load |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for key, by_ctx in per.items():
             for ctx, s in by_ctx.items():
                 lines.append(f"| {key} | {ctx} | {s['tok_s']:.1f} | {s['first_ms']:.1f} | {s['first_minflt']:.0f} "
                              f"| {s['warm_ms']:.1f} | {s['warm_cpu_ms']:.1f} | {s['minflt_per_step']:.0f} "
-                             f"| {s['nivcsw_per_step']:.0f} | {s['load']:.1f} |")
+                             f"| {s['nivcsw_per_step']:.0f} | {s['others_ms_per_step']:.1f} "
+                             f"| {s['steal_ms_per_step']:.1f} | {s['load']:.1f} |")
         lines.append("")
     return "\n".join(lines)
 
