@@ -133,9 +133,20 @@ def summary(runs: list[dict[str, Any]], ctx: str) -> dict[str, float]:
             "steal_ms_per_step": median(p["steal_ms"] / len(p["steps"]) for p in phases)}
 
 
-def run(models: list[str], rounds: int, steps: int) -> dict[str, Any]:
+def phase_figures(data: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """One process's (tok/s, other processes' CPU ms a step) at each context."""
+    out = {}
+    for ctx, ph in data["phases"].items():
+        steps = ph["steps"]
+        out[ctx] = (len(steps) / (sum(r["ms"] for r in steps) / 1e3), ph["others_cpu_ms"] / len(steps))
+    return out
+
+
+def run(models: list[str], rounds: int, steps: int) -> tuple[dict[str, Any], list[list[str]]]:
+    """Summaries per model and configuration, and one row per process in the order they ran."""
     configs = [(h, s) for s in (None, False) for h in HISTORIES]
     results: dict[str, Any] = {}
+    processes: list[list[str]] = []
     for model in models:
         per: dict[str, list[dict[str, Any]]] = {f"{h}/{'default' if s is None else 'off'}": [] for h, s in configs}
         for _ in range(rounds):
@@ -144,8 +155,10 @@ def run(models: list[str], rounds: int, steps: int) -> dict[str, Any]:
                                       {"model_dir": model, "threads": common.THREADS, "history": h,
                                        "spinning": s, "steps": steps}, timeout=1800)
                 per[f"{h}/{'default' if s is None else 'off'}"].append(r.data)
+                processes.append([Path(model).name, f"{h}/{'default' if s is None else 'off'}"]
+                                 + [f"{v[0]:.1f} ({v[1]:.1f})" for v in phase_figures(r.data).values()])
         results[model] = {k: {ctx: summary(v, ctx) for ctx in map(str, CONTEXTS)} for k, v in per.items()}
-    return results
+    return results, processes
 
 
 def table(results: dict[str, Any]) -> str:
@@ -175,11 +188,17 @@ def main() -> None:
     ap.add_argument("--json", help="also write the raw figures here")
     args = ap.parse_args()
     from .bench_engine import model_dir
-    res = run([m for m in args.models.split(",") if m] or [str(model_dir())], args.rounds, args.steps)
+    res, processes = run([m for m in args.models.split(",") if m] or [str(model_dir())], args.rounds, args.steps)
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
+        Path(args.json).write_text(json.dumps({"summary": res, "processes": processes}, indent=1))
     print(common.facts_line(common.machine_facts(), common.load_average()))
     print(table(res))
+    # Medians mix a process that had the machine to itself with one that shared it: each process,
+    # as tok/s (other processes' CPU ms a step) per context.
+    print("| model | history / ORT spinning | " + " | ".join(f"context {c}" for c in CONTEXTS) + " |")
+    print("|---|---|" + "---|" * len(CONTEXTS))
+    for row in processes:
+        print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ def test_the_worker_records_every_decode_step_after_its_prompt_history(tiny_dir,
     rows = [line for line in text.splitlines() if line.startswith("| long/off |")]
     assert [r.split("|")[2].strip() for r in rows] == ["16", "40"]
     assert f"{s['tok_s']:.1f}" in rows[0]
+    figures = bench_decwarm.phase_figures(out)
+    assert set(figures) == {"16", "40"} and all(rate > 0 and others >= 0 for rate, others in figures.values())
 
 
 def test_no_history_runs_no_prefill_before_the_contexts(tiny_dir) -> None:
