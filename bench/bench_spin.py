@@ -31,20 +31,40 @@ DURATION = "session.intra_op.spin_duration_us"
 BACKOFF = "session.intra_op.spin_backoff_max"
 STOP = "session.force_spinning_stop"
 BLOCK = "session.dynamic_block_base"
-# name -> ORT session config entries (CPU session). The first is ORT's own default.
-SETTINGS: dict[str, dict[str, str]] = {
+# name -> ORT session config entries (CPU session). The first is ORT's own default (the reference
+# of the "÷ default" columns). AMBER_BENCH_SPIN_SETTINGS="name;name" picks others from CATALOG.
+CATALOG: dict[str, dict[str, str]] = {
     "spin (ORT default)": {ALLOW: "1"},
     "no spin": {ALLOW: "0"},
+    "spin 10 µs": {ALLOW: "1", DURATION: "10"},
+    "spin 20 µs": {ALLOW: "1", DURATION: "20"},
+    "spin 50 µs": {ALLOW: "1", DURATION: "50"},
     "spin 100 µs": {ALLOW: "1", DURATION: "100"},
     "spin 500 µs": {ALLOW: "1", DURATION: "500"},
     "spin 1000 µs, backoff 8": {ALLOW: "1", DURATION: "1000", BACKOFF: "8"},
+    "spin 50 µs, backoff 8": {ALLOW: "1", DURATION: "50", BACKOFF: "8"},
+    "spin, stop after run": {ALLOW: "1", STOP: "1"},
     "no spin, dynamic blocks 4": {ALLOW: "0", BLOCK: "4"},
+    "spin 50 µs, dynamic blocks 4": {ALLOW: "1", DURATION: "50", BLOCK: "4"},
     "spin 100 µs, dynamic blocks 4": {ALLOW: "1", DURATION: "100", BLOCK: "4"},
 }
-# Also measured by hand (not in the default list): `session.force_spinning_stop=1` (spin during a run,
-# stop when it returns) was the slowest under load in a quick round.
-BUSY = (0, 1, 2)
-BUSY_CODE = "while True: pass"
+SETTINGS: dict[str, dict[str, str]] = {k: CATALOG[k] for k in (
+    "spin (ORT default)", "no spin", "spin 20 µs", "spin 50 µs", "spin 100 µs", "spin 1000 µs, backoff 8",
+    "no spin, dynamic blocks 4", "spin 50 µs, dynamic blocks 4")}
+
+
+def chosen_settings() -> dict[str, dict[str, str]]:
+    names = [n.strip() for n in os.environ.get("AMBER_BENCH_SPIN_SETTINGS", "").split(";") if n.strip()]
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        raise SystemExit(f"spin: unknown setting(s) {unknown}; choose from {list(CATALOG)}")
+    return {n: CATALOG[n] for n in names} if names else SETTINGS
+
+
+BUSY = tuple(int(x) for x in os.environ.get("AMBER_BENCH_SPIN_BUSY", "0,1,2").split(","))
+# A pure-Python loop that ends when the bench that started it is gone (never an orphan spinning on).
+BUSY_CODE = ("import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n"
+             "    for _ in range(1000000):\n        pass\n")
 
 
 # ---- worker (a fresh process per setting) ---------------------------------------------------------
@@ -189,7 +209,7 @@ def run(quick: bool = False, shapes: list[str] | None = None,
         settings: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     shapes = [s for s in (shapes or ["135m"]) if s != "tiny"] or ["135m"]
     load0 = common.load_average()
-    models = [measure_model(s, quick, settings or SETTINGS) for s in shapes]
+    models = [measure_model(s, quick, settings or chosen_settings()) for s in shapes]
     condition = os.environ.get("AMBER_BENCH_SPIN_CONDITION") or f"nice {os.nice(0)}"
     for m in models:
         m["condition"] = condition
@@ -230,8 +250,11 @@ def section(res: dict[str, Any]) -> Section:
                         + [f"decode ctx {x} tok/s" for x in contexts]
                         + [f"decode ctx {x} ÷ default" for x in contexts]
                         + ["CPU ms/token", "busy got", "load"], rows)]
+    every: dict[str, dict[str, str]] = {}
+    for m in res["models"]:
+        every.update(m["settings"])
     parts += ["", "Settings (ORT session config entries): " + "; ".join(
-        f"*{n}*: " + ", ".join(f"`{k}={v}`" for k, v in e.items()) for n, e in res["models"][0]["settings"].items()),
+        f"*{n}*: " + ", ".join(f"`{k}={v}`" for k, v in e.items()) for n, e in every.items()),
         "", common.facts_line(res["facts"], res["load_before"])]
     return Section("spin", "ONNX Runtime thread spinning under competing load (issue 18)", "\n".join(parts),
                    common.ORDER.get("spin", 100))
@@ -244,8 +267,19 @@ def combine(paths: list[str]) -> dict[str, Any]:
             "load_before": runs[0]["load_before"], "quick": any(r["quick"] for r in runs)}
 
 
-if __name__ == "__main__":   # `python -m bench.bench_spin write a.json b.json`: the section from saved runs
-    if sys.argv[1:2] != ["write"] or len(sys.argv) < 3:
-        raise SystemExit("usage: python -m bench.bench_spin write RUN.json [RUN.json ...]")
-    common.write_section(section(combine(sys.argv[2:])))
+if __name__ == "__main__":
+    # `python -m bench.bench_spin write [--notes FILE.md] RUN.json [RUN.json ...]`: the section from
+    # saved runs (each `python -m bench spin` run saves its JSON: AMBER_BENCH_SPIN_JSON), with FILE's
+    # text (what the figures decided) first.
+    args = sys.argv[1:]
+    if args[:1] != ["write"] or len(args) < 2:
+        raise SystemExit("usage: python -m bench.bench_spin write [--notes FILE.md] RUN.json [RUN.json ...]")
+    args = args[1:]
+    notes = ""
+    if args[:1] == ["--notes"]:
+        notes, args = Path(args[1]).read_text(encoding="utf-8").strip(), args[2:]
+    sec = section(combine(args))
+    if notes:
+        sec.body = notes + "\n\n" + sec.body
+    common.write_section(sec)
     print(f"spin: section written to {common.BENCHMARKS_MD}")

@@ -6,8 +6,10 @@ through `SessionOptions.get_session_config_entry` and check what a thread pool t
 must do, burn no CPU while the session waits between runs."""
 from __future__ import annotations
 
+import os
 import resource
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,28 +25,75 @@ def _entry(so, key: str) -> str | None:
         return None
 
 
+@pytest.fixture
+def quiet(monkeypatch):
+    """This machine as auto sees it: quiet (load 0.3 on 4 CPUs), whatever the real load is now."""
+    monkeypatch.setattr(spin, "machine_load", lambda: (0.3, 4))
+
+
 def test_modes_map_to_ort_entries() -> None:
     assert spin.spin_entries("on") == {spin.ALLOW: "1"}
     assert spin.spin_entries("off") == {spin.ALLOW: "0"}
-    auto = spin.spin_entries("auto")
-    assert auto == spin.SETTINGS["auto"]
-    assert auto[spin.ALLOW] == "1"                  # auto spins, but boundedly (see spin.py)
-    assert int(auto[spin.DURATION]) > 0
+    bounded = spin.spin_entries("auto", load=(0.3, 4))
+    assert bounded == {spin.ALLOW: "1", spin.DURATION: str(spin.SPIN_US)}
+    assert 0 < spin.SPIN_US <= 1000                 # bounded: microseconds, not ORT's long default
+
+
+@pytest.mark.parametrize(("load", "cpus", "setting"), [(0.0, 2, "bounded"), (2.0, 2, "bounded"), (3.9, 2, "bounded"),
+                                                       (4.0, 2, "off"), (8.0, 2, "off"), (15.0, 8, "bounded"),
+                                                       (16.0, 8, "off"), (1.5, 1, "bounded"), (2.0, 1, "off")])
+def test_auto_stops_spinning_on_an_oversubscribed_machine(load: float, cpus: int, setting: str) -> None:
+    assert spin.auto_setting(load, cpus) == setting
+    assert spin.spin_entries("auto", load=(load, cpus)) == spin.SETTINGS[setting]
+
+
+def test_machine_load_is_this_machines() -> None:
+    load, cpus = spin.machine_load()
+    assert load >= 0.0
+    assert 1 <= cpus <= (os.cpu_count() or 1)
+
+
+def test_machine_load_leaves_out_amber_itself(monkeypatch) -> None:
+    """A model reloaded after a long reply: Amber's own decoding is in the load average, not other load."""
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.5, 2.0, 1.0))
+    monkeypatch.setattr(spin, "_own_load", lambda: 1.5)
+    assert spin.machine_load()[0] == pytest.approx(1.0)
+    monkeypatch.setattr(spin, "_own_load", lambda: 4.0)
+    assert spin.machine_load()[0] == 0.0
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc (Linux)")
+def test_own_load_grows_with_this_processs_cpu() -> None:
+    before = spin._own_load()
+    start = time.process_time()
+    while time.process_time() - start < 0.3:   # CPU work of this process (not wall time)
+        pass
+    after = spin._own_load()
+    assert 0.0 <= before < after <= (os.cpu_count() or 1)
 
 
 @pytest.mark.parametrize(("value", "mode"), [("", "auto"), ("auto", "auto"), ("on", "on"), ("OFF", "off"),
-                                             (" off ", "off"), ("1", "auto"), ("spin", "auto")])
+                                             (" off ", "off"), ("bounded", "bounded"), ("1", "auto"),
+                                             ("spin", "auto")])
 def test_env_override(value: str, mode: str) -> None:
     assert spin.spin_mode({spin.SPIN_ENV: value}) == mode
     assert spin.spin_mode({}) == "auto"
 
 
-@pytest.mark.parametrize("mode", ["auto", "on", "off"])
-def test_cpu_session_options_carry_the_policy(mode: str, monkeypatch) -> None:
+@pytest.mark.parametrize(("mode", "setting"), [("auto", "bounded"), ("", "bounded"), ("on", "on"), ("off", "off")])
+def test_cpu_session_options_carry_the_policy(mode: str, setting: str, quiet, monkeypatch) -> None:
     monkeypatch.setenv(spin.SPIN_ENV, mode)
     so = providers.session_options(2)
     for key in (spin.ALLOW, spin.DURATION, spin.BACKOFF, spin.STOP, spin.BLOCK):
-        assert _entry(so, key) == spin.SETTINGS[mode].get(key), key
+        assert _entry(so, key) == spin.SETTINGS[setting].get(key), key
+
+
+def test_auto_on_a_busy_machine_does_not_spin(monkeypatch) -> None:
+    monkeypatch.delenv(spin.SPIN_ENV, raising=False)
+    monkeypatch.setattr(spin, "machine_load", lambda: (6.0, 2))   # 3× oversubscribed
+    assert _entry(providers.session_options(2), spin.ALLOW) == "0"
+    monkeypatch.setenv(spin.SPIN_ENV, "on")      # the override wins over the load
+    assert _entry(providers.session_options(2), spin.ALLOW) == "1"
 
 
 def test_gpu_sessions_keep_ort_defaults(monkeypatch) -> None:
@@ -54,12 +103,12 @@ def test_gpu_sessions_keep_ort_defaults(monkeypatch) -> None:
         assert _entry(so, key) is None, key
 
 
-@pytest.mark.parametrize("mode", ["auto", "off"])
-def test_the_loaded_session_was_made_with_the_policy(tiny_dir, mode: str, monkeypatch) -> None:
+@pytest.mark.parametrize(("mode", "setting"), [("auto", "bounded"), ("off", "off")])
+def test_the_loaded_session_was_made_with_the_policy(tiny_dir, mode: str, setting: str, quiet, monkeypatch) -> None:
     monkeypatch.setenv(spin.SPIN_ENV, mode)
     model = load_model(tiny_dir, provider="cpu", threads=2)
     so = model.session.get_session_options()
-    for key, value in spin.SETTINGS[mode].items():
+    for key, value in spin.SETTINGS[setting].items():
         assert _entry(so, key) == value, key
     assert so.intra_op_num_threads == 2
 
@@ -77,7 +126,7 @@ def _cpu_while_waiting(model, seconds: float) -> float:
 
 
 @pytest.mark.parametrize("mode", ["auto", "off", "on"])
-def test_an_idle_session_burns_no_cpu(tiny_dir, mode: str, monkeypatch) -> None:
+def test_an_idle_session_burns_no_cpu(tiny_dir, mode: str, quiet, monkeypatch) -> None:
     """Between replies a desktop app waits: its pool must not keep a core busy. ORT's default ("on")
     goes on spinning for milliseconds after a run — the contrast that shows the measurement sees a
     spinner; auto's spin is bounded to microseconds, off never spins."""
