@@ -232,8 +232,9 @@ def section(res: dict[str, Any]) -> Section:
     for m in res["models"]:
         contexts = [k.split("_")[1] for k in next(iter(m["cells"].values())) if k.startswith("decode_")]
         rows = []
+        counts = sorted({int(k.split("|")[1]) for k in m["cells"]})
         for name in m["settings"]:
-            for busy in BUSY:
+            for busy in counts:
                 c = m["cells"].get(f"{name}|{busy}")
                 if c is None:
                     continue
@@ -263,7 +264,8 @@ def section(res: dict[str, Any]) -> Section:
 def combine(paths: list[str]) -> dict[str, Any]:
     """Several runs' JSON (e.g. one per model or machine condition) as one result for `section`."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
-    return {"models": [m for r in runs for m in r["models"]], "facts": runs[-1]["facts"],
+    latest = max(runs, key=lambda r: r["facts"]["date"])
+    return {"models": [m for r in runs for m in r["models"]], "facts": latest["facts"],
             "load_before": runs[0]["load_before"], "quick": any(r["quick"] for r in runs)}
 
 

@@ -10,10 +10,10 @@ option for them). Figures: docs/BENCHMARKS.md "ONNX Runtime thread spinning unde
 
 `auto` (the default): spin for at most SPIN_US microseconds before blocking — long enough to bridge
 the gaps between the parallel sections of one run, short enough that the threads block between
-decode steps (idle: 0.98–1.01× ORT's default speed; beside one or two busy processes 1.06–1.46×) —
+decode steps (idle: 0.98–1.10× ORT's default speed; beside one or two busy processes 1.06–1.46×) —
 and not at all when other programs already load the machine to OVERLOAD × its cores when the
-model loads, where not spinning was the fastest (1.2–1.5× the bounded spin beside 4 busy
-processes on 2 cores).
+model loads, where not spinning was the fastest (1.3× the bounded spin beside 4 busy processes
+on 2 cores).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import math
 import os
 
 SPIN_ENV = "AMBER_ORT_SPIN"
+SPIN_US_ENV = "AMBER_ORT_SPIN_US"     # the bounded spin's duration (µs), default SPIN_US
 ALLOW = "session.intra_op.allow_spinning"          # 0: a worker with no work blocks at once
 DURATION = "session.intra_op.spin_duration_us"     # spin this long (µs) before blocking
 BACKOFF = "session.intra_op.spin_backoff_max"      # exponential back-off cap of the spin loop's pauses
@@ -81,10 +82,19 @@ def auto_setting(load: float, cpus: int) -> str:
     return "off" if load >= OVERLOAD * cpus else "bounded"
 
 
+def spin_us(env: dict[str, str] | None = None) -> int:
+    """The bounded spin's duration: AMBER_ORT_SPIN_US (1-100000 µs) or SPIN_US."""
+    value = (os.environ if env is None else env).get(SPIN_US_ENV, "").strip()
+    return int(value) if value.isdigit() and 0 < int(value) <= 100_000 else SPIN_US
+
+
 def spin_entries(mode: str | None = None, load: tuple[float, int] | None = None) -> dict[str, str]:
     """ORT session config entries for a CPU session's intra-op threads in `mode` (default: the env's);
     `load`: (load average, cpus) for auto (default: this machine's, now)."""
     mode = mode or spin_mode()
     if mode == "auto":
         mode = auto_setting(*(load or machine_load()))
-    return dict(SETTINGS[mode])
+    entries = dict(SETTINGS[mode])
+    if DURATION in entries:
+        entries[DURATION] = str(spin_us())
+    return entries

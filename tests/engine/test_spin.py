@@ -25,6 +25,19 @@ def _entry(so, key: str) -> str | None:
         return None
 
 
+@pytest.fixture(autouse=True)
+def _no_duration_override(monkeypatch):
+    monkeypatch.delenv(spin.SPIN_US_ENV, raising=False)
+
+
+@pytest.mark.parametrize(("value", "us"), [("500", 500), (" 20 ", 20), ("100000", 100000), ("0", spin.SPIN_US),
+                                           ("-5", spin.SPIN_US), ("abc", spin.SPIN_US), ("100001", spin.SPIN_US)])
+def test_the_bounded_duration_can_be_set(value: str, us: int, monkeypatch) -> None:
+    monkeypatch.setenv(spin.SPIN_US_ENV, value)
+    assert spin.spin_entries("bounded")[spin.DURATION] == str(us)
+    assert spin.DURATION not in spin.spin_entries("on")      # only the bounded spin has a duration
+
+
 @pytest.fixture
 def quiet(monkeypatch):
     """This machine as auto sees it: quiet (load 0.3 on 4 CPUs), whatever the real load is now."""
