@@ -11,7 +11,15 @@ competes), interleaved, several rounds; medians per (setting, busy). It also rec
 leaves to the others: the CPU share the busy processes got while Amber ran (wait4 rusage).
 
 Other work on the machine counts too: the load average before each process is recorded and
-reported; the ratios between settings at the same busy count are the figures to read.
+reported; the ratios between settings at the same busy count are the figures to read. On a VM
+shared with other sessions (each in its own scheduler autogroup, where `nice` does not reach),
+the figures in docs/BENCHMARKS.md were taken with the bench's autogroup at nice -20
+(`echo -20 > /proc/self/autogroup` in the shell that starts it; `echo 0` after).
+
+Knobs: AMBER_BENCH_SPIN_SETTINGS ("name;name", from CATALOG), AMBER_BENCH_SPIN_BUSY ("0,1,2"),
+AMBER_BENCH_SPIN_ROUNDS, AMBER_BENCH_SPIN_CONDITION (a label for the tables), AMBER_BENCH_SPIN_JSON
+(where the run's figures go); `python -m bench.bench_spin write [--notes F] RUN.json …` writes
+the section from saved runs.
 """
 from __future__ import annotations
 

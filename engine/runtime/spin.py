@@ -85,7 +85,7 @@ def auto_setting(load: float, cpus: int) -> str:
 def spin_us(env: dict[str, str] | None = None) -> int:
     """The bounded spin's duration: AMBER_ORT_SPIN_US (1-100000 µs) or SPIN_US."""
     value = (os.environ if env is None else env).get(SPIN_US_ENV, "").strip()
-    return int(value) if value.isdigit() and 0 < int(value) <= 100_000 else SPIN_US
+    return int(value) if value.isascii() and value.isdigit() and 0 < int(value) <= 100_000 else SPIN_US
 
 
 def spin_entries(mode: str | None = None, load: tuple[float, int] | None = None) -> dict[str, str]:

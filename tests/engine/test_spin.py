@@ -31,7 +31,8 @@ def _no_duration_override(monkeypatch):
 
 
 @pytest.mark.parametrize(("value", "us"), [("500", 500), (" 20 ", 20), ("100000", 100000), ("0", spin.SPIN_US),
-                                           ("-5", spin.SPIN_US), ("abc", spin.SPIN_US), ("100001", spin.SPIN_US)])
+                                           ("-5", spin.SPIN_US), ("abc", spin.SPIN_US), ("100001", spin.SPIN_US),
+                                           ("²", spin.SPIN_US)])
 def test_the_bounded_duration_can_be_set(value: str, us: int, monkeypatch) -> None:
     monkeypatch.setenv(spin.SPIN_US_ENV, value)
     assert spin.spin_entries("bounded")[spin.DURATION] == str(us)
