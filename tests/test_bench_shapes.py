@@ -165,3 +165,26 @@ def test_onnx_kernel_bytes_of_a_converted_q4_k_m_model(tmp_path: Path) -> None:
     assert got["by_op"]["MatMulNBits"] == nbits
     assert corrections > 0 and got["by_op"]["MatMul"] > 0
     assert got["kernel_bytes"] > bench_shapes.onnx_decode_bytes(str(folder))["decode_bytes"]
+
+
+def test_amber_bandwidth_share_uses_the_kernel_bytes_and_both_are_printed() -> None:
+    def eng(d: float) -> dict:
+        return {"prefill": {"2048": {"tokens_per_s": 100.0}}, "decode": {"100": {"tokens_per_s": d}},
+                "peak_rss_bytes": 1 << 20, "load_s": 1.0}
+    sizes = {"amber": {"decode_bytes": 100 << 20, "kernel_bytes": 150 << 20},
+             "llama": {"decode_bytes": 90 << 20}, "gguf_file_bytes": 90 << 20, "onnx_file_bytes": 100 << 20}
+    model = {"shape": "1b", "quant": "Q4_K_M", "label": "Llama-3.2-1B shape", "plan": {}, "sizes": sizes,
+             "engines": {"Amber": eng(10.0), "llama.cpp FA on": eng(20.0)}}
+    model["best"] = bench_shapes._best({"llama.cpp FA on": model["engines"]["llama.cpp FA on"]})
+    model["ratios"] = {"prefill_2048": 1.0, "decode_100": 0.5, "rss": 1.0, "load": 1.0}
+    bench_shapes._score(model, bandwidth=float(1 << 30))
+    assert model["bw_share"]["Amber"] == pytest.approx(150 * 10 / 1024)       # kernel bytes, not stored
+    assert model["bw_share"]["llama.cpp"] == pytest.approx(90 * 20 / 1024)
+    del sizes["amber"]["kernel_bytes"]                                          # older results: stored bytes
+    bench_shapes._score(model, bandwidth=float(1 << 30))
+    assert model["bw_share"]["Amber"] == pytest.approx(100 * 10 / 1024)
+    sizes["amber"]["kernel_bytes"] = 150 << 20
+    text = render({"models": [model], "threads": 2, "facts": {"date": "d", "cpu": "c", "logical_cores": 2,
+                                                                "memory_gib": 1, "os": "o", "python": "p", "ort": "r",
+                                                                "threads": 2, "load_avg": [1.0, 1.0, 1.0]}})
+    assert "Amber 100 MiB, llama.cpp 90 MiB (Amber's in the forms its kernels read, made at load: 150 MiB)" in text
