@@ -110,7 +110,7 @@ def onnx_kernel_bytes(folder: str) -> dict[str, Any]:
         if dims and all(op.startswith("Gather") for op in ops):
             n //= max(1, dims[0])
         total += n
-        by_op[ops[0]] += n
+        by_op[next((op for op in ops if not op.startswith("Gather")), ops[0])] += n
     return {"kernel_bytes": total, "by_op": {k: v for k, v in by_op.items() if v},
             "unknown_tensors": unknown}
 

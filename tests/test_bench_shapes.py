@@ -188,3 +188,22 @@ def test_amber_bandwidth_share_uses_the_kernel_bytes_and_both_are_printed() -> N
                                                                 "memory_gib": 1, "os": "o", "python": "p", "ort": "r",
                                                                 "threads": 2, "load_avg": [1.0, 1.0, 1.0]}})
     assert "Amber 100 MiB, llama.cpp 90 MiB (Amber's in the forms its kernels read, made at load: 150 MiB)" in text
+
+
+def test_onnx_kernel_bytes_counts_a_tied_table_whole_under_its_matmul(tmp_path: Path) -> None:
+    table = numpy_helper.from_array(np.ones((10, 4), np.float32), "embed")
+    nodes = [helper.make_node("Gather", ["embed", "ids"], ["h"]),
+             helper.make_node("MatMul", ["h", "embed_t"], ["y"]), helper.make_node("Transpose", ["embed"], ["embed_t"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], [table])
+    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"))
+    # The Gather reads a row of the stored table; the MatMul its transposed copy made at load.
+    assert bench_shapes.onnx_kernel_bytes(str(tmp_path)) == {"kernel_bytes": 16 + 160,
+                                                              "by_op": {"Gather": 16, "MatMul": 160},
+                                                              "unknown_tensors": 0}
+    direct = [helper.make_node("Gather", ["embed", "ids"], ["h"]), helper.make_node("MatMul", ["h", "embed"], ["y"])]
+    graph = helper.make_graph(direct, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [table])
+    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"))
+    # One tensor read by both: counted once, whole, under the op that reads it whole.
+    assert bench_shapes.onnx_kernel_bytes(str(tmp_path))["by_op"] == {"MatMul": 160}
