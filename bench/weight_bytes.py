@@ -72,7 +72,8 @@ def onnx_kernel_bytes(folder: str) -> dict[str, Any]:
 
     Every tensor computed from initializers alone (folded at load) that a node depending on the
     graph's inputs reads counts once, at its inferred size; a table such a node only gathers from
-    counts one row. `by_op` splits the total by the reading op type. Prepacking may add to this
+    counts one row (so do GroupQueryAttention's rotary tables). `by_op` splits the total by the
+    op type that reads a tensor whole (zero entries dropped). Prepacking may add to this
     (MLAS's int8 path keeps per-block sums next to the packed levels), so it is a lower bound."""
     import math
     from collections import defaultdict
@@ -96,9 +97,11 @@ def onnx_kernel_bytes(folder: str) -> dict[str, Any]:
     for node in m.graph.node:
         if not any(i in dynamic for i in node.input if i):
             continue
-        for i in node.input:
+        for j, i in enumerate(node.input):
             if i and i not in dynamic:
-                readers[i].append(node.op_type)
+                # GroupQueryAttention's rotary tables (inputs 7, 8) are read a row per position.
+                rows = node.op_type == "GroupQueryAttention" and j in (7, 8)
+                readers[i].append("Gather:" + node.op_type if rows else node.op_type)
     total, unknown = 0, 0
     by_op: dict[str, int] = defaultdict(int)
     for name, ops in readers.items():
@@ -110,7 +113,7 @@ def onnx_kernel_bytes(folder: str) -> dict[str, Any]:
         if dims and all(op.startswith("Gather") for op in ops):
             n //= max(1, dims[0])
         total += n
-        by_op[next((op for op in ops if not op.startswith("Gather")), ops[0])] += n
+        by_op[next((op for op in ops if not op.startswith("Gather")), ops[0]).split(":")[-1]] += n
     return {"kernel_bytes": total, "by_op": {k: v for k, v in by_op.items() if v},
             "unknown_tensors": unknown}
 
