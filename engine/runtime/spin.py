@@ -82,6 +82,19 @@ def auto_setting(load: float, cpus: int) -> str:
     return "off" if load >= OVERLOAD * cpus else "bounded"
 
 
+# `amber-engine serve` batches its clients' decode steps: between two batched runs the sessions'
+# threads hand their tokens over, a gap longer than 50 µs, so its workers block and wake once a run.
+# Spinning 500 µs gave the batched path 0.89-0.92x of ORT's default spinning against 0.80-0.89x at
+# 50 µs (docs/BENCHMARKS.md, "ONNX Runtime thread spinning under competing load").
+SERVE_SPIN_US = 500
+
+
+def prefer_server_spin(env: dict[str, str] | None = None) -> None:
+    """For a serving process: the bounded spin lasts SERVE_SPIN_US unless AMBER_ORT_SPIN_US says
+    otherwise (call before the model is loaded)."""
+    (os.environ if env is None else env).setdefault(SPIN_US_ENV, str(SERVE_SPIN_US))
+
+
 def spin_us(env: dict[str, str] | None = None) -> int:
     """The bounded spin's duration: AMBER_ORT_SPIN_US (1-100000 µs) or SPIN_US."""
     value = (os.environ if env is None else env).get(SPIN_US_ENV, "").strip()

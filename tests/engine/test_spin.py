@@ -153,3 +153,31 @@ def test_an_idle_session_burns_no_cpu(tiny_dir, mode: str, quiet, monkeypatch) -
         assert used > 0.002, used
     else:
         assert used < 0.005, used
+
+
+def test_a_serving_process_spins_longer_unless_told_otherwise() -> None:
+    env: dict[str, str] = {}
+    spin.prefer_server_spin(env)
+    assert spin.spin_us(env) == spin.SERVE_SPIN_US != spin.SPIN_US
+    mine = {spin.SPIN_US_ENV: "80"}
+    spin.prefer_server_spin(mine)
+    assert spin.spin_us(mine) == 80
+
+
+def test_serve_sets_the_server_spin_before_loading_the_model(monkeypatch) -> None:
+    import argparse
+
+    from engine.cli import serve
+    from engine.runtime import model as model_module
+    monkeypatch.setenv(spin.SPIN_US_ENV, "1")      # recorded, so that what serve sets is undone after
+    monkeypatch.delenv(spin.SPIN_US_ENV)
+    seen: list[int] = []
+
+    def refuse(*args, **kwargs):
+        seen.append(spin.spin_us())
+        raise model_module.ModelLoadError("stop here")
+    monkeypatch.setattr(model_module, "load_model", refuse)
+    args = argparse.Namespace(api_key=None, host="127.0.0.1", max_prompt_tokens=None, model="x", provider="cpu")
+    with pytest.raises(Exception, match="stop here"):
+        serve.cmd_serve(args)
+    assert seen == [spin.SERVE_SPIN_US]
