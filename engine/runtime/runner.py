@@ -44,7 +44,8 @@ class Runner:
         self._vocab, self._last_only = self._logits_layout()
         self._heads = int(model.config.get("num_attention_heads") or model.kv.kv_heads)
         self._weights_dir = model.graph.parent if model.graph is not None else model.path
-        self._token_bytes = self._activation_bytes_per_token()
+        # The activation bound is for the host's memory: on a GPU the activations live on the device.
+        self._token_bytes = self._activation_bytes_per_token() if model.provider == "CPUExecutionProvider" else 0
         # Where new caches keep their KV between steps: on the GPU under CUDA (shared-buffer graphs);
         # tests and gpu_check set kvcache.STAGED to run the device code paths on a CPU.
         self.kv_device = "cuda" if model.provider == "CUDAExecutionProvider" else "cpu"

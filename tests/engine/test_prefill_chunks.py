@@ -45,6 +45,13 @@ def test_the_default_models_shape_keeps_full_chunks_and_1_5b_gets_short_ones(tin
     assert qwen._token_bytes > llama._token_bytes > smol._token_bytes
 
 
+def test_the_activation_bound_is_for_cpu_sessions_only(tiny_model) -> None:
+    on_gpu = Runner(dataclasses.replace(_shaped(tiny_model, hidden_size=1536, intermediate_size=8960),
+                                        provider="CUDAExecutionProvider"))
+    assert on_gpu._token_bytes == 0
+    assert on_gpu.chunk_len(on_gpu.new_cache(), 512) == runner_mod.PREFILL_CHUNK
+
+
 def test_a_twice_as_wide_mlp_takes_half_the_chunk(tiny_model, monkeypatch) -> None:
     narrow = Runner(_shaped(tiny_model, hidden_size=64, intermediate_size=1024))
     wide = Runner(_shaped(tiny_model, hidden_size=64, intermediate_size=2048))
