@@ -10,6 +10,7 @@ tokenization of their text, many ending inside a multi-byte character.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -99,7 +100,11 @@ TURN = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Random examples on a developer's machine (a failure prints the blob to replay it), the same fixed
+# examples in CI so that a clean run is reproducible: one rare example failed once and could not be
+# reproduced over 39 further seeds (2026-12-01).
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          derandomize=bool(os.environ.get("CI")), print_blob=True)
 @given(turns=st.lists(TURN, min_size=2, max_size=5), pinned=st.booleans())
 def test_next_turn_prefills_only_its_own_tokens(tiny_model, tmp_path_factory, turns, pinned):
     state = tmp_path_factory.mktemp("state")
