@@ -21,11 +21,11 @@ PREFILL_CHUNK = 512
 # chunk against 2048 positions on the default model, the largest transient of a long prefill.
 # Chunks are cut so that those scores stay near this; shorter chunks measured no slower.
 ATTENTION_SCRATCH_BYTES = 24 << 20
-# ...and by the activations every chunk token holds while it runs (issue 18): about 11 float32
-# vectors of the MLP's width live at once (gate/up, their product, the int8 path's copies; measured
-# 186 MiB for a 512-token chunk at the Qwen2.5-1.5B shape, 8960 wide, 36 MiB at 135M, 1536 wide),
+# ...and by the activations every chunk token holds while it runs (issue 18): at the step's peak
+# about 11 float32 vectors of the MLP's width per token (measured: 186 MiB that go again at the end
+# of a 512-token chunk at the Qwen2.5-1.5B shape, 8960 wide; 36 MiB at 135M, 1536 wide),
 # plus the logits of every position where a graph returns them all. 40 MiB keeps 512-token chunks
-# for the default model and cuts 1B / 1.5B shapes to 64 (which prefilled as fast: BENCHMARKS "rss").
+# for the default model and cuts 1B / 1.5B shapes to 64 (docs/BENCHMARKS.md "Peak RSS while generating").
 ACTIVATION_SCRATCH_BYTES = 40 << 20
 ACTIVATION_VECTORS = 12
 MIN_CHUNK = 64
