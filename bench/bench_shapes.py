@@ -30,7 +30,7 @@ from typing import Any
 
 from . import common
 from .common import Section, median, ok
-from .weight_bytes import gguf_decode_bytes, onnx_decode_bytes, worker_bandwidth  # noqa: F401 (workers)
+from .weight_bytes import gguf_decode_bytes, onnx_decode_bytes, onnx_kernel_bytes, worker_bandwidth  # noqa: F401 (workers)
 
 FTYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15}      # llama_ftype values
 LABELS = {"135m": "SmolLM2-135M (default model)", "0.5b": "Qwen2.5-0.5B shape", "1b": "Llama-3.2-1B shape",
@@ -126,6 +126,15 @@ def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
     model = load_model(model_dir, "cpu", threads)
     out: dict[str, Any] = {"load_s": time.perf_counter() - t0, "provider": model.provider,
                            "rss_after_load": _status_bytes("VmRSS"), "prefill": {}, "decode": {}}
+    # The spin entries this process's session was made with (engine/runtime/spin.py: auto depends
+    # on the load when the model loads), so a figure says which setting produced it.
+    so = model.session.get_session_options()
+    out["spin"] = {}
+    for key in ("session.intra_op.allow_spinning", "session.intra_op.spin_duration_us"):
+        try:
+            out["spin"][key] = so.get_session_config_entry(key)
+        except RuntimeError:   # not set: ORT's default
+            pass
     runner = Generator(model).runner
     sampler = Sampler(resolve_sampling(SamplingParams(greedy=True), model.generation_config))
 
@@ -174,7 +183,9 @@ def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
 
 
 def worker_bytes(gguf: str, folder: str) -> dict[str, Any]:
-    return {"amber": onnx_decode_bytes(folder), "llama": gguf_decode_bytes(gguf),
+    amber = onnx_decode_bytes(folder)
+    amber.update(onnx_kernel_bytes(folder))     # what the kernels read: the forms made at load
+    return {"amber": amber, "llama": gguf_decode_bytes(gguf),
             "onnx_file_bytes": sum(p.stat().st_size for p in Path(folder).iterdir() if p.name.startswith("model.onnx")),
             "gguf_file_bytes": Path(gguf).stat().st_size}
 
@@ -255,7 +266,8 @@ def _pool(runs: list[tuple[dict[str, Any], int]], steps: int) -> dict[str, Any]:
         rates = [steps / s for d, _ in runs for s in d["decode"][c]]
         out["decode"][c] = {"tokens_per_s": median(rates), "runs": rates}
     first = runs[0][0]
-    for k in ("version", "system_info", "flash_attn", "n_batch", "n_ubatch", "n_ctx", "greedy", "rss_after_load"):
+    for k in ("version", "system_info", "flash_attn", "n_batch", "n_ubatch", "n_ctx", "greedy", "rss_after_load",
+              "spin"):
         if k in first:
             out[k] = first[k]
     return out
@@ -356,11 +368,13 @@ def _score(m: dict[str, Any], bandwidth: float) -> None:
     and the targets met, from a model's stored figures."""
     amber, best, ratios, sizes = m["engines"]["Amber"], m["best"], m["ratios"], m["sizes"]
     c0 = str(min(int(c) for c in amber["decode"]))
-    share = {"Amber": sizes["amber"]["decode_bytes"] * amber["decode"][c0]["tokens_per_s"] / bandwidth,
+    # Amber's share counts the bytes its kernels read (the forms made at load), where known.
+    amber_bytes = sizes["amber"].get("kernel_bytes", sizes["amber"]["decode_bytes"])
+    share = {"Amber": amber_bytes * amber["decode"][c0]["tokens_per_s"] / bandwidth,
              "llama.cpp": sizes["llama"]["decode_bytes"] * best["decode"][c0]["tokens_per_s"] / bandwidth}
     if AMBER_NOSPIN in m["engines"]:
         nospin = m["engines"][AMBER_NOSPIN]["decode"][c0]["tokens_per_s"]
-        share[AMBER_NOSPIN] = sizes["amber"]["decode_bytes"] * nospin / bandwidth
+        share[AMBER_NOSPIN] = amber_bytes * nospin / bandwidth
     m["bw_share"], m["bw_context"], m["bw_used"] = share, c0, bandwidth
     targets = {f"decode_{c}": ratios[f"decode_{c}"] >= TARGETS["decode"] for c in amber["decode"]}
     if "prefill_2048" in ratios:

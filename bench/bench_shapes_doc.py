@@ -105,7 +105,8 @@ def render(res: dict[str, Any]) -> str:
         f"**Targets** (Amber ÷ llama.cpp's best): decode ≥ {TARGETS['decode']}× at contexts 100 and 1000, "
         f"prefill 2048 ≥ {TARGETS['prefill_2048']}×, peak RSS ≤ {TARGETS['rss']}×, decode bandwidth share ≥ "
         f"{TARGETS['bw_share']:.0%} (bytes of weights one decode step reads × tok/s at context 100 ÷ the measured "
-        "memory bandwidth). Speeds: Amber's tok/s ÷ llama.cpp's (higher is better for Amber); peak RSS and load "
+        "memory bandwidth; Amber's bytes in the forms its kernels read, made at load). Speeds: Amber's tok/s ÷ "
+        "llama.cpp's (higher is better for Amber); peak RSS and load "
         "time: Amber's bytes or seconds ÷ llama.cpp's (lower is better).")
     out = [intro, "", targets_line, "", summary_table(models, TARGETS), ""]
     met = [v for m in models for v in m.get("targets", {}).values()]
@@ -148,6 +149,9 @@ def render(res: dict[str, Any]) -> str:
                      f"Amber's ONNX {sizes['onnx_file_bytes'] / MIB:.0f} MiB; "
                      f"weight bytes per decoded token: Amber {sizes['amber']['decode_bytes'] / MIB:.0f} MiB, "
                      f"llama.cpp {sizes['llama']['decode_bytes'] / MIB:.0f} MiB")
+            if "kernel_bytes" in sizes["amber"]:
+                head += (f" (Amber's in the forms its kernels read, made at load: "
+                         f"{sizes['amber']['kernel_bytes'] / MIB:.0f} MiB)")
         if m.get("convert"):
             head += (f"; converted in {m['convert']['seconds']:.0f} s "
                      f"(peak RSS {m['convert']['peak_rss_bytes'] / MIB:.0f} MiB)")

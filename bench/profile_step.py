@@ -93,6 +93,10 @@ def profile_decode(model: LoadedModel, ctx: int, steps: int, threads: int, out_d
     else:
         res["decode"] = op_table(prof, last_runs=steps)
     g = onnx.load(str(opt), load_external_data=False)
+    events = json.loads(prof.read_text())
+    runs = _runs(events)
+    decode_runs = runs[n_prefill_runs:n_prefill_runs + steps] if prefill else runs[-steps:]
+    res["matmul_forms"] = matmul_form_table(node_medians(events, decode_runs), g)
     res["optimized_ops"] = dict(collections.Counter(n.op_type for n in g.graph.node).most_common())
     res["optimized_nodes"] = len(g.graph.node)
     src = onnx.load(str(model.graph), load_external_data=False)
@@ -121,6 +125,43 @@ def _op_table_runs(events: list[dict[str, Any]], chosen: list[tuple[int, int]], 
     run_us = sum(b - a for a, b in chosen) / n
     return {"runs": len(chosen), "run_us": run_us,
             "ops": {k: {"us": v / n, "nodes": count[k] / n} for k, v in sorted(per_op.items(), key=lambda kv: -kv[1])}}
+
+
+def node_medians(events: list[dict[str, Any]], chosen: list[tuple[int, int]]) -> dict[str, tuple[str, float]]:
+    """Per node: (op type, median µs over the chosen runs). The median drops the runs in which the
+    node was preempted, which a shared machine makes common."""
+    durs: dict[str, list[float]] = collections.defaultdict(list)
+    ops: dict[str, str] = {}
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        if not any(a <= e["ts"] <= b for a, b in chosen):
+            continue
+        name = e["name"][:-len("_kernel_time")]
+        durs[name].append(float(e["dur"]))
+        ops[name] = e.get("args", {}).get("op_name", "?")
+    return {k: (ops[k], float(np.median(v))) for k, v in durs.items()}
+
+
+def matmul_form_table(medians: dict[str, tuple[str, float]], model: onnx.ModelProto) -> list[dict[str, Any]]:
+    """MatMulNBits nodes of the optimized graph grouped by form (K, N, bits, block size, bytes of
+    their constant inputs: levels, scales, zero points): nodes, µs per node (mean of the per-node
+    medians), ms per step, and GB/s = bytes ÷ µs per node. Heaviest group first."""
+    graph = model.graph
+    sizes = {t.name: int(np.prod(t.dims, dtype=np.int64)) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+             for t in graph.initializer}
+    groups: dict[tuple[int, int, int, int, int], list[float]] = collections.defaultdict(list)
+    for node in graph.node:
+        if node.op_type != "MatMulNBits" or node.name not in medians:
+            continue
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        nbytes = sum(sizes.get(i, 0) for i in node.input[1:] if i)
+        groups[(a["K"], a["N"], a["bits"], a["block_size"], nbytes)].append(medians[node.name][1])
+    rows = [{"K": k, "N": n, "bits": b, "block": blk, "bytes": nb, "nodes": len(v),
+             "us_per_node": sum(v) / len(v), "ms_per_step": sum(v) / 1e3,
+             "gb_s": nb / (sum(v) / len(v)) / 1e3 if sum(v) else 0.0}
+            for (k, n, b, blk, nb), v in groups.items()]
+    return sorted(rows, key=lambda r: -r["ms_per_step"])
 
 
 class _Clock:
@@ -225,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"prefill {a.prefill}: {p['run_us'] / 1e3:.1f} ms")
             for op, v in p["ops"].items():
                 print(f"  {op:34s} {v['us'] / 1e3:9.1f} ms  {100 * v['us'] / total:5.1f} %")
+        print("MatMulNBits by form (median per node over the steps):")
+        for r in out["ort"]["matmul_forms"]:
+            print(f"  K {r['K']:6d} N {r['N']:7d} {r['bits']}-bit/{r['block']:<3d} {r['bytes'] / 1e6:7.2f} MB  "
+                  f"{r['nodes']:4d} nodes  {r['us_per_node']:8.1f} us/node  {r['ms_per_step']:7.3f} ms/step  "
+                  f"{r['gb_s']:5.1f} GB/s")
         print("optimized graph:", out["ort"]["optimized_ops"])
     if not a.no_python:
         for sampled in (False, True):

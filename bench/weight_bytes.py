@@ -64,6 +64,60 @@ def onnx_decode_bytes(folder: str) -> dict[str, int]:
     return {"decode_bytes": total, "initializer_bytes": full}
 
 
+def onnx_kernel_bytes(folder: str) -> dict[str, Any]:
+    """Bytes one decode step reads in the forms the kernels take, which are made at load: what
+    `onnx_decode_bytes` counts is the file's compact storage (Q6_K as 6-bit levels and int8
+    sub-scales), while MatMulNBits reads the 8-bit plane and float32 scales formed from it, and
+    the zero-point corrections are float32 matrices made from per-block numbers.
+
+    Every tensor computed from initializers alone (folded at load) that a node depending on the
+    graph's inputs reads counts once, at its inferred size; a table such a node only gathers from
+    counts one row (so do GroupQueryAttention's rotary tables). `by_op` splits the total by the
+    op type that reads a tensor whole (zero entries dropped). Prepacking may add to this
+    (MLAS's int8 path keeps per-block sums next to the packed levels), so it is a lower bound."""
+    import math
+    from collections import defaultdict
+
+    import onnx
+    from onnx import helper
+    m = onnx.load(str(Path(folder) / "model.onnx"), load_external_data=False)
+    inferred = onnx.shape_inference.infer_shapes(m)
+    shapes: dict[str, tuple[list[int], int]] = {}
+    for t in m.graph.initializer:
+        shapes[t.name] = (list(t.dims), t.data_type)
+    for v in inferred.graph.value_info:
+        tt = v.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            shapes[v.name] = ([d.dim_value for d in tt.shape.dim], tt.elem_type)
+    dynamic = {i.name for i in m.graph.input}
+    for node in m.graph.node:       # graph order is topological
+        if any(i in dynamic for i in node.input if i):
+            dynamic.update(node.output)
+    readers: dict[str, list[str]] = defaultdict(list)
+    for node in m.graph.node:
+        if not any(i in dynamic for i in node.input if i):
+            continue
+        for j, i in enumerate(node.input):
+            if i and i not in dynamic:
+                # GroupQueryAttention's rotary tables (inputs 7, 8) are read a row per position.
+                rows = node.op_type == "GroupQueryAttention" and j in (7, 8)
+                readers[i].append("Gather:" + node.op_type if rows else node.op_type)
+    total, unknown = 0, 0
+    by_op: dict[str, int] = defaultdict(int)
+    for name, ops in readers.items():
+        if name not in shapes:
+            unknown += 1
+            continue
+        dims, dtype = shapes[name]
+        n = math.prod(dims) * helper.tensor_dtype_to_np_dtype(dtype).itemsize
+        if dims and all(op.startswith("Gather") for op in ops):
+            n //= max(1, dims[0])
+        total += n
+        by_op[next((op for op in ops if not op.startswith("Gather")), ops[0]).split(":")[-1]] += n
+    return {"kernel_bytes": total, "by_op": {k: v for k, v in by_op.items() if v},
+            "unknown_tensors": unknown}
+
+
 def gguf_decode_bytes(path: str) -> dict[str, int]:
     """Tensor bytes one llama.cpp decode step reads: all tensors, except that token_embd counts
     one row when the model has its own output.weight (tied models read it whole, as the output)."""

@@ -110,3 +110,100 @@ def test_best_llama_config_is_chosen_per_figure_and_rendered() -> None:
                                                                 "threads": 2, "load_avg": [1.0, 1.0, 1.0]}})
     assert "1.60× ✅" in text and "1.08× ❌" in text and "1.25× ❌" in text and "50% ❌" in text
     assert "Targets met: 1 of 2." in text
+
+
+def test_onnx_kernel_bytes_counts_the_forms_made_at_load(tmp_path: Path) -> None:
+    """A float16 weight cast at load is read as float32; a constant slice is read at its own size;
+    a gathered table counts one row. The stored count sees the file's bytes only."""
+    table = numpy_helper.from_array(np.ones((10, 4), np.float32), "embed")                 # 16 B a row
+    w16 = numpy_helper.from_array(np.ones((4, 8), np.float16), "w16")                      # 64 B stored
+    big = numpy_helper.from_array(np.ones((8, 8), np.float32), "big")                      # 256 B stored
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+              (("lo", [0]), ("hi", [4]), ("ax", [0]))]
+    nodes = [helper.make_node("Gather", ["embed", "ids"], ["h"]),
+             helper.make_node("Cast", ["w16"], ["w32"], to=TensorProto.FLOAT),            # 128 B read
+             helper.make_node("MatMul", ["h", "w32"], ["y1"]),
+             helper.make_node("Slice", ["big", "lo", "hi", "ax"], ["part"]),              # [4, 8]: 128 B read
+             helper.make_node("MatMul", ["h", "part"], ["y2"]),
+             helper.make_node("Add", ["y1", "y2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                              [table, w16, big, *consts])
+    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"))
+    got = bench_shapes.onnx_kernel_bytes(str(tmp_path))
+    assert got == {"kernel_bytes": 16 + 128 + 128, "by_op": {"Gather": 16, "MatMul": 256}, "unknown_tensors": 0}
+    assert bench_shapes.onnx_decode_bytes(str(tmp_path))["decode_bytes"] == 16 + 64 + 256 + 3 * 8
+
+
+def test_onnx_kernel_bytes_of_a_converted_q4_k_m_model(tmp_path: Path) -> None:
+    """On a real conversion (Q4_K with Q6_K parts, fast mode): what MatMulNBits reads is its levels,
+    float32 scales and packed zero points at the node's own K, N, bits and block size, and the
+    zero-point corrections are float32 [blocks, N] matrices; both exceed the compact file."""
+    from engine.convert import FAST, convert_gguf
+    from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
+    cfg = variant(TinyConfig(), wtype="Q4_K", tied=True, seed=40, n_embd=256, n_head=4, head_dim=64, n_ff=512,
+                  overrides=(
+        ("attn_v.weight", "Q6_K"), ("ffn_down.weight", "Q6_K"), ("token_embd.weight", "Q6_K")))
+    write_tiny_gguf(tmp_path / "m.gguf", cfg)
+    folder = convert_gguf(tmp_path / "m.gguf", tmp_path / "conv", accuracy_level=FAST, gpu_variant=False)
+    g = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    nbits = corrections = 0
+    seen_blocks = set()
+    for node in g.graph.node:
+        if node.op_type == "MatMulNBits":
+            a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+            nb = -(-a["K"] // a["block_size"])
+            seen_blocks.add((a["bits"], a["block_size"]))
+            nbits += a["N"] * nb * a["block_size"] * a["bits"] // 8 + a["N"] * nb * 4
+            if len(node.input) > 3 and node.input[3]:
+                nbits += a["N"] * -(-nb * a["bits"] // 8)
+        elif node.op_type == "MatMul" and node.input[1].endswith("zp_correction"):
+            corrections += 1
+    got = bench_shapes.onnx_kernel_bytes(str(folder))
+    assert got["unknown_tensors"] == 0
+    assert {(8, 16), (4, 32)} <= seen_blocks                  # Q6_K as an 8-bit plane, Q4_K as 4-bit
+    assert got["by_op"]["MatMulNBits"] == nbits
+    assert corrections > 0 and got["by_op"]["MatMul"] > 0
+    assert got["kernel_bytes"] > bench_shapes.onnx_decode_bytes(str(folder))["decode_bytes"]
+
+
+def test_amber_bandwidth_share_uses_the_kernel_bytes_and_both_are_printed() -> None:
+    def eng(d: float) -> dict:
+        return {"prefill": {"2048": {"tokens_per_s": 100.0}}, "decode": {"100": {"tokens_per_s": d}},
+                "peak_rss_bytes": 1 << 20, "load_s": 1.0}
+    sizes = {"amber": {"decode_bytes": 100 << 20, "kernel_bytes": 150 << 20},
+             "llama": {"decode_bytes": 90 << 20}, "gguf_file_bytes": 90 << 20, "onnx_file_bytes": 100 << 20}
+    model = {"shape": "1b", "quant": "Q4_K_M", "label": "Llama-3.2-1B shape", "plan": {}, "sizes": sizes,
+             "engines": {"Amber": eng(10.0), "llama.cpp FA on": eng(20.0)}}
+    model["best"] = bench_shapes._best({"llama.cpp FA on": model["engines"]["llama.cpp FA on"]})
+    model["ratios"] = {"prefill_2048": 1.0, "decode_100": 0.5, "rss": 1.0, "load": 1.0}
+    bench_shapes._score(model, bandwidth=float(1 << 30))
+    assert model["bw_share"]["Amber"] == pytest.approx(150 * 10 / 1024)       # kernel bytes, not stored
+    assert model["bw_share"]["llama.cpp"] == pytest.approx(90 * 20 / 1024)
+    del sizes["amber"]["kernel_bytes"]                                          # older results: stored bytes
+    bench_shapes._score(model, bandwidth=float(1 << 30))
+    assert model["bw_share"]["Amber"] == pytest.approx(100 * 10 / 1024)
+    sizes["amber"]["kernel_bytes"] = 150 << 20
+    text = render({"models": [model], "threads": 2, "facts": {"date": "d", "cpu": "c", "logical_cores": 2,
+                                                                "memory_gib": 1, "os": "o", "python": "p", "ort": "r",
+                                                                "threads": 2, "load_avg": [1.0, 1.0, 1.0]}})
+    assert "Amber 100 MiB, llama.cpp 90 MiB (Amber's in the forms its kernels read, made at load: 150 MiB)" in text
+
+
+def test_onnx_kernel_bytes_counts_a_tied_table_whole_under_its_matmul(tmp_path: Path) -> None:
+    table = numpy_helper.from_array(np.ones((10, 4), np.float32), "embed")
+    nodes = [helper.make_node("Gather", ["embed", "ids"], ["h"]),
+             helper.make_node("MatMul", ["h", "embed_t"], ["y"]), helper.make_node("Transpose", ["embed"], ["embed_t"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], [table])
+    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"))
+    # The Gather reads a row of the stored table; the MatMul its transposed copy made at load.
+    assert bench_shapes.onnx_kernel_bytes(str(tmp_path)) == {"kernel_bytes": 16 + 160,
+                                                              "by_op": {"Gather": 16, "MatMul": 160},
+                                                              "unknown_tensors": 0}
+    direct = [helper.make_node("Gather", ["embed", "ids"], ["h"]), helper.make_node("MatMul", ["h", "embed"], ["y"])]
+    graph = helper.make_graph(direct, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [table])
+    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"))
+    # One tensor read by both: counted once, whole, under the op that reads it whole.
+    assert bench_shapes.onnx_kernel_bytes(str(tmp_path))["by_op"] == {"MatMul": 160}

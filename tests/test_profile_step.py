@@ -1,0 +1,46 @@
+"""bench.profile_step's per-node view (issue 18): medians per node over the profiled decode steps
+and the MatMulNBits table by form, on a real converted model and ONNX Runtime's own profiler."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import profile_step
+
+
+def test_node_medians_drop_a_preempted_run() -> None:
+    def ev(name: str, ts: int, dur: int) -> dict:
+        return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur, "args": {"op_name": "MatMulNBits"}}
+    runs = [(0, 100), (200, 300), (400, 500)]
+    events = [ev("a", 10, 20), ev("a", 210, 22), ev("a", 410, 900), ev("a", 610, 5),   # the last is outside
+              {"cat": "Session", "name": "model_run", "ts": 0, "dur": 100}]
+    assert profile_step.node_medians(events, runs) == {"a": ("MatMulNBits", 22.0)}
+
+
+def test_matmul_forms_of_a_real_decode_profile(tmp_path: Path) -> None:
+    import onnx
+
+    from engine.convert import FAST, convert_gguf
+    from engine.runtime.model import load_model
+    from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
+    cfg = variant(TinyConfig(), wtype="Q4_K", tied=True, seed=40, n_embd=256, n_head=4, head_dim=64, n_ff=512,
+                  overrides=(("attn_v.weight", "Q6_K"), ("ffn_down.weight", "Q6_K"), ("token_embd.weight", "Q6_K")))
+    write_tiny_gguf(tmp_path / "m.gguf", cfg)
+    folder = convert_gguf(tmp_path / "m.gguf", tmp_path / "conv", accuracy_level=FAST, gpu_variant=False)
+    model = load_model(str(folder), provider="cpu", threads=1)
+    out = tmp_path / "prof"
+    out.mkdir()
+    res = profile_step.profile_decode(model, ctx=6, steps=3, threads=1, out_dir=out)
+    forms = res["matmul_forms"]
+    assert sum(r["nodes"] for r in forms) == res["optimized_ops"]["MatMulNBits"]
+    assert {(r["bits"], r["block"]) for r in forms} >= {(8, 16), (4, 32)}       # Q6_K and Q4_K forms
+    for r in forms:
+        nb = -(-r["K"] // r["block"])
+        levels_and_scales = r["N"] * nb * r["block"] * r["bits"] // 8 + r["N"] * nb * 4
+        zero_points = r["N"] * -(-nb * r["bits"] // 8)
+        assert r["bytes"] in (levels_and_scales, levels_and_scales + zero_points), r
+        assert r["us_per_node"] > 0 and r["gb_s"] == pytest.approx(r["bytes"] / r["us_per_node"] / 1e3)
+    assert [r["ms_per_step"] for r in forms] == sorted((r["ms_per_step"] for r in forms), reverse=True)
+    assert not list(out.glob("optimized.onnx*"))             # the dumped graph is cleaned up
+    assert onnx.load(str(folder / "model.onnx"), load_external_data=False).graph.node   # the folder is untouched
