@@ -16,6 +16,7 @@ from engine.server import ServerConfig, serve_in_thread
 from engine.sessions.manager import SessionManager
 
 MODEL = "tiny-chat"
+LONG = 100
 
 
 class Recording:
@@ -29,6 +30,9 @@ class Recording:
         self.gate = threading.Event()
         self.gate.set()
         self.lock = threading.Lock()
+        # Set by a test: generations of at least LONG tokens wait up to 0.1 s a token until a
+        # shorter one has finished, so a loaded machine cannot finish the long one first.
+        self.short_finished: threading.Event | None = None
 
     def __getattr__(self, name):
         return getattr(self._m, name)
@@ -37,10 +41,15 @@ class Recording:
         self.started.append(sampling.max_new_tokens)
         while not self.gate.wait(0.01):      # holds the engine thread (as a long prefill would)
             pass
+        paced = self.short_finished is not None and sampling.max_new_tokens >= LONG
         for event in self._m.generate_tokens(sid, prompt, sampling, cancel):
             if isinstance(event, GenerationResult):
                 with self.lock:
                     self.results.append(event)
+                if self.short_finished is not None and not paced:
+                    self.short_finished.set()
+            elif paced:
+                self.short_finished.wait(0.1)     # type: ignore[union-attr]
             yield event
 
 
@@ -94,6 +103,7 @@ def test_serve_in_thread_reports_its_address(serve):
 
 def test_a_short_request_is_not_stuck_behind_a_long_one(serve, engine):
     h = serve(max_active=4)
+    engine.short_finished = threading.Event()
     done: list[str] = []
     long_thread = threading.Thread(target=lambda: (post(h.port, completion(300)), done.append("long")))
     long_thread.start()
