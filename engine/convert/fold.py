@@ -195,12 +195,13 @@ class LazyValues:
             raise ModelImportError(f"initializer {name}: its external data is truncated")
         # Read with one pread into a fresh array rather than copied out of the map: the map's
         # page faults and its released pages were ~30 % of the load's numpy work (issue 18).
-        out = np.empty(length // np.dtype(dtype).itemsize if length else 0, dtype=dtype)
+        shape = tuple(int(d) for d in t.dims)
+        out = np.empty(shape, dtype=dtype)
         if out.nbytes != length:
+            raise ModelImportError(f"initializer {name}: its external data's length does not match its shape")
+        if length and self._read_into(location, out.reshape(-1).view(np.uint8), off) != length:
             raise ModelImportError(f"initializer {name}: its external data is truncated")
-        if length and self._read_into(location, out.view(np.uint8), off) != length:
-            raise ModelImportError(f"initializer {name}: its external data is truncated")
-        return out.reshape(tuple(t.dims))
+        return out
 
     def _read_into(self, location: str, buf: np.ndarray, offset: int) -> int:
         """Reads len(buf) bytes of the data file `location` at `offset` (the count read)."""
