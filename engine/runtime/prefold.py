@@ -98,7 +98,7 @@ def _release_until(spill: _Spill, done: threading.Event, every_s: float = 0.02) 
 
 M_MMAP_THRESHOLD = -3        # glibc mallopt parameter
 MMAP_THRESHOLD = 1 << 20
-KEEP_HEAP_AT_LOAD = os.environ.get("AMBER_KEEP_HEAP", "1") == "1"    # experiment switch
+KEEP_HEAP_AT_LOAD = True      # see _keep_heap (a switch for the bench: False is the old behaviour)
 
 
 def _fix_mmap_threshold() -> None:
