@@ -160,6 +160,7 @@ class LazyValues:
         self.base_dir = Path(base_dir)
         self._maps: dict[str, np.memmap] = {}
         self._fds: dict[str, int] = {}
+        self._paths: dict[str, Path] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self.overrides or name in self.recipes or name in self.inits
@@ -171,6 +172,7 @@ class LazyValues:
             if path.parent != self.base_dir.resolve():
                 raise ModelImportError(f"initializer {name}: external data outside the model folder")
             self._maps[location] = np.memmap(path, dtype=np.uint8, mode="r")
+            self._paths[location] = path
         return self._maps[location]
 
     def get(self, name: str) -> np.ndarray:
@@ -207,8 +209,8 @@ class LazyValues:
         """Reads len(buf) bytes of the data file `location` at `offset` (the count read)."""
         fd = self._fds.get(location)
         if fd is None:
-            fd = self._fds[location] = os.open(self._maps[location].filename, os.O_RDONLY)
-        view, done = memoryview(buf), 0
+            fd = self._fds[location] = os.open(self._paths[location], os.O_RDONLY)
+        view, done = buf.data.cast("B"), 0
         while done < len(view):
             n = os.preadv(fd, [view[done:]], offset + done)
             if n <= 0:

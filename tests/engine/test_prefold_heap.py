@@ -22,11 +22,10 @@ BLOCK = 16 << 20        # a 16 MiB intermediate (4096 pages)
 
 def _glibc() -> bool:
     try:
-        ctypes.CDLL(None).mallopt
-        ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
+        libc = ctypes.CDLL(None)
+    except OSError:
         return False
-    return True
+    return hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")
 
 
 pytestmark = pytest.mark.skipif(not _glibc(), reason="glibc's malloc only")
