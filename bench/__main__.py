@@ -25,6 +25,7 @@ from .common import Section, ok, table
 BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
 BENCHES += ("memory",)     # issue 18: RSS per stage of a generating process (135M by default)
 BENCHES += ("batch",)      # issue 18: concurrent chats, batched decode
+BENCHES += ("spin",)       # issue 18: ORT thread spinning against competing processes
 # Targets of benches written by others (issue 6 for the store), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
@@ -73,6 +74,10 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
         section = mod.section(res)
     elif name == "memory":      # `--shapes 135m,/converted/folder,...`; `make bench`: the default model
         mod = importlib.import_module("bench.bench_memory")
+        res = mod.run(quick=quick, shapes=shapes.split(","))
+        section = mod.section(res)
+    elif name == "spin":       # issue 18: `--shapes 135m,/converted/folder`; default: the 135M model
+        mod = importlib.import_module("bench.bench_spin")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
     elif name == "batch":       # concurrent chats, batched decode (issue 18); big shapes under --shapes

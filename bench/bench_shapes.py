@@ -126,6 +126,15 @@ def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
     model = load_model(model_dir, "cpu", threads)
     out: dict[str, Any] = {"load_s": time.perf_counter() - t0, "provider": model.provider,
                            "rss_after_load": _status_bytes("VmRSS"), "prefill": {}, "decode": {}}
+    # The spin entries this process's session was made with (engine/runtime/spin.py: auto depends
+    # on the load when the model loads), so a figure says which setting produced it.
+    so = model.session.get_session_options()
+    out["spin"] = {}
+    for key in ("session.intra_op.allow_spinning", "session.intra_op.spin_duration_us"):
+        try:
+            out["spin"][key] = so.get_session_config_entry(key)
+        except RuntimeError:   # not set: ORT's default
+            pass
     runner = Generator(model).runner
     sampler = Sampler(resolve_sampling(SamplingParams(greedy=True), model.generation_config))
 
@@ -257,7 +266,8 @@ def _pool(runs: list[tuple[dict[str, Any], int]], steps: int) -> dict[str, Any]:
         rates = [steps / s for d, _ in runs for s in d["decode"][c]]
         out["decode"][c] = {"tokens_per_s": median(rates), "runs": rates}
     first = runs[0][0]
-    for k in ("version", "system_info", "flash_attn", "n_batch", "n_ubatch", "n_ctx", "greedy", "rss_after_load"):
+    for k in ("version", "system_info", "flash_attn", "n_batch", "n_ubatch", "n_ctx", "greedy", "rss_after_load",
+              "spin"):
         if k in first:
             out[k] = first[k]
     return out

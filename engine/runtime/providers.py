@@ -13,6 +13,7 @@ from typing import Callable, Literal
 import onnxruntime as ort
 
 from . import prefold
+from .spin import spin_entries
 
 ProviderChoice = Literal["auto", "cpu", "gpu"]
 CPU = "CPUExecutionProvider"
@@ -55,6 +56,14 @@ def wanted_providers(choice: ProviderChoice) -> list[str]:
 
 
 def session_options(threads: int | None = None) -> ort.SessionOptions:
+    """Options of a CPU session: the base ones and the intra-op spin policy (spin_entries)."""
+    so = _base_options(threads)
+    for key, value in spin_entries().items():
+        so.add_session_config_entry(key, value)
+    return so
+
+
+def _base_options(threads: int | None = None) -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.log_severity_level = 3   # errors only; a failed CUDA load is reported through fallback_reason
@@ -70,7 +79,7 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
 def strict_session_options(provider: str, threads: int | None = None) -> ort.SessionOptions:
     """Options for a GPU session that must run every node on `provider`: a node without a kernel
     there is an error at creation, not a silent CPU path with copies in between."""
-    so = session_options(threads)
+    so = _base_options(threads)   # no CPU spin policy: ORT's defaults on a GPU session
     so.log_severity_level = 4    # a refusal is reported once, through fallback_reason
     so.add_session_config_entry(DISABLE_CPU_FALLBACK, "1")
     if provider == DML:
