@@ -11,7 +11,7 @@ import onnxruntime as ort
 from engine.runtime.batcher import DecodeBatcher
 from engine.runtime.kvcache import KVCache, bind_kv_shared
 from engine.runtime.model import LoadedModel
-from engine.runtime.residency import drop_mapped_pages
+from engine.runtime.residency import PageDropper, drop_mapped_pages
 
 # Long prompts run in chunks: bounded attention memory, cancellable between chunks. 512 prefills
 # as fast as 1024 here (2048 tokens: 453-458 vs 446-451 tok/s) with ~90 MiB less peak memory.
@@ -21,6 +21,13 @@ PREFILL_CHUNK = 512
 # chunk against 2048 positions on the default model, the largest transient of a long prefill.
 # Chunks are cut so that those scores stay near this; shorter chunks measured no slower.
 ATTENTION_SCRATCH_BYTES = 24 << 20
+# ...and by the activations every chunk token holds while it runs (issue 18): at the step's peak
+# about 11 float32 vectors of the MLP's width per token (measured: 186 MiB that go again at the end
+# of a 512-token chunk at the Qwen2.5-1.5B shape, 8960 wide; 36 MiB at 135M, 1536 wide),
+# plus the logits of every position where a graph returns them all. 40 MiB keeps 512-token chunks
+# for the default model and cuts 1B / 1.5B shapes to 64 (docs/BENCHMARKS.md "Peak RSS while generating").
+ACTIVATION_SCRATCH_BYTES = 40 << 20
+ACTIVATION_VECTORS = 12
 MIN_CHUNK = 64
 
 
@@ -37,6 +44,8 @@ class Runner:
         self._vocab, self._last_only = self._logits_layout()
         self._heads = int(model.config.get("num_attention_heads") or model.kv.kv_heads)
         self._weights_dir = model.graph.parent if model.graph is not None else model.path
+        # The activation bound is for the host's memory: on a GPU the activations live on the device.
+        self._token_bytes = self._activation_bytes_per_token() if model.provider == "CPUExecutionProvider" else 0
         # Where new caches keep their KV between steps: on the GPU under CUDA (shared-buffer graphs);
         # tests and gpu_check set kvcache.STAGED to run the device code paths on a CPU.
         self.kv_device = "cuda" if model.provider == "CUDAExecutionProvider" else "cpu"
@@ -58,11 +67,28 @@ class Runner:
             return nullcontext()
         return self.batcher.decoding(cache)
 
+    def _activation_bytes_per_token(self) -> int:
+        """Bytes of activations one prefill token holds at the step's peak (ACTIVATION_VECTORS
+        float32 vectors of the widest layer), plus its logits when every position returns them."""
+        def size(key: str) -> int:
+            value = self.model.config.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+        hidden = size("hidden_size")
+        # A config without intermediate_size: the usual 4x MLP of GPT-2-style models.
+        width = max(size("intermediate_size") or 4 * hidden, hidden, 1)
+        per_token = ACTIVATION_VECTORS * 4 * width
+        if not self._last_only:
+            per_token += 4 * (self._vocab or size("vocab_size"))
+        return per_token
+
     def chunk_len(self, cache: KVCache, n: int) -> int:
         """How many of `n` new tokens one prefill step takes after what `cache` holds: PREFILL_CHUNK,
-        or fewer so that the step's attention scores stay within ATTENTION_SCRATCH_BYTES."""
+        or fewer so that the step's attention scores stay within ATTENTION_SCRATCH_BYTES and its
+        activations within ACTIVATION_SCRATCH_BYTES (never below MIN_CHUNK)."""
         positions = max(cache.capacity, len(cache) + n)
-        fit = ATTENTION_SCRATCH_BYTES // (2 * 4 * self._heads * max(positions, 1)) // MIN_CHUNK * MIN_CHUNK
+        scores = ATTENTION_SCRATCH_BYTES // (2 * 4 * self._heads * max(positions, 1))
+        activations = ACTIVATION_SCRATCH_BYTES // max(self._token_bytes, 1)
+        fit = min(scores, activations) // MIN_CHUNK * MIN_CHUNK
         return max(1, min(PREFILL_CHUNK, max(MIN_CHUNK, fit)))
 
     def _logits_layout(self) -> tuple[int | None, bool]:
@@ -160,7 +186,13 @@ class Runner:
         for start in range(0, len(ids), chunk):
             if start and between_chunks is not None and between_chunks(start):
                 return None
-            logits = step(cache, ids[start:start + chunk])
-            if len(ids) > 1:    # a prompt: the embedding rows it read leave again (issue 18)
-                drop_mapped_pages(self._weights_dir)
+            if len(ids) == 1:
+                logits = step(cache, ids)
+                continue
+            # A prompt: the embedding rows a chunk reads (with the kernel's fault-around, ~0.5 MiB a
+            # token at the 1.5B shape) are needed only by its first node; they are dropped while the
+            # rest of the chunk runs and again after it (issue 18).
+            with PageDropper(self._weights_dir):
+                logits = step(cache, ids[start:start + chunk])
+            drop_mapped_pages(self._weights_dir)
         return logits
