@@ -7,6 +7,7 @@ so it folds them here with the same float32 arithmetic.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from typing import Any
@@ -16,7 +17,6 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .errors import ModelImportError
-from .writer import drop_pages
 
 
 def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
@@ -159,6 +159,8 @@ class LazyValues:
         self.overrides: dict[str, np.ndarray] = {}
         self.base_dir = Path(base_dir)
         self._maps: dict[str, np.memmap] = {}
+        self._fds: dict[str, int] = {}
+        self._paths: dict[str, Path] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self.overrides or name in self.recipes or name in self.inits
@@ -170,6 +172,7 @@ class LazyValues:
             if path.parent != self.base_dir.resolve():
                 raise ModelImportError(f"initializer {name}: external data outside the model folder")
             self._maps[location] = np.memmap(path, dtype=np.uint8, mode="r")
+            self._paths[location] = path
         return self._maps[location]
 
     def get(self, name: str) -> np.ndarray:
@@ -189,12 +192,41 @@ class LazyValues:
         self.get_map(location, name)
         off, length = int(info.get("offset", 0)), int(info["length"])
         dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
-        raw = self._maps[location][off:off + length]
-        if raw.size != length:
+        m = self._maps[location]
+        if off < 0 or off + length > m.size:
             raise ModelImportError(f"initializer {name}: its external data is truncated")
-        out = np.frombuffer(raw, dtype=dtype).reshape(tuple(t.dims)).copy()
-        drop_pages(self._maps[location], off, length)
+        # Read with one pread into a fresh array rather than copied out of the map (issue 18):
+        # fewer page faults and no pages to release (the copy was 0.46 of 1.57 s in cProfile at
+        # 0.5B; no wall-clock difference measurable on the loaded 2-core bench machine).
+        shape = tuple(int(d) for d in t.dims)
+        out = np.empty(shape, dtype=dtype)
+        if out.nbytes != length:
+            raise ModelImportError(f"initializer {name}: its external data's length does not match its shape")
+        if length and self._read_into(location, out.reshape(-1).view(np.uint8), off) != length:
+            raise ModelImportError(f"initializer {name}: its external data is truncated")
         return out
+
+    def _read_into(self, location: str, buf: np.ndarray, offset: int) -> int:
+        """Reads len(buf) bytes of the data file `location` at `offset` (the count read)."""
+        fd = self._fds.get(location)
+        if fd is None:
+            fd = self._fds[location] = os.open(self._paths[location], os.O_RDONLY)
+        view, done = buf.data.cast("B"), 0
+        while done < len(view):
+            n = os.preadv(fd, [view[done:]], offset + done)
+            if n <= 0:
+                break
+            done += n
+        return done
+
+    def close(self) -> None:
+        """Closes the data files opened for reading (the maps stay valid while referenced)."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def fold_lazily(model: onnx.ModelProto, values: LazyValues) -> None:

@@ -98,6 +98,7 @@ def _release_until(spill: _Spill, done: threading.Event, every_s: float = 0.02) 
 
 M_MMAP_THRESHOLD = -3        # glibc mallopt parameter
 MMAP_THRESHOLD = 1 << 20
+KEEP_HEAP_AT_LOAD = True      # see _keep_heap (a switch for the bench: False is the old behaviour)
 
 
 def _fix_mmap_threshold() -> None:
@@ -110,6 +111,27 @@ def _fix_mmap_threshold() -> None:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     except (OSError, AttributeError):   # not glibc: only the memory figure suffers
         pass
+
+
+M_TRIM_THRESHOLD = -1       # glibc mallopt parameters
+KEEP_HEAP = 1 << 30          # while numpy forms the values: freed memory stays for the next tensor
+HEAP_BLOCK = 32 << 20        # glibc's largest mmap threshold: intermediates up to 32 MiB from the heap
+TRIM_DEFAULT = 128 << 10     # glibc's default trim threshold, restored afterwards
+
+
+def _mallopt(param: int, value: int) -> None:
+    try:
+        ctypes.CDLL(None).mallopt(param, value)
+    except (OSError, AttributeError):   # not glibc: only the speed suffers
+        pass
+
+
+def _keep_heap() -> None:
+    """While numpy forms the values, freed intermediates stay in the heap and are reused by the
+    next tensor's rather than returned and faulted in again page by page (issue 18: ~100,000
+    page faults loading a 1.5B model); `_trim_heap` returns them once the numpy work is done."""
+    _mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK)
+    _mallopt(M_TRIM_THRESHOLD, KEEP_HEAP)
 
 
 def _trim_heap() -> None:
@@ -219,9 +241,14 @@ def cpu_session(model_path: str, options: ort.SessionOptions, providers: list[st
     try:
         stored: list[np.ndarray] = []
         try:
+            if KEEP_HEAP_AT_LOAD:
+                _keep_heap()
             folded = prefold(Path(model_path), spill, stored)
         except OSError:
             folded = None
+        finally:
+            if KEEP_HEAP_AT_LOAD:
+                _mallopt(M_TRIM_THRESHOLD, TRIM_DEFAULT)
         if folded is None:
             spill.file.close()
             return ort.InferenceSession(model_path, options, providers=providers)
