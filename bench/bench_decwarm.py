@@ -60,14 +60,8 @@ def worker(model_dir: str, threads: int, history: str, spinning: bool | None, st
     import numpy as np
 
     if spinning is not None:    # an experiment, as bench_shapes' "Amber, ORT spinning off"
-        from engine.runtime import providers
-        plain = providers.session_options
-
-        def with_spinning(threads: int | None = None) -> Any:
-            so = plain(threads)
-            so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-            return so
-        providers.session_options = with_spinning   # type: ignore[assignment]
+        from .bench_shapes import force_spinning
+        force_spinning(spinning)
 
     from engine.api import SamplingParams
     from engine.generation.generate import Generator

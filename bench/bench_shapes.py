@@ -98,6 +98,19 @@ def _status_bytes(key: str) -> int:
     return 0
 
 
+def force_spinning(spinning: bool) -> None:
+    """An experiment in a worker process: every CPU session it makes sets ORT's
+    `session.intra_op.allow_spinning` to `spinning`, whatever the engine's policy chooses."""
+    from engine.runtime import providers
+    plain = providers.session_options
+
+    def with_spinning(threads: int | None = None) -> Any:
+        so = plain(threads)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        return so
+    providers.session_options = with_spinning   # type: ignore[assignment]
+
+
 def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: list[int],
                  decode_contexts: list[int], decode_steps: int, runs: int,
                  prefill_runs: dict[str, int] | None = None, prefill_warmup: int | None = None,
@@ -108,14 +121,7 @@ def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
     import numpy as np
 
     if spinning is not None:
-        from engine.runtime import providers
-        plain = providers.session_options
-
-        def with_spinning(threads: int | None = None) -> Any:
-            so = plain(threads)
-            so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-            return so
-        providers.session_options = with_spinning   # type: ignore[assignment]
+        force_spinning(spinning)
 
     from engine.api import SamplingParams
     from engine.generation.generate import Generator

@@ -60,13 +60,18 @@ def test_onnx_decode_bytes_counts_one_embedding_row(tmp_path: Path, external: bo
     assert got == {"decode_bytes": 16 + 128, "initializer_bytes": 160 + 128}
 
 
-def test_onnx_decode_bytes_counts_a_tied_table_whole(tmp_path: Path) -> None:
+def _save_tied_table_model(folder: Path) -> None:
+    """model.onnx in `folder`: a 10 x 4 float32 table read by a Gather and, transposed, by a MatMul."""
     table = numpy_helper.from_array(np.ones((10, 4), np.float32), "embed")
     nodes = [helper.make_node("Gather", ["embed", "ids"], ["h"]),
              helper.make_node("MatMul", ["h", "embed_t"], ["y"]), helper.make_node("Transpose", ["embed"], ["embed_t"])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], [table])
-    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"))
+    onnx.save(helper.make_model(graph), str(folder / "model.onnx"))
+
+
+def test_onnx_decode_bytes_counts_a_tied_table_whole(tmp_path: Path) -> None:
+    _save_tied_table_model(tmp_path)
     assert bench_shapes.onnx_decode_bytes(str(tmp_path))["decode_bytes"] == 160
 
 
@@ -191,16 +196,12 @@ def test_amber_bandwidth_share_uses_the_kernel_bytes_and_both_are_printed() -> N
 
 
 def test_onnx_kernel_bytes_counts_a_tied_table_whole_under_its_matmul(tmp_path: Path) -> None:
-    table = numpy_helper.from_array(np.ones((10, 4), np.float32), "embed")
-    nodes = [helper.make_node("Gather", ["embed", "ids"], ["h"]),
-             helper.make_node("MatMul", ["h", "embed_t"], ["y"]), helper.make_node("Transpose", ["embed"], ["embed_t"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], [table])
-    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"))
+    _save_tied_table_model(tmp_path)
     # The Gather reads a row of the stored table; the MatMul its transposed copy made at load.
     assert bench_shapes.onnx_kernel_bytes(str(tmp_path)) == {"kernel_bytes": 16 + 160,
                                                               "by_op": {"Gather": 16, "MatMul": 160},
                                                               "unknown_tensors": 0}
+    table = numpy_helper.from_array(np.ones((10, 4), np.float32), "embed")
     direct = [helper.make_node("Gather", ["embed", "ids"], ["h"]), helper.make_node("MatMul", ["h", "embed"], ["y"])]
     graph = helper.make_graph(direct, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [table])
