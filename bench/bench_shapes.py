@@ -102,11 +102,12 @@ def force_spinning(spinning: bool) -> None:
     """An experiment in a worker process: every CPU session it makes sets ORT's
     `session.intra_op.allow_spinning` to `spinning`, whatever the engine's policy chooses."""
     from engine.runtime import providers
+    from engine.runtime.spin import ALLOW
     plain = providers.session_options
 
     def with_spinning(threads: int | None = None) -> Any:
         so = plain(threads)
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        so.add_session_config_entry(ALLOW, "1" if spinning else "0")
         return so
     providers.session_options = with_spinning   # type: ignore[assignment]
 

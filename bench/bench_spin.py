@@ -31,14 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.runtime.spin import ALLOW, BACKOFF, BLOCK, DURATION, STOP
+
 from . import common
 from .common import Section, median, table
 
-ALLOW = "session.intra_op.allow_spinning"
-DURATION = "session.intra_op.spin_duration_us"
-BACKOFF = "session.intra_op.spin_backoff_max"
-STOP = "session.force_spinning_stop"
-BLOCK = "session.dynamic_block_base"
 # name -> ORT session config entries (CPU session). The first is ORT's own default (the reference
 # of the "÷ default" columns). AMBER_BENCH_SPIN_SETTINGS="name;name" picks others from CATALOG.
 CATALOG: dict[str, dict[str, str]] = {

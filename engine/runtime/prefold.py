@@ -29,6 +29,7 @@ from engine.base import paths
 from engine.convert.errors import ModelImportError
 from engine.convert.fold import LazyValues, fold_lazily
 from engine.convert.writer import ALIGN
+from engine.runtime.residency import trim_heap
 
 PRODUCER = "amber"         # only graphs Amber wrote: their weight-prep nodes use fold.py's ops
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"
@@ -98,7 +99,14 @@ def _release_until(spill: _Spill, done: threading.Event, every_s: float = 0.02) 
 
 M_MMAP_THRESHOLD = -3        # glibc mallopt parameter
 MMAP_THRESHOLD = 1 << 20
-KEEP_HEAP_AT_LOAD = True      # see _keep_heap (a switch for the bench: False is the old behaviour)
+
+
+def _mallopt(param: int, value: int) -> None:
+    """glibc's mallopt; elsewhere nothing (only the speed and memory figures suffer)."""
+    try:
+        ctypes.CDLL(None).mallopt(param, value)
+    except (OSError, AttributeError):   # not glibc
+        pass
 
 
 def _fix_mmap_threshold() -> None:
@@ -107,10 +115,7 @@ def _fix_mmap_threshold() -> None:
     Runtime's re-packing buffers would come from the heap, which it keeps: measured +130 MiB
     peak loading a 0.5B model. Set once the numpy work is done (fresh mappings for every
     intermediate made it 2x slower); process-wide, as glibc's MALLOC_MMAP_THRESHOLD_."""
-    try:
-        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    except (OSError, AttributeError):   # not glibc: only the memory figure suffers
-        pass
+    _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 M_TRIM_THRESHOLD = -1       # glibc mallopt parameters
@@ -119,29 +124,12 @@ HEAP_BLOCK = 32 << 20        # glibc's largest mmap threshold: intermediates up 
 TRIM_DEFAULT = 128 << 10     # glibc's default trim threshold, restored afterwards
 
 
-def _mallopt(param: int, value: int) -> None:
-    try:
-        ctypes.CDLL(None).mallopt(param, value)
-    except (OSError, AttributeError):   # not glibc: only the speed suffers
-        pass
-
-
 def _keep_heap() -> None:
     """While numpy forms the values, freed intermediates stay in the heap and are reused by the
     next tensor's rather than returned and faulted in again page by page (issue 18: ~100,000
-    page faults loading a 1.5B model); `_trim_heap` returns them once the numpy work is done."""
+    page faults loading a 1.5B model); `trim_heap` returns them once the numpy work is done."""
     _mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK)
     _mallopt(M_TRIM_THRESHOLD, KEEP_HEAP)
-
-
-def _trim_heap() -> None:
-    """Returns the freed intermediates' memory to the system: glibc raises its mmap threshold
-    after the first large frees, so later numpy arrays come from the heap, which it keeps
-    (measured: +128 MiB resident after loading a 0.5B model, none after the trim)."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):   # not glibc: only the memory figure suffers
-        pass
 
 
 def _spill_folder() -> Path:
@@ -241,19 +229,19 @@ def cpu_session(model_path: str, options: ort.SessionOptions, providers: list[st
     try:
         stored: list[np.ndarray] = []
         try:
-            if KEEP_HEAP_AT_LOAD:
-                _keep_heap()
+            _keep_heap()
             folded = prefold(Path(model_path), spill, stored)
         except OSError:
             folded = None
         finally:
-            if KEEP_HEAP_AT_LOAD:
-                _mallopt(M_TRIM_THRESHOLD, TRIM_DEFAULT)
+            _mallopt(M_TRIM_THRESHOLD, TRIM_DEFAULT)
         if folded is None:
             spill.file.close()
             return ort.InferenceSession(model_path, options, providers=providers)
         data, names = folded
-        _trim_heap()
+        # The freed intermediates' memory goes back: glibc raised its mmap threshold after the
+        # first large frees, so the heap kept them (+128 MiB resident after a 0.5B load without it).
+        trim_heap()
         _fix_mmap_threshold()
         arrays = spill.arrays() + stored
         spill.maps = list({id(v.base): v.base for v in stored}.values())
@@ -274,7 +262,7 @@ def cpu_session(model_path: str, options: ort.SessionOptions, providers: list[st
         spill.file.close()
         raise
     spill.release_pages()
-    _trim_heap()
+    trim_heap()
     # ONNX Runtime reads these buffers for as long as the session lives: keep them mapped with it.
     session.amber_prefolded = (spill, arrays)
     return session
