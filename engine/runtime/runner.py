@@ -181,14 +181,13 @@ class Runner:
         # The whole prompt's room at once (issue 18): growing chunk by chunk doubles the buffer
         # while the old one is still held (a 2048-token prompt peaked at 1.5x its KV).
         cache.reserve(len(cache) + len(ids))
+        if len(ids) == 1:       # a decode step: one run, no mapped pages to drop
+            return step(cache, ids)
         chunk = self.chunk_len(cache, len(ids))
         logits = None
         for start in range(0, len(ids), chunk):
             if start and between_chunks is not None and between_chunks(start):
                 return None
-            if len(ids) == 1:
-                logits = step(cache, ids)
-                continue
             # A prompt: the embedding rows a chunk reads (with the kernel's fault-around, ~0.5 MiB a
             # token at the 1.5B shape) are needed only by its first node; they are dropped while the
             # rest of the chunk runs and again after it (issue 18).
