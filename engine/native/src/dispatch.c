@@ -1,0 +1,108 @@
+/* Routes amber_kernels.h to the family that handles a type, and picks the instruction set once. */
+#include <string.h>
+
+#include "amber_kernels.h"
+#include "family.h"
+
+static int isa_forced = -1;   /* -1: not forced */
+
+static enum amber_isa best_isa(void) {
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512bw"))
+            return ISA_AVX512VNNI;
+        if (__builtin_cpu_supports("avxvnni"))
+            return ISA_AVXVNNI;
+        return ISA_AVX2;
+    }
+#endif
+    return ISA_SCALAR;
+}
+
+enum amber_isa amber_current_isa(void) {
+    static int best = -1;
+    if (isa_forced >= 0)
+        return (enum amber_isa)isa_forced;
+    if (best < 0)
+        best = (int)best_isa();   /* a benign race: every thread computes the same value */
+    return (enum amber_isa)best;
+}
+
+static const char *const ISA_NAMES[] = {"scalar", "avx2", "avxvnni", "avx512vnni"};
+
+const char *amber_isa(void) { return ISA_NAMES[amber_current_isa()]; }
+
+static int cpu_has_avxvnni(void) {
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+    return __builtin_cpu_supports("avxvnni");
+#else
+    return 0;
+#endif
+}
+
+int amber_set_isa(const char *name) {
+    if (name == NULL)
+        return -1;
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(name, ISA_NAMES[i]) != 0)
+            continue;
+        int best = (int)best_isa();
+        /* AVX-VNNI and AVX512-VNNI are separate extensions: a CPU with one may lack the other */
+        if (i > best || (i == ISA_AVXVNNI && !cpu_has_avxvnni()))
+            return -1;
+        isa_forced = i;
+        return 0;
+    }
+    return -1;
+}
+
+static int block_of(int type) {
+    if (q32_handles(type))
+        return Q32_BLOCK;
+    if (qk_handles(type))
+        return QK_BLOCK;
+    return 0;
+}
+
+static int valid(int type, int64_t k) {
+    int blk = block_of(type);
+    return blk > 0 && k > 0 && k % blk == 0 && k <= ((int64_t)1 << 40);
+}
+
+int64_t amber_row_bytes(int type, int64_t k) {
+    if (!valid(type, k))
+        return -1;
+    return q32_handles(type) ? q32_row_bytes(type, k) : qk_row_bytes(type, k);
+}
+
+int64_t amber_act_bytes(int type, int64_t k) {
+    if (!valid(type, k))
+        return -1;
+    return q32_handles(type) ? q32_act_bytes(type, k) : qk_act_bytes(type, k);
+}
+
+int amber_quantize_act(int type, const float *x, int64_t k, void *out) {
+    if (!valid(type, k) || x == NULL || out == NULL)
+        return -1;
+    if (q32_handles(type))
+        q32_quantize_act(type, x, k, out);
+    else
+        qk_quantize_act(type, x, k, out);
+    return 0;
+}
+
+int amber_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_t k,
+                    int64_t n0, int64_t n1, float *y, int64_t ldy) {
+    if (!valid(type, k) || act == NULL || w == NULL || y == NULL || m < 0 || n0 < 0 || n1 < n0 ||
+        (m > 1 && ldy < n1))
+        return -1;
+    if (m == 0 || n0 == n1)
+        return 0;
+    if (q32_handles(type))
+        q32_gemm_rows(type, act, m, w, k, n0, n1, y, ldy);
+    else
+        qk_gemm_rows(type, act, m, w, k, n0, n1, y, ldy);
+    return 0;
+}
