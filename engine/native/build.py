@@ -9,6 +9,7 @@ then uses ONNX Runtime's own ops); a compile error prints the compiler's message
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import shutil
@@ -50,6 +51,14 @@ def sources(src_dir: Path = SRC_DIR) -> list[Path]:
 
 def source_hash(src_dir: Path = SRC_DIR) -> str:
     """16 hex digits over the sources' names and bytes, the flags and the platform."""
+    # Keyed by the files' sizes and times, so asking again (every session creation) reads nothing.
+    key = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sources(src_dir))
+    return _hash_of(src_dir, key)
+
+
+@functools.lru_cache(maxsize=8)
+def _hash_of(src_dir: Path, key: tuple[tuple[str, int, int], ...]) -> str:
+    del key  # only the cache's key
     h = hashlib.sha256()
     h.update(f"{BUILD_FORMAT}|{' '.join(CFLAGS + _link_flags())}|{sys.platform}\n".encode())
     for p in sources(src_dir):
