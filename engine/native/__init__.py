@@ -17,8 +17,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.native import build as _build
-
 if TYPE_CHECKING:
     import onnxruntime
 
@@ -44,6 +42,9 @@ def mode() -> str:
 def library_path(build_dir: Path | None = None) -> Path | None:
     """The built library for this platform and these sources, if present. A bundle without the
     sources (the packaged app) uses the one library it ships."""
+    # Imported here, not at the top: `python -m engine.native.build` must find it not yet imported.
+    from engine.native import build as _build  # noqa: PLC0415 - see above
+
     folder = build_dir or _build.BUILD_DIR
     try:
         if _build.SRC_DIR.is_dir() and _build.sources():
