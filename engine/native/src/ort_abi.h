@@ -68,6 +68,7 @@ enum {
     ORT_SLOT_KernelContext_GetOutput = 91,
     ORT_SLOT_ReleaseStatus = 93,
     ORT_SLOT_ReleaseTensorTypeAndShapeInfo = 99,
+    ORT_SLOT_KernelInfoGetConstantInput_tensor = 249,
     ORT_SLOT_KernelContext_ParallelFor = 274,
 };
 
@@ -95,6 +96,8 @@ typedef OrtStatus *(ORT_CALL *ort_KernelContext_GetOutput_fn)(OrtKernelContext *
                                                               const int64_t *dims, size_t count, OrtValue **out);
 typedef void(ORT_CALL *ort_ReleaseStatus_fn)(OrtStatus *status);
 typedef void(ORT_CALL *ort_ReleaseTensorTypeAndShapeInfo_fn)(OrtTensorTypeAndShapeInfo *info);
+typedef OrtStatus *(ORT_CALL *ort_KernelInfoGetConstantInput_tensor_fn)(const OrtKernelInfo *info, size_t index,
+                                                                        int *is_constant, const OrtValue **out);
 typedef OrtStatus *(ORT_CALL *ort_KernelContext_ParallelFor_fn)(const OrtKernelContext *ctx,
                                                                 void (*fn)(void *user, size_t i), size_t total,
                                                                 size_t num_batch, void *user);

@@ -19,6 +19,7 @@
 #define OP_NAME "GgufMatMul"
 #define OP_DOMAIN "ai.amber"
 #define MAX_N ((int64_t)1 << 40)
+#define MAX_K ((int64_t)1 << 40)   /* dispatch.c accepts no larger K */
 
 typedef struct {
     const void *api;     /* the OrtApi table (version 17) */
@@ -37,6 +38,16 @@ static OrtStatus *fail(const void *api, int code, const char *fmt, ...) {
     va_end(ap);
     return ORT_FN(api, CreateStatus)(code, msg);
 }
+
+typedef struct {
+    int elem;
+    size_t rank;
+    int64_t *dims;   /* malloc'd, rank entries (NULL when rank is 0) */
+    size_t count;
+} shape_t;
+
+static OrtStatus *shape_of(const void *api, const OrtValue *v, shape_t *s);
+static OrtStatus *check_w(const void *api, const OrtValue *wv, int type, int64_t k, int64_t n, int64_t rb);
 
 /* ---- kernel creation: the attributes, checked once per node ---- */
 
@@ -62,15 +73,25 @@ static OrtStatus *ORT_CALL create_kernel(const OrtCustomOpV17 *op, const void *a
     if (type < 0 || type > 1000 || amber_row_bytes((int)type, 256) < 0)
         return fail(api, ORT_CODE_INVALID_GRAPH, "ggml_type %lld is not supported by the kernels",
                     (long long)type);
+    if (k <= 0 || k > MAX_K)
+        return fail(api, ORT_CODE_INVALID_GRAPH, "K = %lld is out of range (1 .. 2^40)", (long long)k);
     int64_t rb = amber_row_bytes((int)type, k);
     if (rb <= 0)
-        return fail(api, ORT_CODE_INVALID_GRAPH, "K = %lld is not a positive multiple of ggml_type %lld's block",
+        return fail(api, ORT_CODE_INVALID_GRAPH, "K = %lld is not a multiple of ggml_type %lld's block",
                     (long long)k, (long long)type);
     if (n <= 0 || n > MAX_N)
         return fail(api, ORT_CODE_INVALID_GRAPH, "N = %lld is out of range (1 .. 2^40)", (long long)n);
     if (n > INT64_MAX / rb)
         return fail(api, ORT_CODE_INVALID_GRAPH, "N = %lld rows of %lld bytes overflow", (long long)n,
                     (long long)rb);
+    /* W is normally an initializer: check it now, so a bad file fails when the session is made */
+    int is_constant = 0;
+    const OrtValue *wv = NULL;
+    st = ORT_FN(api, KernelInfoGetConstantInput_tensor)(info, 1, &is_constant, &wv);
+    if (st != NULL)
+        ORT_FN(api, ReleaseStatus)(st);   /* not knowable now: checked at every run anyway */
+    else if (is_constant && wv != NULL && (st = check_w(api, wv, (int)type, k, n, rb)) != NULL)
+        return st;
     kernel_t *kern = malloc(sizeof *kern);
     if (kern == NULL)
         return fail(api, ORT_CODE_FAIL, "out of memory");
@@ -146,13 +167,6 @@ static OrtStatus *run_parallel(const void *api, const OrtKernelContext *ctx, voi
     return ORT_FN(api, KernelContext_ParallelFor)(ctx, fn, total, 0, w);
 }
 
-typedef struct {
-    int elem;
-    size_t rank;
-    int64_t *dims;   /* malloc'd, rank entries (NULL when rank is 0) */
-    size_t count;
-} shape_t;
-
 static OrtStatus *shape_of(const void *api, const OrtValue *v, shape_t *s) {
     OrtTensorTypeAndShapeInfo *info = NULL;
     memset(s, 0, sizeof *s);
@@ -175,6 +189,22 @@ static OrtStatus *shape_of(const void *api, const OrtValue *v, shape_t *s) {
     return st;
 }
 
+/* W: uint8 holding exactly N rows of rb bytes. */
+static OrtStatus *check_w(const void *api, const OrtValue *wv, int type, int64_t k, int64_t n, int64_t rb) {
+    shape_t ws;
+    OrtStatus *st = shape_of(api, wv, &ws);
+    free(ws.dims);
+    if (st != NULL)
+        return st;
+    if (ws.elem != ORT_ELEM_UINT8)
+        return fail(api, ORT_CODE_INVALID_ARGUMENT, "W must be uint8 (element type %d given)", ws.elem);
+    if ((uint64_t)ws.count != (uint64_t)(n * rb))
+        return fail(api, ORT_CODE_INVALID_ARGUMENT,
+                    "W holds %zu bytes, but N = %lld rows of ggml_type %d with K = %lld need %lld", ws.count,
+                    (long long)n, type, (long long)k, (long long)(n * rb));
+    return NULL;
+}
+
 static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     const void *api = kn->api;
     const OrtValue *xv = NULL, *wv = NULL;
@@ -190,16 +220,9 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     if (xv == NULL || wv == NULL)
         return fail(api, ORT_CODE_INVALID_ARGUMENT, "an input is missing");
 
-    shape_t xs, ws;
-    if ((st = shape_of(api, wv, &ws)) != NULL)
+    shape_t xs;
+    if ((st = check_w(api, wv, kn->type, kn->k, kn->n, kn->row_bytes)) != NULL)
         return st;
-    free(ws.dims);
-    if (ws.elem != ORT_ELEM_UINT8)
-        return fail(api, ORT_CODE_INVALID_ARGUMENT, "W must be uint8 (element type %d given)", ws.elem);
-    if ((uint64_t)ws.count != (uint64_t)(kn->n * kn->row_bytes))
-        return fail(api, ORT_CODE_INVALID_ARGUMENT,
-                    "W holds %zu bytes, but N = %lld rows of ggml_type %d with K = %lld need %lld", ws.count,
-                    (long long)kn->n, kn->type, (long long)kn->k, (long long)(kn->n * kn->row_bytes));
     if ((st = shape_of(api, xv, &xs)) != NULL) {
         free(xs.dims);
         return st;
