@@ -133,13 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.native.build", description=__doc__.splitlines()[0])
     ap.add_argument("--force", action="store_true", help="rebuild even when the library is up to date")
     ap.add_argument("--out", type=Path, default=BUILD_DIR, help="output folder (default: engine/native/_build)")
+    ap.add_argument("--src", type=Path, default=SRC_DIR, help=argparse.SUPPRESS)   # tests: other sources
     args = ap.parse_args(argv)
-    target = args.out / library_name()
+    target = args.out / library_name(args.src)
     if target.is_file() and not args.force:
         print(f"native kernels up to date: {target}")
         return 0
     try:
-        built = build(args.out, force=args.force)
+        built = build(args.out, force=args.force, src_dir=args.src)
     except BuildError as exc:
         print(f"native kernels: compile failed:\n{exc}", file=sys.stderr)
         return 2
