@@ -11,6 +11,8 @@
 #define QK_TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define QK_INL static inline __attribute__((always_inline)) QK_TGT
 #define QK_PF 6
+/* Activation rows per decoded super-block: 32 registers hold 8 rows' accumulators. */
+#define T512 8
 
 QK_INL float hsum512(__m512 v) {
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -37,7 +39,7 @@ QK_INL void tile_q45k(const uint8_t *x, const uint8_t *act, int64_t ab, const in
     const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     const __m512i nib = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
     const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m512 acc[QK_TILE];
+    __m512 acc[T512];
     for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, x += xb, act += Q8K_BYTES) {
         _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T0);
@@ -50,7 +52,7 @@ QK_INL void tile_q45k(const uint8_t *x, const uint8_t *act, int64_t ab, const in
         const uint8_t *qs = x + (five ? 48 : 16);
         const __m512i qhv = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 16)))
                                  : _mm512_setzero_si512();
-        __m512i isum[QK_TILE];
+        __m512i isum[T512];
         for (int i = 0; i < mt; i++) isum[i] = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
             const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)));
@@ -69,12 +71,13 @@ QK_INL void tile_q45k(const uint8_t *x, const uint8_t *act, int64_t ab, const in
                 isum[i] = _mm512_dpwssd_epi32(isum[i], p, sc);
             }
         }
-        for (int i = 0; i < mt; i++) {
+        const __m512 dv = _mm512_set1_ps(d), dminv = _mm512_set1_ps(dmin);
+        for (int i = 0; i < mt; i++) {   /* acc += da * (d * isum - dmin * msum) */
             const uint8_t *a = act + i * ab;
-            const float da = qk_act_d(a);
             const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_set1_ps(d * da), acc[i]);
-            acc[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), _mm512_set1_ps(dmin * da), acc[i]);
+            __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[i]), dv);
+            t = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), dminv, t);
+            acc[i] = _mm512_fmadd_ps(t, _mm512_set1_ps(qk_act_d(a)), acc[i]);
         }
     }
     for (int i = 0; i < mt; i++) out[i] = hsum512(acc[i]);
@@ -93,7 +96,7 @@ QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int
         for (int l = 0; l < 32; l++) ix[l] = (short)(4 * s + l / 8);
         sidx[s] = _mm512_loadu_si512((const void *)ix);
     }
-    __m512 acc[QK_TILE];
+    __m512 acc[T512];
     for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, act += Q8K_BYTES) {
         _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, _MM_HINT_T0);
@@ -103,7 +106,7 @@ QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int
         const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
         const __m512i s16w = _mm512_castsi256_si512(s16);
         const float d = half512(x + 208);
-        __m512i isum[QK_TILE];
+        __m512i isum[T512];
         for (int i = 0; i < mt; i++) isum[i] = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
             const __m512i ql = _mm512_loadu_si512((const void *)(x + 64 * h));
@@ -138,7 +141,11 @@ static QK_TGT void tile512(int type, const uint8_t *x, const uint8_t *a, int64_t
     case 1: call_mt(1); break;       \
     case 2: call_mt(2); break;       \
     case 3: call_mt(3); break;       \
-    default: call_mt(4); break;      \
+    case 4: call_mt(4); break;       \
+    case 5: call_mt(5); break;       \
+    case 6: call_mt(6); break;       \
+    case 7: call_mt(7); break;       \
+    default: call_mt(8); break;      \
     }
 #define QK_C6(t) tile_q6k(x, a, ab, t, nb, out)
 #define QK_C5(t) tile_q45k(x, a, ab, t, nb, 1, out)
@@ -159,11 +166,11 @@ static QK_TGT void tile512(int type, const uint8_t *x, const uint8_t *a, int64_t
 QK_TGT void qk_gemm_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                                int64_t n0, int64_t n1, float *y, int64_t ldy) {
     const int64_t nb = k / QK_BLOCK, rb = nb * qk_block_bytes(type), ab = nb * Q8K_BYTES;
-    float out[QK_TILE];
+    float out[T512];
     for (int64_t nblk = n0; nblk < n1; nblk += QK_ROW_BLOCK) {
         const int64_t nend = n1 - nblk < QK_ROW_BLOCK ? n1 : nblk + QK_ROW_BLOCK;
-        for (int64_t i0 = 0; i0 < m; i0 += QK_TILE) {
-            const int mt = m - i0 < QK_TILE ? (int)(m - i0) : QK_TILE;
+        for (int64_t i0 = 0; i0 < m; i0 += T512) {
+            const int mt = m - i0 < T512 ? (int)(m - i0) : T512;
             for (int64_t n = nblk; n < nend; n++) {
                 tile512(type, w + n * rb, act + i0 * ab, ab, mt, nb, out);
                 for (int i = 0; i < mt; i++) y[(i0 + i) * ldy + n] = out[i];
