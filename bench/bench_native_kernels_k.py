@@ -102,7 +102,6 @@ def native_runner(so: ctypes.CDLL, isa: str, typ: int, pool: list[np.ndarray], x
 
 def ort_model(tname: str, k: int, n: int, rng: np.random.Generator) -> tuple[bytes, int]:
     """The converter's accuracy-level-4 form of one weight: (model bytes, weight bytes read per call)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     bits, blk, corr = {"Q4_K": (4, 32, True), "Q5_K": (8, 32, True), "Q6_K": (8, 16, False)}[tname]
     nb = k // blk
@@ -184,6 +183,59 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def cpu_features() -> list[str]:
+    try:
+        flags = open("/proc/cpuinfo").read().split("flags", 1)[1].split("\n", 1)[0] + " "
+    except (OSError, IndexError):
+        return []
+    names = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_int8")
+    return [f for f in names if f" {f} " in flags]
+
+
+def bench_shape(so: ctypes.CDLL, avail: list[str], tname: str, k: int, n: int, rng: np.random.Generator,
+                ort_too: bool, rounds: int, per_round: int) -> None:
+    """Prints m = 1, 4 (GB/s) and m = 64 (GFLOP/s) for one type and shape."""
+    typ, block = TYPES[tname]
+    wbytes = n * k // 256 * block
+    pool = copies(lambda: random_weights(block, n, k, rng, typ), wbytes)
+    src = copies(lambda: rng.integers(0, 256, wbytes, dtype=np.uint8), wbytes)
+    dst = np.empty(wbytes, np.uint8)
+    cstate = {"i": 0}
+
+    def copy_run() -> None:
+        np.copyto(dst, src[cstate["i"] % len(src)])
+        cstate["i"] += 1
+    for m in (1, 4):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        runners: dict[str, Callable[[], None]] = {"np.copy": copy_run}
+        for isa in avail:
+            runners[isa] = native_runner(so, isa, typ, pool, x, k, n)
+        ort_bytes = 0
+        if ort_too:
+            runners["ort"], ort_bytes = ort_runner(tname, k, n, m, rng)
+        t = interleaved(runners, rounds, per_round)
+        print(f"\n{tname} K={k} N={n} m={m}: weights {wbytes / 1e6:.2f} MB "
+              f"(ORT form {ort_bytes / 1e6:.2f} MB), load {os.getloadavg()[0]:.2f}")
+        for name, sec in t.items():
+            extra = ""
+            if name not in ("np.copy", "ort"):
+                extra = f"  {t['np.copy'] / sec * 100:5.1f}% of copy"
+                extra += f", {t['ort'] / sec:.2f}x ORT" if "ort" in t else ""
+            nb_read = ort_bytes if name == "ort" else wbytes
+            print(f"  {name:11s} {sec * 1e3:8.3f} ms  {nb_read / sec / 1e9:7.2f} GB/s{extra}")
+    m = 64
+    xm = rng.standard_normal((m, k)).astype(np.float32)
+    runners = {isa: native_runner(so, isa, typ, pool, xm, k, n) for isa in avail if isa != "scalar"}
+    if ort_too:
+        runners["ort"], _ = ort_runner(tname, k, n, m, rng)
+    t = interleaved(runners, max(3, rounds // 2), 1)
+    flop = 2.0 * m * k * n
+    print(f"{tname} K={k} N={n} m={m}: load {os.getloadavg()[0]:.2f}")
+    for name, sec in t.items():
+        extra = f"  {t['ort'] / sec:.2f}x ORT" if "ort" in t and name != "ort" else ""
+        print(f"  {name:11s} {sec * 1e3:8.2f} ms  {flop / sec / 1e9:7.1f} GFLOP/s{extra}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds (validates the harness)")
@@ -192,56 +244,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rounds, per_round = (3, 2) if args.quick else (7, 4)
     tmp = Path(tempfile.mkdtemp(prefix="qk-bench-"))
-    so = load(build_library(tmp))
-    avail = [isa for isa in ISAS if so.amber_set_isa(isa.encode()) == 0]
-    flags = open("/proc/cpuinfo").read().split("flags", 1)[1].split("\n", 1)[0] if os.path.exists("/proc/cpuinfo") else ""
-    feats = [f for f in ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_int8")
-             if f" {f} " in flags + " "]
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus) features: {' '.join(feats)}")
-    print(f"ISAs: {' '.join(avail)}; single thread; load average at start {os.getloadavg()}")
-    rng = np.random.default_rng(0)
-    for tname in args.types.split(","):
-        typ, block = TYPES[tname]
-        for k, n in SHAPES:
-            wbytes = n * k // 256 * block
-            pool = copies(lambda: random_weights(block, n, k, rng, typ), wbytes)
-            src = copies(lambda: rng.integers(0, 256, wbytes, dtype=np.uint8), wbytes)
-            dst = np.empty(wbytes, np.uint8)
-            cstate = {"i": 0}
-
-            def copy_run() -> None:
-                np.copyto(dst, src[cstate["i"] % len(src)])
-                cstate["i"] += 1
-            x1 = rng.standard_normal((1, k)).astype(np.float32)
-            runners: dict[str, Callable[[], None]] = {"np.copy": copy_run}
-            for isa in avail:
-                runners[isa] = native_runner(so, isa, typ, pool, x1, k, n)
-            ort_bytes = 0
-            if not args.no_ort:
-                runners["ort"], ort_bytes = ort_runner(tname, k, n, 1, rng)
-            t = interleaved(runners, rounds, per_round)
-            load_now = os.getloadavg()[0]
-            print(f"\n{tname} K={k} N={n} m=1: weights {wbytes / 1e6:.2f} MB (ORT form {ort_bytes / 1e6:.2f} MB), load {load_now:.2f}")
-            for name, s in t.items():
-                extra = ""
-                if name not in ("np.copy", "ort"):
-                    extra = f"  {t['np.copy'] / s * 100:5.1f}% of copy" + (f", {t['ort'] / s:.2f}x ORT" if "ort" in t else "")
-                nb_read = ort_bytes if name == "ort" else wbytes
-                print(f"  {name:11s} {s * 1e3:8.3f} ms  {nb_read / s / 1e9:7.2f} GB/s{extra}")
-            # prefill
-            m = 64
-            xm = rng.standard_normal((m, k)).astype(np.float32)
-            runners = {isa: native_runner(so, isa, typ, pool, xm, k, n) for isa in avail if isa != "scalar"}
-            if not args.no_ort:
-                runners["ort"], _ = ort_runner(tname, k, n, m, rng)
-            t = interleaved(runners, max(3, rounds // 2), 1)
-            flop = 2.0 * m * k * n
-            print(f"{tname} K={k} N={n} m={m}: load {os.getloadavg()[0]:.2f}")
-            for name, s in t.items():
-                extra = f"  {t['ort'] / s:.2f}x ORT" if "ort" in t and name != "ort" else ""
-                print(f"  {name:11s} {s * 1e3:8.2f} ms  {flop / s / 1e9:7.1f} GFLOP/s{extra}")
-            del pool, src, runners
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        so = load(build_library(tmp))
+        avail = [isa for isa in ISAS if so.amber_set_isa(isa.encode()) == 0]
+        print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus) features: {' '.join(cpu_features())}")
+        print(f"ISAs: {' '.join(avail)}; single thread; load average at start {os.getloadavg()}")
+        rng = np.random.default_rng(0)
+        for tname in args.types.split(","):
+            for k, n in SHAPES:
+                bench_shape(so, avail, tname, k, n, rng, not args.no_ort, rounds, per_round)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -52,7 +52,8 @@ void qk_quantize_act(int type, const float *x, int64_t k, void *out) {
 
 /* ---- scalar kernels: one weight row against one activation row ---- */
 
-static float dot_q4k_scalar(const uint8_t *x, const uint8_t *a, int64_t nb, int five) {
+/* `five` is a constant in each caller: the compiler specialises (and vectorises) both copies. */
+static inline float dot_q45k_scalar(const uint8_t *x, const uint8_t *a, int64_t nb, const int five) {
     const int64_t xb = five ? Q5K_BYTES : Q4K_BYTES;
     float sum = 0.f;
     for (int64_t b = 0; b < nb; b++, x += xb, a += Q8K_BYTES) {
@@ -83,6 +84,14 @@ static float dot_q4k_scalar(const uint8_t *x, const uint8_t *a, int64_t nb, int 
     return sum;
 }
 
+static float dot_q4k_scalar(const uint8_t *x, const uint8_t *a, int64_t nb) {
+    return dot_q45k_scalar(x, a, nb, 0);
+}
+
+static float dot_q5k_scalar(const uint8_t *x, const uint8_t *a, int64_t nb) {
+    return dot_q45k_scalar(x, a, nb, 1);
+}
+
 static float dot_q6k_scalar(const uint8_t *x, const uint8_t *a, int64_t nb) {
     float sum = 0.f;
     for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, a += Q8K_BYTES) {
@@ -93,20 +102,19 @@ static float dot_q6k_scalar(const uint8_t *x, const uint8_t *a, int64_t nb) {
         memcpy(bs, a + Q8K_BSUMS, sizeof bs);
         int32_t isum = 0;
         for (int h = 0; h < 2; h++) {
-            int32_t g[8] = {0};   /* sums per 16 values of this half */
-            for (int l = 0; l < 32; l++) {
-                int hb = qh[32 * h + l];
-                int v0 = (ql[64 * h + l] & 15) | ((hb & 3) << 4);
-                int v1 = (ql[64 * h + 32 + l] & 15) | (((hb >> 2) & 3) << 4);
-                int v2 = (ql[64 * h + l] >> 4) | (((hb >> 4) & 3) << 4);
-                int v3 = (ql[64 * h + 32 + l] >> 4) | (((hb >> 6) & 3) << 4);
-                const int8_t *y = q8 + 128 * h + l;
-                g[0 + l / 16] += v0 * y[0];
-                g[2 + l / 16] += v1 * y[32];
-                g[4 + l / 16] += v2 * y[64];
-                g[6 + l / 16] += v3 * y[96];
+            for (int t = 0; t < 2; t++) {   /* values 16t.. of each 32-value group: scale 8h+2G+t */
+                int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+                for (int l = 16 * t; l < 16 * t + 16; l++) {
+                    int hb = qh[32 * h + l], lo = ql[64 * h + l], hi = ql[64 * h + 32 + l];
+                    const int8_t *y = q8 + 128 * h + l;
+                    s0 += ((lo & 15) | ((hb & 3) << 4)) * y[0];
+                    s1 += ((hi & 15) | (((hb >> 2) & 3) << 4)) * y[32];
+                    s2 += ((lo >> 4) | (((hb >> 4) & 3) << 4)) * y[64];
+                    s3 += ((hi >> 4) | (((hb >> 6) & 3) << 4)) * y[96];
+                }
+                isum += sc[8 * h + t] * s0 + sc[8 * h + 2 + t] * s1 + sc[8 * h + 4 + t] * s2 +
+                        sc[8 * h + 6 + t] * s3;
             }
-            for (int s = 0; s < 8; s++) isum += sc[8 * h + s] * g[s];
         }
         int32_t off = 0;
         for (int s = 0; s < 16; s++) off += sc[s] * bs[s];
@@ -123,8 +131,9 @@ void qk_gemm_scalar(int type, const uint8_t *act, int64_t m, const uint8_t *w, i
         const uint8_t *a = act + i * ab;
         for (int64_t n = n0; n < n1; n++) {
             const uint8_t *x = w + n * rb;
-            y[i * ldy + n] = type == QK_Q6_K ? dot_q6k_scalar(x, a, nb)
-                                             : dot_q4k_scalar(x, a, nb, type == QK_Q5_K);
+            y[i * ldy + n] = type == QK_Q6_K   ? dot_q6k_scalar(x, a, nb)
+                             : type == QK_Q5_K ? dot_q5k_scalar(x, a, nb)
+                                               : dot_q4k_scalar(x, a, nb);
         }
     }
 }
