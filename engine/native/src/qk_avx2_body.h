@@ -44,9 +44,9 @@ QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, c
     __m256 acc[QK_TILE];
     for (int i = 0; i < mt; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, x += xb, act += Q8K_BYTES) {
-        _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * xb + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * xb + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * xb + 64, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * xb + 128, _MM_HINT_T1);
         const __m128i sm = QK_N(scales_)(x + 4);
         const float d = QK_N(half_)(x), dmin = QK_N(half_)(x + 2);
         const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dupmins));
@@ -93,10 +93,10 @@ QK_INL void QK_N(tile_q6k_)(const uint8_t *x, const uint8_t *act, int64_t ab, co
     __m256 acc[QK_TILE];
     for (int i = 0; i < mt; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, act += Q8K_BYTES) {
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 192, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 128, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 192, _MM_HINT_T1);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + 192));
         const __m256i s16 = _mm256_cvtepi8_epi16(sc8);
         const float d = QK_N(half_)(x + 208);

@@ -10,7 +10,10 @@
 
 #define QK_TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define QK_INL static inline __attribute__((always_inline)) QK_TGT
-#define QK_PF 6
+/* Super-blocks ahead to prefetch, into L2: about 5-7 KB, enough to cover DRAM latency at the
+ * streaming rate (6 ahead into L1 measured up to 1.9x slower at m = 4, K = 8192). */
+#define QK_PF 32
+#define QK_PFH _MM_HINT_T1
 /* Activation rows per decoded super-block: 32 registers hold 8 rows' accumulators. */
 #define T512 8
 
@@ -68,9 +71,9 @@ QK_INL void tile_q45k(const uint8_t *x, const uint8_t *act, int64_t ab, const in
     __m512 acc[T512];
     for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, x += xb, act += Q8K_BYTES) {
-        _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * xb + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * xb + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * xb, QK_PFH);
+        _mm_prefetch((const char *)x + QK_PF * xb + 64, QK_PFH);
+        _mm_prefetch((const char *)x + QK_PF * xb + 128, QK_PFH);
         const __m128i sm = scales512(x + 4);
         const float d = half512(x), dmin = half512(x + 2);
         const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dupmins));
@@ -118,10 +121,10 @@ QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int
     __m512 acc[T512];
     for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, act += Q8K_BYTES) {
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 192, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, QK_PFH);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, QK_PFH);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 128, QK_PFH);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 192, QK_PFH);
         const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
         const __m512i s16w = _mm512_castsi256_si512(s16);
         const float d = half512(x + 208);
