@@ -74,12 +74,13 @@ QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, c
                 isum[i] = QK_DPWSSD(isum[i], p, shi);
             }
         }
-        for (int i = 0; i < mt; i++) {
+        const __m256 dv = _mm256_set1_ps(d), dminv = _mm256_set1_ps(dmin);
+        for (int i = 0; i < mt; i++) {   /* acc += da * (d * isum - dmin * msum) */
             const uint8_t *a = act + i * ab;
-            const float da = qk_act_d(a);
             const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * da), acc[i]);
-            acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * da), acc[i]);
+            __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), dv);
+            t = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), dminv, t);
+            acc[i] = _mm256_fmadd_ps(t, _mm256_broadcast_ss((const float *)a), acc[i]);
         }
     }
     for (int i = 0; i < mt; i++) out[i] = QK_N(hsum_)(acc[i]);
