@@ -84,6 +84,14 @@ void qk_gemm_avxvnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, 
                      int64_t n0, int64_t n1, float *y, int64_t ldy);
 void qk_gemm_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                         int64_t n0, int64_t n1, float *y, int64_t ldy);
+/* qk_pack512.c: rows [n0, n0 + 16 * tiles) through the packed prefill kernel; 0, or -1 (nothing
+ * written) when its scratch cannot be allocated. */
+int qk_gemm_packed512(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                      int64_t n0, int64_t tiles, float *y, int64_t ldy);
+/* Activation rows from which the AVX-512 path packs weight rows (fewer: the row layout wins). */
+#ifndef QK_PACK_MIN
+#define QK_PACK_MIN 16
+#endif
 #endif
 
 static inline int64_t qk_block_bytes(int type) {
