@@ -187,7 +187,7 @@ static QK_TGT void tile512(int type, const uint8_t *x, const uint8_t *a, int64_t
 
 QK_TGT void qk_gemm_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                                int64_t n0, int64_t n1, float *y, int64_t ldy) {
-    if (m >= QK_PACK_MIN && n1 - n0 >= 16) {
+    if (m >= (type == QK_Q6_K ? QK_PACK_MIN_Q6 : QK_PACK_MIN) && n1 - n0 >= 16) {
         const int64_t tiles = (n1 - n0) / 16;
         if (qk_gemm_packed512(type, act, m, w, k, n0, tiles, y, ldy) == 0)
             n0 += tiles * 16;   /* the rest (< 16 rows) below */

@@ -171,7 +171,7 @@ def test_random_blocks_match_the_oracle(lib, typ, isa, k):
     rng = np.random.default_rng(typ * 1000 + k)
     for n in (1, 7, 33):
         raw = random_blocks(typ, n * k // 256, rng)
-        for m in (1, 2, 3, 5, 8, 17, 40):   # 17, 40: the packed prefill path (AVX-512, N >= 16)
+        for m in (1, 2, 3, 5, 8, 17, 40):   # 17 (not Q6_K), 40: the packed prefill path (AVX-512, N >= 16)
             x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
             y = check_case(lib, typ, raw, x, n, k)
             if isa != "scalar":   # the SIMD path equals the scalar one to float rounding
@@ -225,7 +225,7 @@ def test_nonfinite_activations_quantize_without_faults(lib):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
-@pytest.mark.parametrize("m", [5, 20])
+@pytest.mark.parametrize("m", [5, 20, 33])
 def test_only_rows_n0_to_n1_are_written(lib, typ, isa, m):
     _use_isa(lib, isa)
     rng = np.random.default_rng(11)
