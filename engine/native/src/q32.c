@@ -159,9 +159,9 @@ void q32_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64
         tile(type, a, ab, (int)m, w, nb, n0, n1, y, ldy);
         return;
     }
-    /* prefill: a chunk of weight rows (~32 KiB, stays in L1/L2) against every tile of 4
+    /* prefill: a chunk of weight rows (~128 KiB, stays in L2) against every tile of Q32_MT
      * activation rows, so the weights stream from memory once per call */
-    int64_t chunk = rb >= 32768 ? 1 : 32768 / rb;
+    int64_t chunk = rb >= 131072 ? 1 : 131072 / rb;
     for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
         int64_t c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
         for (int64_t i = 0; i < m; i += Q32_MT) {

@@ -4,7 +4,7 @@
 #define AMBER_Q32_TILE_H
 #include <stdint.h>
 
-#define Q32_MT 4
+#define Q32_MT 8
 
 typedef void (*q32_tile_fn)(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
                             int64_t nb, int64_t n0, int64_t n1, float *y, int64_t ldy);

@@ -1,5 +1,5 @@
-/* The q32 family's x86 SIMD paths: q32_x86.h compiled for AVX2 (+FMA, F16C), AVX-VNNI and
- * AVX512-VNNI (+VL, BW; 256-bit EVEX forms). Function target attributes, not -m flags: the
+/* The q32 family's 256-bit x86 SIMD paths: q32_x86.h compiled for AVX2 (+FMA, F16C) and AVX-VNNI
+ * (q32_avx512.c has the AVX512-VNNI path). Function target attributes, not -m flags: the
  * library runs on CPUs without these, and dispatch.c only calls a path this CPU has. */
 #include <stdint.h>
 
@@ -53,18 +53,6 @@ __attribute__((always_inline, target(TGT))) static inline __m256i bits5_avxvnni(
 #undef DOT
 #undef BITS5
 
-/* ---- AVX512-VNNI: vpdpbusd (EVEX, 256-bit via VL); 5th bits from a mask register (BW) ---- */
-#define SFX avx512vnni
-#define TGT "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"
-#define Q8_VNNI 1
-#define DOT(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
-#define BITS5(v, bits) _mm256_mask_add_epi8((v), (__mmask32)(bits), (v), _mm256_set1_epi8(0x10))
-#include "q32_x86.h"
-#undef SFX
-#undef TGT
-#undef Q8_VNNI
-#undef DOT
-#undef BITS5
 #else
 typedef int q32_x86_unused;   /* ISO C: a translation unit must declare something */
 #endif

@@ -62,7 +62,7 @@ INL void NM(kq45)(const int type, const int mt, const uint8_t *act, int64_t ab, 
     const int64_t xsec = q32_act_x_off(nb), asec = xsec + np * 32;
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + n * rb;
-        __m256 acc0[Q32_MT], acc1[Q32_MT];
+        __m256 acc0[4], acc1[4];
         for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
         int64_t p = 0;
         /* two pairs a step into two accumulators (hides the FMA latency at m = 1); the same for
@@ -129,7 +129,7 @@ INL void NM(kq8)(const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
     const int64_t rb = nb * 34;
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + n * rb;
-        __m256 acc0[Q32_MT], acc1[Q32_MT];
+        __m256 acc0[4], acc1[4];
         for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
         int64_t b = 0;
         for (; b + 1 < nb; b += 2) {
@@ -159,6 +159,11 @@ ATTR void NM(q32_tile)(int type, const uint8_t *act, int64_t ab, int mt, const u
 #define KQ50(M) K45(T_Q5_0, M)
 #define KQ51(M) K45(T_Q5_1, M)
 #define KQ80(M) NM(kq8)(M, act, ab, w, nb, n0, n1, y, ldy)
+    if (mt > 4) {   /* 16 registers: at most 4 rows a pass */
+        NM(q32_tile)(type, act, ab, 4, w, nb, n0, n1, y, ldy);
+        NM(q32_tile)(type, act + 4 * ab, ab, mt - 4, w, nb, n0, n1, y + 4 * ldy, ldy);
+        return;
+    }
     switch (type) {
     case T_Q4_0: Q32_MT_CASES(KQ40) break;
     case T_Q4_1: Q32_MT_CASES(KQ41) break;

@@ -14,7 +14,7 @@ from tests.engine.native.q32_lib import Q32_TYPES, Lib, build, decode_act, dequa
 
 KS = (32, 64, 4096 + 32)
 NS = (1, 7, 33)
-MS = (1, 2, 3, 5, 8)
+MS = (1, 2, 3, 5, 8, 13)   # tiles: up to 8 rows (AVX-512), 4 (256-bit paths)
 
 
 @pytest.fixture(scope="module")
