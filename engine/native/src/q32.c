@@ -110,7 +110,8 @@ static inline int weight_code(int type, const uint8_t *blk, int j) {
 }
 
 static void tile_scalar(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
-                        int64_t nb, int64_t n0, int64_t n1, float *y, int64_t ldy) {
+                        int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y,
+                        int64_t ldy) {
     int bs = q32_block_bytes(type), off = q32_offset(type), has_min = q32_has_min(type);
     int64_t rb = nb * bs;
     for (int64_t n = n0; n < n1; n++) {
@@ -118,22 +119,26 @@ static void tile_scalar(int type, const uint8_t *act, int64_t ab, int mt, const 
         for (int r = 0; r < mt; r++) {
             const uint8_t *a = act + r * ab;
             const int8_t *aq = (const int8_t *)a;
-            float sum = 0;
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *blk = wr + b * bs;
-                int32_t dot = 0, s = 0;
-                for (int j = 0; j < 32; j++) {
-                    int qa = aq[act_q_index(type, nb, b, j)];
-                    dot += weight_code(type, blk, j) * qa;
-                    s += qa;
+            float tot = s0 > 0 ? y[r * ldy + n] : 0.f;
+            for (int64_t sg = s0; sg < s1; sg++) {
+                float sum = 0;
+                for (int64_t b = sg * Q32_SEG; b < Q32_SEG_END(sg, nb); b++) {
+                    const uint8_t *blk = wr + b * bs;
+                    int32_t dot = 0, s = 0;
+                    for (int j = 0; j < 32; j++) {
+                        int qa = aq[act_q_index(type, nb, b, j)];
+                        dot += weight_code(type, blk, j) * qa;
+                        s += qa;
+                    }
+                    float da = q32_ldf(a + q32_act_d_off(nb) + b * 4);
+                    float dw = q32_half_to_float(q32_ld16(blk));
+                    sum += dw * da * (float)(dot - off * s);
+                    if (has_min)
+                        sum += q32_half_to_float(q32_ld16(blk + 2)) * (da * (float)s);
                 }
-                float da = q32_ldf(a + q32_act_d_off(nb) + b * 4);
-                float dw = q32_half_to_float(q32_ld16(blk));
-                sum += dw * da * (float)(dot - off * s);
-                if (has_min)
-                    sum += q32_half_to_float(q32_ld16(blk + 2)) * (da * (float)s);
+                tot += sum;
             }
-            y[r * ldy + n] = sum;
+            y[r * ldy + n] = tot;
         }
     }
 }
@@ -152,21 +157,25 @@ static q32_tile_fn pick_tile(void) {
 
 void q32_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_t k,
                    int64_t n0, int64_t n1, float *y, int64_t ldy) {
-    int64_t nb = k / 32, ab = q32_act_bytes(type, k), rb = q32_row_bytes(type, k);
+    int64_t nb = k / 32, ab = q32_act_bytes(type, k);
     const uint8_t *a = act;
     q32_tile_fn tile = pick_tile();
+    int64_t nseg = Q32_NSEG(nb);
     if (m <= Q32_MT) {
-        tile(type, a, ab, (int)m, w, nb, n0, n1, y, ldy);
+        tile(type, a, ab, (int)m, w, nb, n0, n1, 0, nseg, y, ldy);
         return;
     }
-    /* prefill: a chunk of weight rows (~128 KiB, stays in L2) against every tile of Q32_MT
-     * activation rows, so the weights stream from memory once per call */
-    int64_t chunk = rb >= 131072 ? 1 : 131072 / rb;
-    for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
-        int64_t c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
-        for (int64_t i = 0; i < m; i += Q32_MT) {
-            int mt = m - i < Q32_MT ? (int)(m - i) : Q32_MT;
-            tile(type, a + i * ab, ab, mt, w, nb, c0, c1, y + i * ldy, ldy);
+    /* prefill: one K segment at a time (all rows' activations for it stay in L2, a tile's in
+     * L1), a chunk of weight rows (~32 KiB of the segment, in L1/L2) against every tile of
+     * Q32_MT activation rows; each weight byte comes from memory once per call */
+    int64_t sb = (int64_t)Q32_SEG * q32_block_bytes(type), chunk = sb >= 32768 ? 1 : 32768 / sb;
+    for (int64_t sg = 0; sg < nseg; sg++) {
+        for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
+            int64_t c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
+            for (int64_t i = 0; i < m; i += Q32_MT) {
+                int mt = m - i < Q32_MT ? (int)(m - i) : Q32_MT;
+                tile(type, a + i * ab, ab, mt, w, nb, c0, c1, sg, sg + 1, y + i * ldy, ldy);
+            }
         }
     }
 }

@@ -59,45 +59,54 @@ INL void pair512(const int type, const int mt, const uint8_t *A, const uint8_t *
 }
 
 INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
-                  int64_t nb, int64_t n0, int64_t n1, float *y, int64_t ldy) {
+                  int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
     const int bs = q32_block_bytes(type), qo = q32_qs_off(type), ho = q32_qh_off(type);
-    const int64_t np2 = nb / 2, np = (nb + 1) / 2, rb = nb * bs;
+    const int64_t np = (nb + 1) / 2, rb = nb * bs;
     const int64_t xsec = q32_act_x_off(nb), asec = xsec + np * 32;
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + n * rb;
-        __m512 acc0[Q32_MT], acc1[Q32_MT];
-        for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
-        int64_t p = 0;
-        for (; p + 1 < np2; p += 2) {   /* two accumulators, whatever the tile height */
-            pair512(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
-            pair512(type, mt, wr + (2 * p + 2) * bs, act, ab, (p + 1) * 64, xsec + (p + 1) * 32,
-                    asec + (p + 1) * 32, acc1);
-        }
-        for (; p < np2; p++)
-            pair512(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
-        if (nb & 1) {   /* the lone last block, natural order, 256-bit */
-            const uint8_t *A = wr + (nb - 1) * bs;
-            __m128i x = _mm_loadu_si128((const __m128i *)(A + qo));
-            const __m128i m4 = _mm_set1_epi8(0x0F);
-            __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
-            if (q32_is5(type))
-                wv = _mm256_mask_add_epi8(wv, (__mmask32)q32_ld32(A + ho), wv, _mm256_set1_epi8(0x10));
-            __m256 dw = _mm256_set1_ps(_cvtsh_ss(q32_ld16(A)));
-            __m256 mw = _mm256_set1_ps(q32_has_min(type) ? _cvtsh_ss(q32_ld16(A + 2)) : 0.f);
-            const int64_t xo = xsec + (np - 1) * 32, ao = asec + (np - 1) * 32;
-            for (int r = 0; r < mt; r++) {
-                const uint8_t *a = act + r * ab;
-                __m256i D = q32_has_min(type) ? _mm256_setzero_si256()
-                                              : _mm256_loadu_si256((const __m256i *)(a + ao));
-                D = _mm256_dpbusd_epi32(D, wv, _mm256_loadu_si256((const __m256i *)(a + (nb - 1) * 32)));
-                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(D), _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(a + xo))));
-                if (q32_has_min(type))
-                    t = _mm256_fmadd_ps(mw, _mm256_loadu_ps((const float *)(a + ao)), t);
-                acc0[r] = _mm512_add_ps(acc0[r], _mm512_zextps256_ps512(t));
+        float tot[Q32_MT];
+        for (int r = 0; r < mt; r++) tot[r] = s0 > 0 ? y[r * ldy + n] : 0.f;
+        for (int64_t sg = s0; sg < s1; sg++) {
+            const int64_t b1 = Q32_SEG_END(sg, nb), pe = (b1 - (b1 == nb && (nb & 1))) / 2;
+            __m512 acc0[Q32_MT], acc1[Q32_MT];
+            for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+            int64_t p = sg * Q32_SEG / 2;
+            /* two pairs a step into two accumulators (hides the FMA latency at m = 1); the same
+             * for every tile height, so a row's result does not depend on the rows beside it */
+            for (; p + 1 < pe; p += 2) {
+                pair512(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
+                pair512(type, mt, wr + (2 * p + 2) * bs, act, ab, (p + 1) * 64, xsec + (p + 1) * 32,
+                           asec + (p + 1) * 32, acc1);
             }
+            for (; p < pe; p++)
+                pair512(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
+            if (b1 == nb && (nb & 1)) {   /* the lone last block, natural order, 256-bit */
+                const uint8_t *A = wr + (nb - 1) * bs;
+                __m128i x = _mm_loadu_si128((const __m128i *)(A + qo));
+                const __m128i m4 = _mm_set1_epi8(0x0F);
+                __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+                if (q32_is5(type))
+                    wv = _mm256_mask_add_epi8(wv, (__mmask32)q32_ld32(A + ho), wv, _mm256_set1_epi8(0x10));
+                __m256 dw = _mm256_set1_ps(_cvtsh_ss(q32_ld16(A)));
+                __m256 mw = _mm256_set1_ps(q32_has_min(type) ? _cvtsh_ss(q32_ld16(A + 2)) : 0.f);
+                const int64_t xo = xsec + (np - 1) * 32, ao = asec + (np - 1) * 32;
+                for (int r = 0; r < mt; r++) {
+                    const uint8_t *a = act + r * ab;
+                    __m256i D = q32_has_min(type) ? _mm256_setzero_si256()
+                                                  : _mm256_loadu_si256((const __m256i *)(a + ao));
+                    D = _mm256_dpbusd_epi32(D, wv, _mm256_loadu_si256((const __m256i *)(a + (nb - 1) * 32)));
+                    __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(D), _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(a + xo))));
+                    if (q32_has_min(type))
+                        t = _mm256_fmadd_ps(mw, _mm256_loadu_ps((const float *)(a + ao)), t);
+                    acc0[r] = _mm512_add_ps(acc0[r], _mm512_zextps256_ps512(t));
+                }
+            }
+            for (int r = 0; r < mt; r++)
+                tot[r] += _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
         }
         for (int r = 0; r < mt; r++)
-            y[r * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+            y[r * ldy + n] = tot[r];
     }
 }
 
@@ -122,33 +131,40 @@ INL void pair8(const int mt, const uint8_t *A, const uint8_t *act, int64_t ab, i
 }
 
 INL void kq8_512(const int mt, const uint8_t *act, int64_t ab, const uint8_t *w, int64_t nb,
-                 int64_t n0, int64_t n1, float *y, int64_t ldy) {
+                 int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
     const int64_t rb = nb * 34;
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + n * rb;
-        __m512 acc0[Q32_MT], acc1[Q32_MT];
-        for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
-        int64_t b = 0;
-        for (; b + 3 < nb; b += 4) {
-            pair8(mt, wr + b * 34, act, ab, b, nb, acc0);
-            pair8(mt, wr + (b + 2) * 34, act, ab, b + 2, nb, acc1);
-        }
-        for (; b + 1 < nb; b += 2)
-            pair8(mt, wr + b * 34, act, ab, b, nb, acc0);
-        if (b < nb) {   /* a lone last block */
-            const uint8_t *A = wr + b * 34;
-            __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(A + 2)), _mm256_set1_epi8((char)0x80));
-            float dw = _cvtsh_ss(q32_ld16(A));
-            for (int r = 0; r < mt; r++) {
-                const uint8_t *a = act + r * ab;
-                __m256i D = _mm256_set1_epi32((int)q32_ld32(a + q32_act_x_off(nb) + b * 4));
-                D = _mm256_dpbusd_epi32(D, wu, _mm256_loadu_si256((const __m256i *)(a + b * 32)));
-                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(D), _mm256_set1_ps(dw * q32_ldf(a + q32_act_d_off(nb) + b * 4)));
-                acc0[r] = _mm512_add_ps(acc0[r], _mm512_zextps256_ps512(t));
+        float tot[Q32_MT];
+        for (int r = 0; r < mt; r++) tot[r] = s0 > 0 ? y[r * ldy + n] : 0.f;
+        for (int64_t sg = s0; sg < s1; sg++) {
+            const int64_t b1 = Q32_SEG_END(sg, nb);
+            __m512 acc0[Q32_MT], acc1[Q32_MT];
+            for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+            int64_t b = sg * Q32_SEG;
+            for (; b + 3 < b1; b += 4) {
+                pair8(mt, wr + b * 34, act, ab, b, nb, acc0);
+                pair8(mt, wr + (b + 2) * 34, act, ab, b + 2, nb, acc1);
             }
+            for (; b + 1 < b1; b += 2)
+                pair8(mt, wr + b * 34, act, ab, b, nb, acc0);
+            if (b < b1) {   /* a lone last block */
+                const uint8_t *A = wr + b * 34;
+                __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(A + 2)), _mm256_set1_epi8((char)0x80));
+                float dw = _cvtsh_ss(q32_ld16(A));
+                for (int r = 0; r < mt; r++) {
+                    const uint8_t *a = act + r * ab;
+                    __m256i D = _mm256_set1_epi32((int)q32_ld32(a + q32_act_x_off(nb) + b * 4));
+                    D = _mm256_dpbusd_epi32(D, wu, _mm256_loadu_si256((const __m256i *)(a + b * 32)));
+                    __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(D), _mm256_set1_ps(dw * q32_ldf(a + q32_act_d_off(nb) + b * 4)));
+                    acc0[r] = _mm512_add_ps(acc0[r], _mm512_zextps256_ps512(t));
+                }
+            }
+            for (int r = 0; r < mt; r++)
+                tot[r] += _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
         }
         for (int r = 0; r < mt; r++)
-            y[r * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+            y[r * ldy + n] = tot[r];
     }
 }
 
@@ -166,12 +182,13 @@ INL void kq8_512(const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
 
 __attribute__((target(TGT512))) void q32_tile_avx512vnni(int type, const uint8_t *act, int64_t ab, int mt,
                                                         const uint8_t *w, int64_t nb, int64_t n0,
-                                                        int64_t n1, float *y, int64_t ldy) {
-#define K40(M) kq45_512(T_Q4_0, M, act, ab, w, nb, n0, n1, y, ldy)
-#define K41(M) kq45_512(T_Q4_1, M, act, ab, w, nb, n0, n1, y, ldy)
-#define K50(M) kq45_512(T_Q5_0, M, act, ab, w, nb, n0, n1, y, ldy)
-#define K51(M) kq45_512(T_Q5_1, M, act, ab, w, nb, n0, n1, y, ldy)
-#define K80(M) kq8_512(M, act, ab, w, nb, n0, n1, y, ldy)
+                                                        int64_t n1, int64_t s0, int64_t s1, float *y,
+                                                        int64_t ldy) {
+#define K40(M) kq45_512(T_Q4_0, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
+#define K41(M) kq45_512(T_Q4_1, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
+#define K50(M) kq45_512(T_Q5_0, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
+#define K51(M) kq45_512(T_Q5_1, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
+#define K80(M) kq8_512(M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
     switch (type) {
     case T_Q4_0: MT_CASES(K40) break;
     case T_Q4_1: MT_CASES(K41) break;

@@ -56,47 +56,54 @@ INL void NM(pair45)(const int type, const int mt, const uint8_t *A, const uint8_
 }
 
 INL void NM(kq45)(const int type, const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
-                  int64_t nb, int64_t n0, int64_t n1, float *y, int64_t ldy) {
+                  int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
     const int bs = q32_block_bytes(type), qo = q32_qs_off(type), ho = q32_qh_off(type);
-    const int64_t np2 = nb / 2, np = (nb + 1) / 2, rb = nb * bs;
+    const int64_t np = (nb + 1) / 2, rb = nb * bs;
     const int64_t xsec = q32_act_x_off(nb), asec = xsec + np * 32;
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + n * rb;
-        __m256 acc0[4], acc1[4];
-        for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
-        int64_t p = 0;
-        /* two pairs a step into two accumulators (hides the FMA latency at m = 1); the same for
-         * every tile height, so a row's result does not depend on how many rows came with it */
-        for (; p + 1 < np2; p += 2) {
-            NM(pair45)(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
-            NM(pair45)(type, mt, wr + (2 * p + 2) * bs, act, ab, (p + 1) * 64, xsec + (p + 1) * 32,
-                       asec + (p + 1) * 32, acc1);
-        }
-        for (; p < np2; p++)
-            NM(pair45)(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
-        if (nb & 1) {   /* the lone last block, natural order */
-            const uint8_t *A = wr + (nb - 1) * bs;
-            __m128i x = _mm_loadu_si128((const __m128i *)(A + qo));
-            const __m128i m4 = _mm_set1_epi8(0x0F);
-            __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
-            if (q32_is5(type))
-                wv = BITS5(wv, q32_ld32(A + ho));
-            __m256 dw = _mm256_set1_ps(_cvtsh_ss(q32_ld16(A)));
-            __m256 mw = _mm256_set1_ps(q32_has_min(type) ? _cvtsh_ss(q32_ld16(A + 2)) : 0.f);
-            for (int r = 0; r < mt; r++) {
-                const uint8_t *a = act + r * ab;
-                const int64_t xo = xsec + (np - 1) * 32, ao = asec + (np - 1) * 32;
-                __m256i D = q32_has_min(type) ? _mm256_setzero_si256()
-                                              : _mm256_loadu_si256((const __m256i *)(a + ao));
-                D = DOT(D, wv, _mm256_loadu_si256((const __m256i *)(a + (nb - 1) * 32)));
-                __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(a + xo)));
-                acc0[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), sc, acc0[r]);
-                if (q32_has_min(type))
-                    acc0[r] = _mm256_fmadd_ps(mw, _mm256_loadu_ps((const float *)(a + ao)), acc0[r]);
+        float tot[4];
+        for (int r = 0; r < mt; r++) tot[r] = s0 > 0 ? y[r * ldy + n] : 0.f;
+        for (int64_t sg = s0; sg < s1; sg++) {
+            const int64_t b1 = Q32_SEG_END(sg, nb), pe = (b1 - (b1 == nb && (nb & 1))) / 2;
+            __m256 acc0[4], acc1[4];
+            for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+            int64_t p = sg * Q32_SEG / 2;
+            /* two pairs a step into two accumulators (hides the FMA latency at m = 1); the same
+             * for every tile height, so a row's result does not depend on the rows beside it */
+            for (; p + 1 < pe; p += 2) {
+                NM(pair45)(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
+                NM(pair45)(type, mt, wr + (2 * p + 2) * bs, act, ab, (p + 1) * 64, xsec + (p + 1) * 32,
+                           asec + (p + 1) * 32, acc1);
             }
+            for (; p < pe; p++)
+                NM(pair45)(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
+            if (b1 == nb && (nb & 1)) {   /* the lone last block, natural order */
+                const uint8_t *A = wr + (nb - 1) * bs;
+                __m128i x = _mm_loadu_si128((const __m128i *)(A + qo));
+                const __m128i m4 = _mm_set1_epi8(0x0F);
+                __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+                if (q32_is5(type))
+                    wv = BITS5(wv, q32_ld32(A + ho));
+                __m256 dw = _mm256_set1_ps(_cvtsh_ss(q32_ld16(A)));
+                __m256 mw = _mm256_set1_ps(q32_has_min(type) ? _cvtsh_ss(q32_ld16(A + 2)) : 0.f);
+                for (int r = 0; r < mt; r++) {
+                    const uint8_t *a = act + r * ab;
+                    const int64_t xo = xsec + (np - 1) * 32, ao = asec + (np - 1) * 32;
+                    __m256i D = q32_has_min(type) ? _mm256_setzero_si256()
+                                                  : _mm256_loadu_si256((const __m256i *)(a + ao));
+                    D = DOT(D, wv, _mm256_loadu_si256((const __m256i *)(a + (nb - 1) * 32)));
+                    __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(a + xo)));
+                    acc0[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), sc, acc0[r]);
+                    if (q32_has_min(type))
+                        acc0[r] = _mm256_fmadd_ps(mw, _mm256_loadu_ps((const float *)(a + ao)), acc0[r]);
+                }
+            }
+            for (int r = 0; r < mt; r++)
+                tot[r] += NM(hsum)(_mm256_add_ps(acc0[r], acc1[r]));
         }
         for (int r = 0; r < mt; r++)
-            y[r * ldy + n] = NM(hsum)(_mm256_add_ps(acc0[r], acc1[r]));
+            y[r * ldy + n] = tot[r];
     }
 }
 
@@ -125,21 +132,28 @@ INL void NM(block8)(const int mt, const uint8_t *blk, const uint8_t *act, int64_
 }
 
 INL void NM(kq8)(const int mt, const uint8_t *act, int64_t ab, const uint8_t *w, int64_t nb,
-                 int64_t n0, int64_t n1, float *y, int64_t ldy) {
+                 int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
     const int64_t rb = nb * 34;
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + n * rb;
-        __m256 acc0[4], acc1[4];
-        for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
-        int64_t b = 0;
-        for (; b + 1 < nb; b += 2) {
-            NM(block8)(mt, wr + b * 34, act, ab, b, nb, acc0);
-            NM(block8)(mt, wr + (b + 1) * 34, act, ab, b + 1, nb, acc1);
+        float tot[4];
+        for (int r = 0; r < mt; r++) tot[r] = s0 > 0 ? y[r * ldy + n] : 0.f;
+        for (int64_t sg = s0; sg < s1; sg++) {
+            const int64_t b1 = Q32_SEG_END(sg, nb);
+            __m256 acc0[4], acc1[4];
+            for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+            int64_t b = sg * Q32_SEG;
+            for (; b + 1 < b1; b += 2) {
+                NM(block8)(mt, wr + b * 34, act, ab, b, nb, acc0);
+                NM(block8)(mt, wr + (b + 1) * 34, act, ab, b + 1, nb, acc1);
+            }
+            if (b < b1)
+                NM(block8)(mt, wr + b * 34, act, ab, b, nb, acc0);
+            for (int r = 0; r < mt; r++)
+                tot[r] += NM(hsum)(_mm256_add_ps(acc0[r], acc1[r]));
         }
-        if (b < nb)
-            NM(block8)(mt, wr + b * 34, act, ab, b, nb, acc0);
         for (int r = 0; r < mt; r++)
-            y[r * ldy + n] = NM(hsum)(_mm256_add_ps(acc0[r], acc1[r]));
+            y[r * ldy + n] = tot[r];
     }
 }
 
@@ -152,16 +166,17 @@ INL void NM(kq8)(const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
     }
 
 ATTR void NM(q32_tile)(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
-                       int64_t nb, int64_t n0, int64_t n1, float *y, int64_t ldy) {
-#define K45(T, M) NM(kq45)(T, M, act, ab, w, nb, n0, n1, y, ldy)
+                       int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y,
+                       int64_t ldy) {
+#define K45(T, M) NM(kq45)(T, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
 #define KQ40(M) K45(T_Q4_0, M)
 #define KQ41(M) K45(T_Q4_1, M)
 #define KQ50(M) K45(T_Q5_0, M)
 #define KQ51(M) K45(T_Q5_1, M)
-#define KQ80(M) NM(kq8)(M, act, ab, w, nb, n0, n1, y, ldy)
+#define KQ80(M) NM(kq8)(M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
     if (mt > 4) {   /* 16 registers: at most 4 rows a pass */
-        NM(q32_tile)(type, act, ab, 4, w, nb, n0, n1, y, ldy);
-        NM(q32_tile)(type, act + 4 * ab, ab, mt - 4, w, nb, n0, n1, y + 4 * ldy, ldy);
+        NM(q32_tile)(type, act, ab, 4, w, nb, n0, n1, s0, s1, y, ldy);
+        NM(q32_tile)(type, act + 4 * ab, ab, mt - 4, w, nb, n0, n1, s0, s1, y + 4 * ldy, ldy);
         return;
     }
     switch (type) {

@@ -172,7 +172,7 @@ def test_a_row_does_not_depend_on_the_rows_beside_it(lib, isas, name):
     """Same bits for a row alone (decode) and inside any tile (prefill, batched decode)."""
     qtype = Q32_TYPES[name]
     rng = np.random.default_rng(11)
-    k, n, m = 32 * 9, 5, 7
+    k, n, m = 32 * 131, 5, 11   # 3 K segments, odd blocks; 11 rows: the prefill loop, 2 tiles
     w = random_blocks(qtype, n, k, rng)
     act = lib.quantize(qtype, rng.standard_normal((m, k)).astype(np.float32))
     for isa in isas:
