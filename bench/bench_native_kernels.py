@@ -79,7 +79,6 @@ def quantize(lib: ctypes.CDLL, qtype: int, x: np.ndarray) -> np.ndarray:
 
 def ort_session(q40: np.ndarray, k: int, n: int):
     """MatMulNBits over the Q4_0 rows' codes and scales (one thread)."""
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -139,8 +138,50 @@ def cpu_line() -> str:
         return platform.processor() or "unknown CPU"
 
 
+def bench_type(lib: ctypes.CDLL, tname: str, k: int, n: int, isas: list[str], reps: int,
+               prefill_m: int, with_ort: bool, rng: np.random.Generator) -> list[str]:
+    """The figure lines of one type at one shape."""
+    qtype, bs = TYPES[tname]
+    w0 = random_rows(bs, qtype in (3, 7), n, k, rng)
+    pool = pool_of(w0)
+    wbytes = w0.nbytes
+    src = [np.empty(wbytes, np.uint8) for _ in range(len(pool))]
+    dst = np.empty(wbytes, np.uint8)
+    next_w, next_src = cycler(pool), cycler(src)
+    x1 = rng.standard_normal((1, k)).astype(np.float32)
+    xm = rng.standard_normal((prefill_m, k)).astype(np.float32)
+    a1, am = quantize(lib, qtype, x1), quantize(lib, qtype, xm)
+    y1 = np.zeros((1, n), np.float32)
+    ym = np.zeros((prefill_m, n), np.float32)
+
+    def kern(isa: str, act: np.ndarray, y: np.ndarray):
+        name = isa.encode()
+
+        def call() -> None:
+            lib.amber_set_isa(name)
+            lib.amber_gemm_rows(qtype, act.ctypes.data, act.shape[0], next_w().ctypes.data, k,
+                                0, n, y.ctypes.data, n)
+        return call
+
+    dec = {isa: kern(isa, a1, y1) for isa in isas}
+    dec["np.copy"] = lambda: np.copyto(dst, next_src())
+    pre = {isa: kern(isa, am, ym) for isa in isas if isa != "scalar"}
+    if with_ort and tname == "Q4_0":
+        next_s = cycler([ort_session(w, k, n) for w in pool[: max(2, len(pool) // 2)]])
+        dec["ORT MatMulNBits"] = lambda: next_s().run(None, {"A": x1})
+        pre["ORT MatMulNBits"] = lambda: next_s().run(None, {"A": xm})
+    t = time_rounds(dec, calls=max(4, int(0.15e9 // wbytes)), reps=reps)
+    lines = [f"{tname} m=1 ({wbytes / 2**20:.1f} MiB): GB/s  " +
+             ", ".join(f"{name} {wbytes / s / 1e9:.1f}" for name, s in t.items())]
+    flops = 2.0 * prefill_m * k * n
+    t = time_rounds(pre, calls=2, reps=max(2, reps // 2))
+    lines.append(f"{tname} m={prefill_m}: GFLOP/s  " +
+                 ", ".join(f"{name} {flops / s / 1e9:.1f}" for name, s in t.items()))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--isa", nargs="*", default=None, help="ISAs to time (default: all this CPU has)")
     ap.add_argument("--types", nargs="*", default=list(TYPES))
@@ -157,50 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CPU: {cpu_line()}; load average {os.getloadavg()[0]:.2f} at start; one thread")
         for k, n in SHAPES:
             print(f"\n== K={k} N={n} ==")
-            x1 = rng.standard_normal((1, k)).astype(np.float32)
-            xm = rng.standard_normal((args.prefill_m, k)).astype(np.float32)
             for tname in args.types:
-                qtype, bs = TYPES[tname]
-                w0 = random_rows(bs, qtype in (3, 7), n, k, rng)
-                pool = pool_of(w0)
-                wbytes = w0.nbytes
-                src = [np.empty(wbytes, np.uint8) for _ in range(len(pool))]
-                dst = np.empty(wbytes, np.uint8)
-                next_w, next_src = cycler(pool), cycler(src)
-                a1, am = quantize(lib, qtype, x1), quantize(lib, qtype, xm)
-                y1 = np.zeros((1, n), np.float32)
-                ym = np.zeros((args.prefill_m, n), np.float32)
-
-                def kern1(isa: bytes, a1=a1, y1=y1, qtype=qtype, next_w=next_w) -> None:
-                    lib.amber_set_isa(isa)
-                    lib.amber_gemm_rows(qtype, a1.ctypes.data, 1, next_w().ctypes.data, k, 0, n,
-                                        y1.ctypes.data, n)
-
-                def kernm(isa: bytes, am=am, ym=ym, qtype=qtype, next_w=next_w) -> None:
-                    lib.amber_set_isa(isa)
-                    lib.amber_gemm_rows(qtype, am.ctypes.data, am.shape[0], next_w().ctypes.data,
-                                        k, 0, n, ym.ctypes.data, n)
-
-                dec = {f"{isa}": (lambda isa=isa: kern1(isa.encode())) for isa in isas}
-                dec["np.copy"] = lambda: np.copyto(dst, next_src())
-                sessions = None
-                if tname == "Q4_0" and not args.no_ort:
-                    sessions = [ort_session(w, k, n) for w in pool[: max(2, len(pool) // 2)]]
-                    next_s = cycler(sessions)
-                    dec["ORT MatMulNBits"] = lambda: next_s().run(None, {"A": x1})
-                t = time_rounds(dec, calls=max(4, int(0.15e9 // wbytes)), reps=args.reps)
-                row = ", ".join(f"{name} {wbytes / s / 1e9:.1f}" for name, s in t.items())
-                print(f"{tname} m=1 ({wbytes / 2**20:.1f} MiB): GB/s  {row}")
-
-                flops = 2.0 * args.prefill_m * k * n
-                pre = {f"{isa}": (lambda isa=isa: kernm(isa.encode())) for isa in isas
-                       if isa != "scalar"}
-                if sessions is not None:
-                    pre["ORT MatMulNBits"] = lambda: next_s().run(None, {"A": xm})
-                t = time_rounds(pre, calls=2, reps=max(2, args.reps // 2))
-                row = ", ".join(f"{name} {flops / s / 1e9:.1f}" for name, s in t.items())
-                print(f"{tname} m={args.prefill_m}: GFLOP/s  {row}")
-                del pool, src, sessions
+                for line in bench_type(lib, tname, k, n, isas, args.reps, args.prefill_m,
+                                       not args.no_ort, rng):
+                    print(line, flush=True)
         lib.amber_set_isa(best_isa.encode())
         print(f"\nload average {os.getloadavg()[0]:.2f} at end")
     return 0

@@ -98,22 +98,31 @@ void q32_quantize_act(int type, const float *x, int64_t k, void *out) {
     }
 }
 
-/* Weight code j (0..31 unsigned for 4/5-bit types, signed for Q8_0) of one block. */
-static inline int weight_code(int type, const uint8_t *blk, int j) {
-    if (type == T_Q8_0)
-        return (int8_t)blk[2 + j];
+/* Integer dot of one weight block with its activation codes, in the weight's unsigned (or for
+ * Q8_0 signed) codes; the caller removes the offset with the block's sum of codes. */
+static inline int32_t block_dot(const int type, const uint8_t *blk, const int8_t *alo,
+                                const int8_t *ahi) {
+    int32_t dot = 0;
+    if (type == T_Q8_0) {
+        for (int j = 0; j < 16; j++)
+            dot += (int8_t)blk[2 + j] * alo[j] + (int8_t)blk[18 + j] * ahi[j];
+        return dot;
+    }
     const uint8_t *qs = blk + q32_qs_off(type);
-    int v = j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
-    if (q32_is5(type))
-        v |= (int)((q32_ld32(blk + q32_qh_off(type)) >> j) & 1) << 4;
-    return v;
+    uint32_t qh = q32_is5(type) ? q32_ld32(blk + q32_qh_off(type)) : 0;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 15) | (int)(((qh >> j) & 1) << 4);
+        int hi = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+        dot += lo * alo[j] + hi * ahi[j];
+    }
+    return dot;
 }
 
-static void tile_scalar(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
-                        int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y,
-                        int64_t ldy) {
-    int bs = q32_block_bytes(type), off = q32_offset(type), has_min = q32_has_min(type);
-    int64_t rb = nb * bs;
+static inline void tile_scalar_t(const int type, const uint8_t *act, int64_t ab, int mt,
+                                 const uint8_t *w, int64_t nb, int64_t n0, int64_t n1, int64_t s0,
+                                 int64_t s1, float *y, int64_t ldy) {
+    const int bs = q32_block_bytes(type), off = q32_offset(type), has_min = q32_has_min(type);
+    const int64_t rb = nb * bs;
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + n * rb;
         for (int r = 0; r < mt; r++) {
@@ -124,12 +133,9 @@ static void tile_scalar(int type, const uint8_t *act, int64_t ab, int mt, const 
                 float sum = 0;
                 for (int64_t b = sg * Q32_SEG; b < Q32_SEG_END(sg, nb); b++) {
                     const uint8_t *blk = wr + b * bs;
-                    int32_t dot = 0, s = 0;
-                    for (int j = 0; j < 32; j++) {
-                        int qa = aq[act_q_index(type, nb, b, j)];
-                        dot += weight_code(type, blk, j) * qa;
-                        s += qa;
-                    }
+                    const int8_t *alo = aq + act_q_index(type, nb, b, 0), *ahi = aq + act_q_index(type, nb, b, 16);
+                    int32_t s = (int32_t)q32_ld32(a + q32_act_s_off(nb) + b * 4);
+                    int32_t dot = block_dot(type, blk, alo, ahi);
                     float da = q32_ldf(a + q32_act_d_off(nb) + b * 4);
                     float dw = q32_half_to_float(q32_ld16(blk));
                     sum += dw * da * (float)(dot - off * s);
@@ -140,6 +146,19 @@ static void tile_scalar(int type, const uint8_t *act, int64_t ab, int mt, const 
             }
             y[r * ldy + n] = tot;
         }
+    }
+}
+
+/* The portable path (arm64 and CPUs without AVX2), one instance per type. */
+static void tile_scalar(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
+                        int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y,
+                        int64_t ldy) {
+    switch (type) {
+    case T_Q4_0: tile_scalar_t(T_Q4_0, act, ab, mt, w, nb, n0, n1, s0, s1, y, ldy); break;
+    case T_Q4_1: tile_scalar_t(T_Q4_1, act, ab, mt, w, nb, n0, n1, s0, s1, y, ldy); break;
+    case T_Q5_0: tile_scalar_t(T_Q5_0, act, ab, mt, w, nb, n0, n1, s0, s1, y, ldy); break;
+    case T_Q5_1: tile_scalar_t(T_Q5_1, act, ab, mt, w, nb, n0, n1, s0, s1, y, ldy); break;
+    default: tile_scalar_t(T_Q8_0, act, ab, mt, w, nb, n0, n1, s0, s1, y, ldy); break;
     }
 }
 
