@@ -24,8 +24,8 @@
 struct pk_sb {
     uint8_t lev[64][PR][4];    /* group g of 4 levels, row r */
     int32_t sc[16][PR];        /* sub-block scales (8 used by Q4_K/Q5_K) */
-    float cf[16][PR];          /* per sub-block: coefficient of d_act * bsum (-dmin*m, -32*d*sc) */
-    float d[PR];
+    int32_t mn[8][PR];         /* Q4_K/Q5_K: sub-block mins */
+    float d[PR], dmin[PR];
 };
 
 /* The 256 levels of one super-block as 4 registers of 64 values in order (as in qk_avx512.c). */
@@ -121,29 +121,33 @@ static QK_TGT void pk_pack(int type, const uint8_t *const *x, struct pk_sb *p) {
         }
     }
     pk_transpose(t);
-    const __m512 dv = _mm512_loadu_ps(dh);
-    _mm512_storeu_ps(p->d, dv);
+    _mm512_storeu_ps(p->d, _mm512_loadu_ps(dh));
     if (type == QK_Q6_K) {
-        const __m512 c = _mm512_mul_ps(dv, _mm512_set1_ps(-32.f));
-        for (int j = 0; j < 16; j++) {
-            _mm512_storeu_si512((void *)p->sc[j], t[j]);
-            _mm512_storeu_ps(p->cf[j], _mm512_mul_ps(c, _mm512_cvtepi32_ps(t[j])));
-        }
+        for (int j = 0; j < 16; j++) _mm512_storeu_si512((void *)p->sc[j], t[j]);
+        _mm512_storeu_ps(p->dmin, _mm512_setzero_ps());   /* unused; never read uninitialised */
     } else {
-        const __m512 c = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_loadu_ps(dm));
+        _mm512_storeu_ps(p->dmin, _mm512_loadu_ps(dm));
         for (int j = 0; j < 8; j++) {
             _mm512_storeu_si512((void *)p->sc[j], t[j]);
-            _mm512_storeu_ps(p->cf[j], _mm512_mul_ps(c, _mm512_cvtepi32_ps(t[8 + j])));
+            _mm512_storeu_si512((void *)p->mn[j], t[8 + j]);
         }
     }
 }
 
-/* acc[i][0..15] += the super-block's dot of activation rows a[i] (Q8_K blocks) with the pack. */
+/* acc[i][0..15] += the super-block's dot of activation rows a[i] (Q8_K blocks) with the pack:
+ * exact int32 sums per lane (Q6_K's -32 folded in per sub-block), then qk_tail45/qk_tail6's
+ * float operations lane by lane. */
 QK_INL void pk_block(const struct pk_sb *p, const uint8_t *const *a, const int mt, const int q6,
                      float *acc) {
     const int ns = q6 ? 16 : 8, gps = q6 ? 4 : 8;   /* sub-blocks; 4-value groups a sub-block */
-    __m512i isum[PT];
-    for (int i = 0; i < mt; i++) isum[i] = _mm512_setzero_si512();
+    __m512i isum[PT], bsv[PT];
+    for (int i = 0; i < mt; i++) {
+        isum[i] = _mm512_setzero_si512();
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)(a[i] + Q8K_BSUMS));
+        /* Q6_K: 32 * bsums[j] (16 lanes); Q4_K/Q5_K: bsums[2j] + bsums[2j+1] (8 lanes) */
+        bsv[i] = q6 ? _mm512_slli_epi32(_mm512_cvtepi16_epi32(bs), 5)
+                    : _mm512_castsi256_si512(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)));
+    }
     for (int j = 0; j < ns; j++) {
         __m512i isub[PT];
         for (int i = 0; i < mt; i++) isub[i] = _mm512_setzero_si512();
@@ -158,19 +162,25 @@ QK_INL void pk_block(const struct pk_sb *p, const uint8_t *const *a, const int m
             }
         }
         const __m512i scv = _mm512_loadu_si512((const void *)p->sc[j]);
-        for (int i = 0; i < mt; i++) isum[i] = _mm512_add_epi32(isum[i], _mm512_mullo_epi32(isub[i], scv));
+        for (int i = 0; i < mt; i++) {
+            if (q6)
+                isub[i] = _mm512_sub_epi32(isub[i], _mm512_permutexvar_epi32(_mm512_set1_epi32(j), bsv[i]));
+            isum[i] = _mm512_add_epi32(isum[i], _mm512_mullo_epi32(isub[i], scv));
+        }
     }
-    const __m512 dv = _mm512_loadu_ps(p->d);
+    const __m512 dv = _mm512_loadu_ps(p->d), dminv = _mm512_loadu_ps(p->dmin);
     for (int i = 0; i < mt; i++) {
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)(a[i] + Q8K_BSUMS));
-        /* the activation sums per sub-block, as floats: 16 values (Q6_K) or 8 pair sums */
-        const __m512 bsf = q6 ? _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(bs))
-                              : _mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, _mm256_set1_epi16(1))));
-        __m512 t = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(isum[i]));
-        for (int j = 0; j < ns; j++)
-            t = _mm512_fmadd_ps(_mm512_loadu_ps(p->cf[j]), _mm512_permutexvar_ps(_mm512_set1_epi32(j), bsf), t);
         float *o = acc + (size_t)i * PR;
-        _mm512_storeu_ps(o, _mm512_fmadd_ps(t, _mm512_set1_ps(qk_act_d(a[i])), _mm512_loadu_ps(o)));
+        __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[i]), dv);
+        if (!q6) {
+            __m512i msum = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j++)
+                msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(_mm512_loadu_si512((const void *)p->mn[j]),
+                                                                 _mm512_permutexvar_epi32(_mm512_set1_epi32(j), bsv[i])));
+            t = _mm512_sub_ps(t, _mm512_mul_ps(_mm512_cvtepi32_ps(msum), dminv));
+        }
+        t = _mm512_mul_ps(t, _mm512_set1_ps(qk_act_d(a[i])));
+        _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), t));
     }
 }
 
