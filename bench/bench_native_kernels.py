@@ -15,7 +15,6 @@ import argparse
 import ctypes
 import os
 import platform
-import shutil
 import subprocess
 import tempfile
 import time
@@ -30,14 +29,13 @@ POOL_BYTES = 160 << 20                  # > 4x this machine's 32 MiB L3
 
 
 def build_library(out_dir: Path) -> Path:
-    """The kernels library compiled from src/ (the same flags as the tests)."""
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
+    """The kernels library as `python -m engine.native.build` makes it, into out_dir."""
+    from engine.native import build as native_build
+
+    lib = native_build.build(out_dir)
+    if lib is None:
         raise SystemExit("bench_native_kernels: no C compiler (cc) found")
-    out = out_dir / "libamber_kernels.so"
-    subprocess.run([cc, "-O3", "-std=c11", "-fPIC", "-shared", "-I", str(SRC),
-                    *sorted(str(p) for p in SRC.glob("*.c")), "-o", str(out)], check=True)
-    return out
+    return lib
 
 
 def load(path: Path) -> ctypes.CDLL:
