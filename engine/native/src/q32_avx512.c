@@ -131,10 +131,14 @@ INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, 
      * apart are two sequential streams the hardware prefetcher follows (adjacent rows read side
      * by side interleave inside one page, which it does not) */
     const int64_t h = (n1 - n0) / 2;
-    for (int64_t n = n0; n < n0 + h; n++)
-        rows45_512(type, mt, 2, act, ab, w, nb, n, h, s0, s1, y, ldy);
-    if ((n1 - n0) & 1)
-        rows45_512(type, mt, 1, act, ab, w, nb, n1 - 1, 0, s0, s1, y, ldy);
+    int64_t n = n0;
+    if (h * nb * q32_block_bytes(type) >= 4096) {   /* else: one row at a time (same bits) */
+        for (; n < n0 + h; n++)
+            rows45_512(type, mt, 2, act, ab, w, nb, n, h, s0, s1, y, ldy);
+        n = n0 + 2 * h;
+    }
+    for (; n < n1; n++)
+        rows45_512(type, mt, 1, act, ab, w, nb, n, 0, s0, s1, y, ldy);
 }
 
 /* Two Q8_0 blocks (b, b+1) of one weight row: zmm = the two blocks' 64 codes + 128 (unsigned);
