@@ -199,3 +199,23 @@ def test_sources_compile_warning_free_with_and_without_x86_paths(lib, tmp_path):
     """-Wall -Wextra -Werror -pedantic; -DQ32_HAVE_X86=0 is what an arm64 build compiles."""
     compile_q32_strict(tmp_path)
     compile_q32_strict(tmp_path, "-DQ32_HAVE_X86=0")
+
+
+def test_activation_bytes_are_the_same_on_every_isa(lib, isas):
+    """The SIMD quantizer writes exactly the scalar one's bytes, hostile values included."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((7, 32 * 37)) * rng.uniform(1e-3, 1e3, size=(7, 1))).astype(np.float32)
+    x[1, 3], x[1, 40] = np.nan, np.inf
+    x[2, :64], x[2, 70] = 0.0, -0.0
+    x[3, 100], x[3, 101] = 3e38, -3e38
+    x[4, 200:232] = 1e-40                                   # subnormal block
+    x[5, :32] = np.arange(32, dtype=np.float32) - 15.5      # with amax 127, d = 1: x / d are
+    x[5, 0] = 127.0                                         # halves, rounded to even
+    for qtype in Q32_TYPES.values():
+        lib.set_isa("scalar")
+        want = lib.quantize(qtype, x)
+        for isa in isas[1:]:
+            lib.set_isa(isa)
+            np.testing.assert_array_equal(lib.quantize(qtype, x), want, err_msg=isa)
+    q, d = decode_act(8, want, x.shape[1])
+    assert d[5, 0] == 1.0 and list(q[5, 1:6]) == [-14, -14, -12, -12, -10]   # -14.5 -13.5 ...
