@@ -39,7 +39,7 @@ static int8_t round_q(float v) {
         return 0;
     if (v > 127.f) v = 127.f;
     if (v < -127.f) v = -127.f;
-    volatile float t = v + 12582912.f;   /* 1.5 * 2^23: the FPU's rounding does the work */
+    float t = v + 12582912.f;   /* 1.5 * 2^23: round to nearest even (no -ffast-math here) */
     return (int8_t)(int)(t - 12582912.f);
 }
 
@@ -51,25 +51,40 @@ static inline int64_t act_q_index(int type, int64_t nb, int64_t b, int j) {
     return p * 64 + (j < 16 ? half * 16 + j : 32 + half * 16 + (j - 16));
 }
 
+/* One block of 32: the codes in natural order, d and the sum of the codes. */
+void q32_quant_block_scalar(const float *x, int8_t *q, float *d_out, int32_t *s_out) {
+    float amax = 0;
+    for (int i = 0; i < 32; i++) {
+        float a = x[i] < 0 ? -x[i] : x[i];
+        amax = a > amax ? a : amax;   /* a NaN never wins: it compares false */
+    }
+    float d = amax / 127.f, id = d > 0 ? 1.f / d : 0.f;
+    int32_t s = 0;
+    for (int i = 0; i < 32; i++) {
+        q[i] = round_q(x[i] * id);
+        s += q[i];
+    }
+    *d_out = d;
+    *s_out = s;
+}
+
 void q32_quantize_act(int type, const float *x, int64_t k, void *out) {
     int64_t nb = k / 32, np = (nb + 1) / 2;
     uint8_t *o = out;
-    int8_t *q = (int8_t *)o;
     uint8_t *dsec = o + q32_act_d_off(nb), *ssec = o + q32_act_s_off(nb), *xsec = o + q32_act_x_off(nb);
     int off = q32_offset(type), has_min = q32_has_min(type);
+    q32_quant_fn quant = q32_quant_block_scalar;
+#if Q32_HAVE_X86
+    if (amber_current_isa() != ISA_SCALAR)
+        quant = q32_quant_block_avx2;   /* the same bytes, 8 lanes at a time */
+#endif
     for (int64_t b = 0; b < nb; b++, x += 32) {
-        float amax = 0;
-        for (int i = 0; i < 32; i++) {
-            float a = x[i] < 0 ? -x[i] : x[i];
-            amax = a > amax ? a : amax;   /* a NaN never wins: it compares false */
-        }
-        float d = amax / 127.f, id = d > 0 ? 1.f / d : 0.f;
-        int32_t s = 0;
-        for (int i = 0; i < 32; i++) {
-            int8_t v = round_q(x[i] * id);
-            q[act_q_index(type, nb, b, i)] = v;
-            s += v;
-        }
+        int8_t q[32];
+        float d;
+        int32_t s;
+        quant(x, q, &d, &s);
+        memcpy(o + act_q_index(type, nb, b, 0), q, 16);
+        memcpy(o + act_q_index(type, nb, b, 16), q + 16, 16);
         memcpy(dsec + b * 4, &d, 4);
         memcpy(ssec + b * 4, &s, 4);
         if (type == T_Q8_0) {
@@ -174,12 +189,11 @@ static q32_tile_fn pick_tile(void) {
     return tile_scalar;
 }
 
-void q32_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_t k,
-                   int64_t n0, int64_t n1, float *y, int64_t ldy) {
-    int64_t nb = k / 32, ab = q32_act_bytes(type, k);
-    const uint8_t *a = act;
+/* The tile path over rows [0, m) x [n0, n1): a row's bits depend on neither m nor the range. */
+static void gemm_tiled(int type, const uint8_t *a, int64_t m, const uint8_t *w, int64_t nb,
+                       int64_t n0, int64_t n1, float *y, int64_t ldy) {
+    int64_t ab = q32_act_row_bytes(type, nb), nseg = Q32_NSEG(nb);
     q32_tile_fn tile = pick_tile();
-    int64_t nseg = Q32_NSEG(nb);
     if (m <= Q32_MT) {
         tile(type, a, ab, (int)m, w, nb, n0, n1, 0, nseg, y, ldy);
         return;
@@ -197,4 +211,24 @@ void q32_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64
             }
         }
     }
+}
+
+void q32_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_t k,
+                   int64_t n0, int64_t n1, float *y, int64_t ldy) {
+    int64_t nb = k / 32, ab = q32_act_bytes(type, k), mp = 0;
+    const uint8_t *a = act;
+#if Q32_HAVE_X86
+    if (m >= Q32_PACK_MIN_M && amber_current_isa() == ISA_AVX512VNNI) {
+        /* The packed path takes the first 16*floor(m/16) rows and whole groups of 16 columns
+         * from n0; the rest is tiled. So which arithmetic an output gets depends only on its row
+         * and column positions modulo 16 and the call's bounds: splitting a call into row and
+         * column tiles that are multiples of 16 (the op's 64 x 64) gives the same bits. */
+        mp = m / Q32_PACK_MIN_M * Q32_PACK_MIN_M;
+        int64_t nd = q32_packed_avx512vnni(type, a, mp, w, nb, n0, n1, y, ldy);
+        if (nd < n1)
+            gemm_tiled(type, a, mp, w, nb, nd, n1, y, ldy);
+    }
+#endif
+    if (mp < m)
+        gemm_tiled(type, a + mp * ab, m - mp, w, nb, n0, n1, y + mp * ldy, ldy);
 }

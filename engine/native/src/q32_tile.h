@@ -18,11 +18,21 @@ typedef void (*q32_tile_fn)(int type, const uint8_t *act, int64_t ab, int mt, co
 
 float q32_half_to_float(uint16_t h);
 
+/* One activation block of 32 floats -> its codes (natural order), d and sum of codes. */
+typedef void (*q32_quant_fn)(const float *x, int8_t *q, float *d, int32_t *s);
+void q32_quant_block_scalar(const float *x, int8_t *q, float *d, int32_t *s);
+
 /* -DQ32_HAVE_X86=0 builds the portable path only (what an arm64 build gets) */
 #if !defined(Q32_HAVE_X86) && (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define Q32_HAVE_X86 1
 #endif
 #if Q32_HAVE_X86
+/* Prefill with m >= Q32_PACK_MIN_M on AVX512-VNNI (q32_pack512.c): whole groups of 16 weight
+ * rows from n0; returns the first row it did not compute. Not bit-identical to the tile path. */
+#define Q32_PACK_MIN_M 16
+int64_t q32_packed_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t nb,
+                              int64_t n0, int64_t n1, float *y, int64_t ldy);
+void q32_quant_block_avx2(const float *x, int8_t *q, float *d, int32_t *s);
 void q32_tile_avx2(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w, int64_t nb,
                    int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy);
 void q32_tile_avxvnni(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,

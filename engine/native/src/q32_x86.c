@@ -9,6 +9,41 @@
 #if Q32_HAVE_X86
 #include <immintrin.h>
 
+/* q32_quant_block_scalar with 8 lanes: the same IEEE operations in the same order (amax, d, 1/d,
+ * x * (1/d), NaN -> 0, clamp to +-127, round to nearest even), so the same bytes. */
+__attribute__((target("avx2,fma,f16c"))) void q32_quant_block_avx2(const float *x, int8_t *q,
+                                                                     float *d_out, int32_t *s_out) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        __m256 a = _mm256_and_ps(v[i], absmask);
+        m = _mm256_max_ps(m, _mm256_and_ps(a, _mm256_cmp_ps(a, a, _CMP_ORD_Q)));   /* NaN -> 0 */
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float amax = _mm_cvtss_f32(h);
+    float d = amax / 127.f, id = d > 0 ? 1.f / d : 0.f;
+    const __m256 vid = _mm256_set1_ps(id), hi = _mm256_set1_ps(127.f), lo = _mm256_set1_ps(-127.f);
+    __m256i qi[4], sum = _mm256_setzero_si256();
+    for (int i = 0; i < 4; i++) {
+        __m256 t = _mm256_mul_ps(v[i], vid);
+        t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q));
+        t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
+        qi[i] = _mm256_cvtps_epi32(t);   /* MXCSR's rounding: to nearest even */
+        sum = _mm256_add_epi32(sum, qi[i]);
+    }
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)(void *)q, p);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    *d_out = d;
+    *s_out = _mm_cvtsi128_si32(s4);
+}
+
 /* ---- AVX2: maddubs (u8 x s8 -> int16 pairs) then madd to int32; no saturation for the
  * 4/5-bit codes (2*31*127 < 32767); Q8_0 uses the sign trick (|w| x sign(a, w)). ---- */
 #define SFX avx2

@@ -22,7 +22,7 @@ from tests.engine.native.q32_lib import (
 
 KS = (32, 64, 4096 + 32)
 NS = (1, 7, 33)
-MS = (1, 2, 3, 5, 8, 13)   # tiles: up to 8 rows (AVX-512), 4 (256-bit paths)
+MS = (1, 2, 3, 5, 8, 13, 17)   # tiles: 8 rows (AVX-512), 4 (256-bit); m >= 16: AVX-512 packs W
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +199,63 @@ def test_sources_compile_warning_free_with_and_without_x86_paths(lib, tmp_path):
     """-Wall -Wextra -Werror -pedantic; -DQ32_HAVE_X86=0 is what an arm64 build compiles."""
     compile_q32_strict(tmp_path)
     compile_q32_strict(tmp_path, "-DQ32_HAVE_X86=0")
+
+
+def test_activation_bytes_are_the_same_on_every_isa(lib, isas):
+    """The SIMD quantizer writes exactly the scalar one's bytes, hostile values included."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((7, 32 * 37)) * rng.uniform(1e-3, 1e3, size=(7, 1))).astype(np.float32)
+    x[1, 3], x[1, 40] = np.nan, np.inf
+    x[2, :64], x[2, 70] = 0.0, -0.0
+    x[3, 100], x[3, 101] = 3e38, -3e38
+    x[4, 200:232] = 1e-40                                   # subnormal block
+    x[5, :32] = np.arange(32, dtype=np.float32) - 15.5      # with amax 127, d = 1: x / d are
+    x[5, 0] = 127.0                                         # halves, rounded to even
+    for qtype in Q32_TYPES.values():
+        lib.set_isa("scalar")
+        want = lib.quantize(qtype, x)
+        for isa in isas[1:]:
+            lib.set_isa(isa)
+            np.testing.assert_array_equal(lib.quantize(qtype, x), want, err_msg=isa)
+    q, d = decode_act(8, want, x.shape[1])
+    assert d[5, 0] == 1.0 and list(q[5, 1:6]) == [-14, -14, -12, -12, -10]   # -14.5 -13.5 ...
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+def test_packed_prefill_matches_the_oracle_and_writes_only_its_columns(lib, isas, name):
+    """m >= 16 on AVX-512: groups of 16 weight rows packed one output per lane, the rest tiled."""
+    qtype = Q32_TYPES[name]
+    rng = np.random.default_rng(21)
+    k, n, m, ldy = 32 * 67, 40, 20, 43      # two K segments of the packed path (32 blocks), odd nb
+    w = random_blocks(qtype, n, k, rng)
+    wf = dequantize(w, GGMLQuantizationType(qtype)).astype(np.float64).reshape(n, k)
+    act = lib.quantize(qtype, rng.standard_normal((m, k)).astype(np.float32))
+    a = dequant_act(qtype, act, k)
+    ref, scale = a @ wf.T, np.abs(a) @ np.abs(wf).T
+    for isa in isas:
+        lib.set_isa(isa)
+        y = np.full((m, ldy), 12345.0, np.float32)
+        assert lib.gemm(qtype, act, w, k, 3, 37, y, ldy) == 0   # 2 packed groups + 2 tiled rows
+        assert (y[:, :3] == 12345.0).all() and (y[:, 37:] == 12345.0).all(), isa
+        assert (np.abs(y[:, 3:37] - ref[:, 3:37]) <= 1e-5 * scale[:, 3:37]).all(), isa
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+def test_tiles_of_sixteen_give_the_bits_of_one_call(lib, isas, name):
+    """The op splits a prefill into 64 x 64 tiles: the same bits as one call over everything."""
+    qtype = Q32_TYPES[name]
+    rng = np.random.default_rng(31)
+    k, n, m = 512, 200, 70
+    w = random_blocks(qtype, n, k, rng)
+    act = lib.quantize(qtype, rng.standard_normal((m, k)).astype(np.float32))
+    for isa in isas:
+        lib.set_isa(isa)
+        whole = lib.matmul(qtype, act, w, k, n)
+        tiled = np.zeros((m, n), np.float32)
+        for r0 in range(0, m, 64):
+            for c0 in range(0, n, 64):
+                rows = np.ascontiguousarray(act[r0:r0 + 64])
+                out = np.zeros((rows.shape[0], n), np.float32)
+                assert lib.gemm(qtype, rows, w, k, c0, min(n, c0 + 64), out, n) == 0
+                tiled[r0:r0 + 64, c0:c0 + 64] = out[:, c0:c0 + 64]
+        np.testing.assert_array_equal(tiled, whole, err_msg=isa)
