@@ -1,0 +1,327 @@
+"""The converter's native form (engine/convert/native_form.py): GgufMatMul nodes over the GGUF's own
+rows, the kernels setting recorded and followed, and what happens where Amber's kernel library
+cannot run. The end-to-end checks (native vs ORT logits, greedy tokens, a session round trip) run
+only where the library is built (`python -m engine.native.build`)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's own type tags
+from gguf import GGUFReader, quants
+from onnx import numpy_helper
+
+from engine.convert import EXACT, FAST, ModelImportError, convert_gguf, default_model, native_form
+from engine.convert.variants import build_variant
+from engine.runtime import native_ops
+from engine.runtime.model import ModelLoadError, load_model
+from test_convert import Q4K, prompt
+from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
+
+BASE = TinyConfig(seed=70)
+Q4_K_M = variant(BASE, wtype="Q4_K", tied=False, seed=71, **Q4K,
+                 overrides=(("attn_v.weight", "Q6_K"), ("ffn_down.weight", "Q6_K"), ("output.weight", "Q6_K"),
+                            ("token_embd.weight", "Q5_0")))
+FORMS = [variant(BASE, wtype="Q4_0", seed=72), variant(BASE, wtype="Q4_1", seed=73),
+         variant(BASE, wtype="Q5_0", tied=False, seed=74), variant(BASE, wtype="Q5_1", seed=75),
+         variant(BASE, wtype="Q8_0", arch="qwen2", bias=True, seed=76),
+         variant(BASE, wtype="Q4_K", seed=77, **Q4K), variant(BASE, wtype="Q5_K", seed=78, **Q4K),
+         variant(BASE, wtype="Q6_K", tied=False, seed=79, **Q4K), Q4_K_M,
+         variant(BASE, wtype="Q4_0", arch="phi3", seed=80)]
+IDS = [c.name for c in FORMS]
+DOMAIN = "ai.amber"
+
+
+def _native_available() -> bool:
+    return native_ops.unavailable_reason() is None
+
+
+needs_library = pytest.mark.skipif(not _native_available(),
+                                   reason="Amber's kernel library is not built here (python -m engine.native.build)")
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("native")
+    made: dict[tuple[str, str], tuple] = {}
+    models: dict[str, object] = {}
+
+    def get(cfg: TinyConfig, kernels: str, level: int = FAST):
+        key = (cfg.name, f"{kernels}{level}")
+        if key not in made:
+            src = root / f"{cfg.name}.gguf"
+            if cfg.name not in models:
+                models[cfg.name] = write_tiny_gguf(src, cfg)
+            made[key] = (models[cfg.name], convert_gguf(src, root / f"{cfg.name}.{kernels}{level}",
+                                                        accuracy_level=level, kernels=kernels))
+        return made[key]
+    return get
+
+
+def _graph(folder: Path, data: bool = False) -> onnx.ModelProto:
+    return onnx.load(str(folder / "model.onnx"), load_external_data=data)
+
+
+def _expected(model, prefix: str) -> np.ndarray | None:
+    """The HF-order float values a GgufMatMul named `prefix` must hold (the test's own reference)."""
+    w, c = model.weights, model.config
+    if prefix == "lm_head":
+        return w["lm_head"] if not c.tied else w["embed"]
+    layer, kind = prefix.split(".")[2], prefix.split(".")[-1]
+    p = f"layers.{layer}."
+    parts = {"qkv_proj": ["q", "k", "v"], "gate_up_proj": ["gate", "up"], "q_proj": ["q"], "k_proj": ["k"],
+             "v_proj": ["v"], "o_proj": ["o"], "gate_proj": ["gate"], "up_proj": ["up"], "down_proj": ["down"]}
+    return np.concatenate([w[p + x] for x in parts[kind]])
+
+
+@pytest.mark.parametrize("cfg", FORMS, ids=IDS)
+def test_native_graph_holds_the_gguf_rows(converted, cfg):
+    """Every matrix of a type the kernels handle is a GgufMatMul whose W is the GGUF's bytes: each
+    row of W is a row of the file's tensor, and W decodes to the weight in Hugging Face order (the
+    Q/K unpermute and the Q|K|V, gate|up fusions are whole rows)."""
+    model, folder = converted(cfg, "native")
+    g = _graph(folder, data=True)
+    assert any(o.domain == DOMAIN and o.version == 1 for o in g.opset_import)
+    inits = {i.name: i for i in g.graph.initializer}
+    reader = GGUFReader(str(model.path))
+    gguf_rows: dict[bytes, int] = {}
+    for t in reader.tensors:
+        if len(t.shape) == 2 and t.tensor_type in native_form.CONTRACT_TYPES:
+            for row in np.asarray(t.data).reshape(int(t.shape[1]), -1):
+                gguf_rows[row.tobytes()] = int(t.tensor_type)
+    nodes = [n for n in g.graph.node if n.op_type == "GgufMatMul"]
+    assert {n.domain for n in nodes} == {DOMAIN}
+    assert not [n for n in g.graph.node if n.op_type == "MatMulNBits"]     # every type here is native
+    covered = set()
+    for n in nodes:
+        attrs = {a.name: a.i for a in n.attribute}
+        wname = n.input[1]
+        raw = numpy_helper.to_array(inits[wname])
+        qt = QT(attrs["ggml_type"])
+        block, size = quants.GGML_QUANT_SIZES[qt]
+        assert raw.dtype == np.uint8 and raw.shape == (attrs["N"], attrs["K"] // block * size)
+        assert all(gguf_rows.get(row.tobytes()) == attrs["ggml_type"] for row in raw)
+        prefix = wname.removesuffix(".gguf_rows")
+        want = _expected(model, prefix)
+        got = quants.dequantize(raw, qt).reshape(attrs["N"], attrs["K"])
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+        covered.add(prefix.split(".")[-1])
+    n_layers = cfg.n_layers
+    assert "lm_head" in covered                                  # the tied head reads the raw rows too
+    if cfg.overrides:   # Q4_K_M: Q/K Q4_K, V Q6_K -> separate nodes; gate|up one node
+        assert {"q_proj", "k_proj", "v_proj", "gate_up_proj"} <= covered
+    else:
+        assert {"qkv_proj", "gate_up_proj", "o_proj", "down_proj"} <= covered
+        assert len(nodes) == 4 * n_layers + 1
+    # The embedding lookup keeps its Gather form (it never reads GgufMatMul's W).
+    assert any(n.op_type == "Gather" and n.input[0].startswith("model.embed_tokens") for n in g.graph.node)
+    info = json.loads((folder / "amber_import.json").read_text())
+    assert info["kernels"] == "native"
+    assert not (folder / "gpu").exists()                          # no float16 variant of a CPU-only graph
+
+
+def test_ort_form_and_exact_mode_have_no_native_nodes(converted):
+    for kernels, level in (("ort", FAST), ("native", EXACT)):
+        _, folder = converted(FORMS[1], kernels, level)
+        g = _graph(folder)
+        assert not [n for n in g.graph.node if n.domain == DOMAIN]
+        assert all(o.domain != DOMAIN for o in g.opset_import)
+        assert json.loads((folder / "amber_import.json").read_text())["kernels"] == "ort"
+
+
+def test_types_the_kernels_lack_keep_their_ort_form(converted, tmp_path):
+    """F16 matrices (no native kernel) stay MatMul; a requantizing --weights policy stays MatMulNBits."""
+    cfg = variant(BASE, wtype="Q8_0", overrides=(("ffn_down.weight", "F16"),), seed=81)
+    model, folder = converted(cfg, "native")
+    ops = [n.op_type for n in _graph(folder).graph.node]
+    assert ops.count("GgufMatMul") == 3 * cfg.n_layers + 1 and "MatMul" in ops
+    out = convert_gguf(model.path, tmp_path / "int4", weights="int4", accuracy_level=FAST, kernels="native")
+    assert not [n for n in _graph(out).graph.node if n.domain == DOMAIN]
+
+
+def test_the_gpu_variant_refuses_a_native_graph_in_one_line(converted, tmp_path):
+    _, folder = converted(FORMS[0], "native")
+    with pytest.raises(ModelImportError) as err:
+        build_variant(folder, dest=tmp_path / "gpu")
+    assert "AMBER_KERNELS=ort" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "gpu").exists()
+
+
+def test_choose_kernels_follows_the_setting(monkeypatch):
+    monkeypatch.setattr(native_form, "library_available", lambda: True)
+    monkeypatch.setenv("AMBER_KERNELS", "ort")
+    assert native_form.choose_kernels() == "ort"
+    monkeypatch.setenv("AMBER_KERNELS", "native")
+    assert native_form.choose_kernels() == "native"
+    assert native_form.choose_kernels(gpu=True) == "native"     # forced
+    monkeypatch.delenv("AMBER_KERNELS")
+    assert native_form.choose_kernels(gpu=False) == native_form.DEFAULT_KERNELS
+    monkeypatch.setattr(native_form, "DEFAULT_KERNELS", "native")
+    assert native_form.choose_kernels(gpu=False) == "native"
+    assert native_form.choose_kernels(gpu=True) == "ort"        # never regress GPU users
+    monkeypatch.setattr(native_form, "library_available", lambda: False)
+    monkeypatch.setenv("AMBER_KERNELS", "native")
+    assert native_form.choose_kernels(gpu=False) == "ort"       # no library: the ORT form
+    with pytest.raises(ModelImportError, match="unknown kernels option"):
+        convert_gguf("x.gguf", "y", kernels="fast")
+
+
+def _no_library(monkeypatch):
+    import engine.native as native
+    monkeypatch.setattr(native, "library_path", lambda: None, raising=False)
+    monkeypatch.setattr(native, "available", lambda: False, raising=False)
+
+
+def test_native_model_without_the_library_is_one_line_message(converted, monkeypatch):
+    _, folder = converted(FORMS[1], "native")
+    _no_library(monkeypatch)
+    with pytest.raises(ModelLoadError) as err:
+        load_model(folder, provider="cpu", threads=1)
+    msg = str(err.value)
+    assert "\n" not in msg and "native" in msg and "AMBER_KERNELS=ort" in msg and "not built" in msg
+
+
+def test_native_model_with_kernels_off_exits_2_on_the_cli(converted, run_cli):
+    _, folder = converted(FORMS[1], "native")
+    r = run_cli("generate", "--model", str(folder), "--max-tokens", "2", "--prompt", "hello", env={"AMBER_KERNELS": "ort"})
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "AMBER_KERNELS=ort turns them off" in r.stderr
+
+
+def _marker(folder: Path, **extra: object) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.onnx").write_bytes(b"graph")
+    (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": default_model.GGUF_SHA256,
+                                                           "accuracy_level": default_model.FAST, **extra}))
+    return folder
+
+
+def test_default_model_follows_the_kernels_setting(tmp_path, monkeypatch):
+    """A default model converted with one form is converted again when the setting changes; where
+    the wheel cannot be had, the form that still runs is used; a native one without the library is
+    not ready (the CLI then asks for fetch-default, which converts the ORT form)."""
+    monkeypatch.setenv("AMBER_HOME", str(tmp_path / "home"))
+    from engine.base import paths
+    monkeypatch.setattr(default_model, "library_available", lambda: True)
+    monkeypatch.setattr(native_form, "library_available", lambda: True)
+    ort_dir = _marker(paths.default_model_dir())                    # an older marker: the ORT form
+    monkeypatch.setenv("AMBER_KERNELS", "ort")
+    assert default_model.is_ready(ort_dir) and default_model.is_current(ort_dir)
+    monkeypatch.setenv("AMBER_KERNELS", "native")
+    assert default_model.is_ready(ort_dir) and not default_model.is_current(ort_dir)
+
+    def no_network(*_: object) -> Path:
+        raise default_model.DefaultModelError("could not download")
+    monkeypatch.setattr(default_model, "_download_wheel", no_network)
+    assert default_model.ensure_default_model() == ort_dir          # no wheel: the ORT form still runs
+    native_dir = _marker(tmp_path / "n", kernels="native", kernels_chosen="native")
+    assert default_model.is_current(native_dir)
+    monkeypatch.setattr(default_model, "library_available", lambda: False)
+    assert not default_model.is_ready(native_dir)
+    assert not default_model.is_current(native_dir)
+
+
+@pytest.mark.skipif(os.environ.get("AMBER_TEST_HOME") is None, reason="needs the default model's GGUF")
+def test_default_model_conversion_records_both_forms(tmp_path, monkeypatch):
+    """ensure_default_model with the pinned wheel writes what it made and what was asked for."""
+    wheel = Path(os.environ["AMBER_TEST_HOME"]) / "downloads" / default_model.WHEEL_FILE
+    if not wheel.is_file():
+        pytest.skip(f"no {wheel}")
+    monkeypatch.setenv("AMBER_KERNELS", "ort")
+    out = default_model.ensure_default_model(model_dir=tmp_path / "m", wheel=wheel)
+    marker = json.loads((out / default_model.MARKER).read_text())
+    assert marker["kernels"] == "ort" and marker["kernels_chosen"] == "ort"
+
+
+# ---- end to end: where the library is built ----------------------------------------------------
+# Native vs ORT form: both quantize activations to int8 per block of 32 (llama.cpp's numerics, ORT's
+# accuracy level 4), with different rounding details, on random models whose logits have std ~1.
+NATIVE_TOL, NATIVE_REL = 0.4, 0.1
+E2E = [variant(BASE, wtype="Q4_1", seed=73), variant(BASE, wtype="Q8_0", seed=82), Q4_K_M,
+       variant(BASE, wtype="Q6_K", tied=False, seed=79, **Q4K)]
+
+
+def _logits(folder: Path, ids: np.ndarray) -> np.ndarray:
+    """The last position's logits from a fresh CPU session over `ids` (empty past), as the engine feeds it."""
+    import onnxruntime as ort
+    from engine.runtime.providers import session_options
+    so = session_options(1)
+    if native_ops.graph_is_native(folder / "model.onnx"):
+        assert native_ops.register(so)
+    sess = ort.InferenceSession(str(folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
+    cfg = json.loads((folder / "config.json").read_text())
+    L, kv, hd = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
+    feed = {"input_ids": ids[None].astype(np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
+            "position_ids": np.arange(len(ids), dtype=np.int64)[None]}
+    for i in range(L):
+        for kind in ("key", "value"):
+            feed[f"past_key_values.{i}.{kind}"] = np.zeros((1, kv, 0, hd), np.float32)
+    return np.asarray(sess.run(["logits"], feed)[0], np.float64).reshape(-1)
+
+
+def _greedy_ids(folder: Path, ids: list[int], n: int) -> list[int]:
+    from engine.api import SamplingParams
+    from engine.generation.generate import Generator, collect
+    model = load_model(folder, provider="cpu", threads=1)
+    gen = Generator(model)
+    sampling = SamplingParams(greedy=True, repetition_penalty=1.0, max_new_tokens=n)
+    return collect(gen.stream(gen.new_cache(), ids, sampling)).token_ids
+
+
+@needs_library
+@pytest.mark.parametrize("cfg", E2E, ids=[c.name for c in E2E])
+def test_native_logits_agree_with_the_ort_form(converted, cfg):
+    model, ort_dir = converted(cfg, "ort")
+    _, nat_dir = converted(cfg, "native")
+    for seed in range(3):
+        ids = prompt(model, 21, seed)
+        a, b = _logits(ort_dir, ids), _logits(nat_dir, ids)
+        d = float(np.abs(a - b).max())
+        assert d <= NATIVE_TOL, d
+        assert np.linalg.norm(a - b) / np.linalg.norm(a) <= NATIVE_REL
+
+
+@needs_library
+def test_native_greedy_tokens_equal_the_ort_form(converted):
+    """On a model whose greedy choice is stable (a wide logit margin), both forms pick the same 8 tokens."""
+    cfg = variant(BASE, wtype="Q8_0", seed=82)
+    model, ort_dir = converted(cfg, "ort")
+    _, nat_dir = converted(cfg, "native")
+    ids = list(map(int, prompt(model, 12, 5)))
+    want = _greedy_ids(ort_dir, ids, 8)
+    assert len(want) == 8
+    assert _greedy_ids(nat_dir, ids, 8) == want
+
+
+@needs_library
+def test_native_session_round_trip(converted, tmp_path):
+    """generate, pin, shut down, reopen from disk and continue: the same tokens as never stopping."""
+    from engine.api import SamplingParams, SessionKind
+    from engine.sessions.manager import SessionManager
+    cfg = variant(BASE, wtype="Q4_1", seed=73)
+    model, folder = converted(cfg, "native")
+    loaded = load_model(folder, provider="cpu", threads=1)
+    greedy = SamplingParams(greedy=True, repetition_penalty=1.0, max_new_tokens=8)
+    p1 = list(map(int, prompt(model, 40, 1)))
+    from engine.generation.generate import collect
+    m = SessionManager(loaded, tmp_path / "state", block_tokens=16)
+    m.open("s1", SessionKind.PINNED)
+    t1 = collect(m.generate_tokens("s1", p1, greedy)).token_ids
+    assert m.wait_for_saves()
+    m.shutdown()
+    p2 = p1 + t1 + list(map(int, prompt(model, 12, 2)))
+    live = SessionManager(loaded, tmp_path / "live", block_tokens=16)
+    live.open("s2", SessionKind.TEMPORARY)
+    assert collect(live.generate_tokens("s2", p1, greedy)).token_ids == t1
+    never = collect(live.generate_tokens("s2", p2, greedy)).token_ids
+    live.shutdown()
+    m2 = SessionManager(load_model(folder, provider="cpu", threads=1), tmp_path / "state", block_tokens=16)
+    assert m2.open("s1").tokens == len(p1) + len(t1) - 1
+    r = collect(m2.generate_tokens("s1", p2, greedy))
+    m2.shutdown()
+    assert r.figures.resume == "disk" and r.token_ids == never
