@@ -44,7 +44,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _marker(model_dir: Path) -> dict | None:
+def _marker(model_dir: Path) -> dict[str, object] | None:
     try:
         marker = json.loads((model_dir / MARKER).read_text())
     except (OSError, ValueError):
@@ -71,7 +71,7 @@ def is_current(model_dir: Path | None = None) -> bool:
     marker = _marker(model_dir)
     if marker is None or not is_ready(model_dir):
         return False
-    return marker.get("kernels_chosen", marker.get("kernels", "ort")) == choose_kernels()
+    return bool(marker.get("kernels_chosen", marker.get("kernels", "ort")) == choose_kernels())
 
 
 def _download_wheel(dest: Path) -> Path:

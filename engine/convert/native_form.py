@@ -91,12 +91,19 @@ def choose_kernels(gpu: bool | None = None) -> Kernels:
 
 
 def gpu_would_run() -> bool:
-    """True when loading with provider "auto" would try a GPU provider (engine.runtime.providers)."""
+    """True when loading with provider "auto" would try a GPU provider that runs Amber's float16
+    variant (the rule of engine.runtime.providers.wanted_providers, which this layer cannot import)."""
     try:
-        from engine.runtime.providers import CPU, wanted_providers  # noqa: PLC0415 - onnxruntime import
-        return wanted_providers("auto")[0] != CPU
+        import onnxruntime as ort  # noqa: PLC0415 - only to look at the providers
+        from pathlib import Path  # noqa: PLC0415
     except Exception:  # noqa: BLE001 - no usable onnxruntime: nothing runs on a GPU
         return False
+    available = ort.get_available_providers()
+    if "DmlExecutionProvider" in available:
+        return True
+    if "CUDAExecutionProvider" in available:
+        return any((Path(ort.__file__).parent / "capi").glob("*onnxruntime_providers_cuda*"))
+    return False
 
 
 def check_kernels(kernels: str) -> Kernels:

@@ -187,7 +187,8 @@ def test_native_model_without_the_library_is_one_line_message(converted, monkeyp
 
 def test_native_model_with_kernels_off_exits_2_on_the_cli(converted, run_cli):
     _, folder = converted(FORMS[1], "native")
-    r = run_cli("generate", "--model", str(folder), "--max-tokens", "2", "--prompt", "hello", env={"AMBER_KERNELS": "ort"})
+    r = run_cli("generate", "--model", str(folder), "--max-tokens", "2", "--prompt", "hello",
+                env={"AMBER_KERNELS": "ort"})
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "AMBER_KERNELS=ort turns them off" in r.stderr
@@ -255,10 +256,10 @@ def _logits(folder: Path, ids: np.ndarray) -> np.ndarray:
         assert native_ops.register(so)
     sess = ort.InferenceSession(str(folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
     cfg = json.loads((folder / "config.json").read_text())
-    L, kv, hd = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
+    n_layers, kv, hd = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
     feed = {"input_ids": ids[None].astype(np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
             "position_ids": np.arange(len(ids), dtype=np.int64)[None]}
-    for i in range(L):
+    for i in range(n_layers):
         for kind in ("key", "value"):
             feed[f"past_key_values.{i}.{kind}"] = np.zeros((1, kv, 0, hd), np.float32)
     return np.asarray(sess.run(["logits"], feed)[0], np.float64).reshape(-1)
