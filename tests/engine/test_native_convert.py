@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -335,19 +336,20 @@ def test_native_session_round_trip(converted, library, tmp_path):
     greedy = SamplingParams(greedy=True, repetition_penalty=1.0, max_new_tokens=8)
     p1 = list(map(int, prompt(model, 40, 1)))
     from engine.generation.generate import collect
+    s1, s2 = str(uuid.uuid4()), str(uuid.uuid4())
     m = SessionManager(loaded, tmp_path / "state", block_tokens=16)
-    m.open("s1", SessionKind.PINNED)
-    t1 = collect(m.generate_tokens("s1", p1, greedy)).token_ids
+    m.open(s1, SessionKind.PINNED)
+    t1 = collect(m.generate_tokens(s1, p1, greedy)).token_ids
     assert m.wait_for_saves()
     m.shutdown()
     p2 = p1 + t1 + list(map(int, prompt(model, 12, 2)))
     live = SessionManager(loaded, tmp_path / "live", block_tokens=16)
-    live.open("s2", SessionKind.TEMPORARY)
-    assert collect(live.generate_tokens("s2", p1, greedy)).token_ids == t1
-    never = collect(live.generate_tokens("s2", p2, greedy)).token_ids
+    live.open(s2, SessionKind.TEMPORARY)
+    assert collect(live.generate_tokens(s2, p1, greedy)).token_ids == t1
+    never = collect(live.generate_tokens(s2, p2, greedy)).token_ids
     live.shutdown()
     m2 = SessionManager(load_model(folder, provider="cpu", threads=1), tmp_path / "state", block_tokens=16)
-    assert m2.open("s1").tokens == len(p1) + len(t1) - 1
-    r = collect(m2.generate_tokens("s1", p2, greedy))
+    assert m2.open(s1).tokens == len(p1) + len(t1) - 1
+    r = collect(m2.generate_tokens(s1, p2, greedy))
     m2.shutdown()
     assert r.figures.resume == "disk" and r.token_ids == never
