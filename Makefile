@@ -17,13 +17,21 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	$(BIN)/python -m engine.native.build
 	touch $@
+
+# Amber's native kernels (engine/native/src -> engine/native/_build): rebuilt when a source changes
+# (the library's name carries the sources' hash; an unchanged tree is a no-op). Without a C
+# compiler it prints a note and Amber uses ONNX Runtime's own ops.
+.PHONY: native
+native: $(STAMP)
+	$(BIN)/python -m engine.native.build
 
 sysdeps:
 	bash packaging/linux/install-sysdeps.sh
 
 # Runs the app on the default model (prepared once in the user data directory).
-run: $(STAMP)
+run: $(STAMP) native
 	$(BIN)/amber-engine fetch-default
 	$(BIN)/amber
 
@@ -37,7 +45,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) default-model lint
+test: $(STAMP) native default-model lint
 	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m pytest -q
 
 # Tests that do not need the real default model.

@@ -69,7 +69,8 @@ if [ "$OS" = windows ]; then
   "$PYTHON" packaging/windows/version_info.py "$VERSION" "$BUILD/icons/version_info.txt"
 fi
 
-# 3. the onedir bundle
+# 3. the onedir bundle, with the native kernels built first (a no-op when up to date)
+"$PYTHON" -m engine.native.build
 echo "== PyInstaller ($VARIANT)"
 T0=$(date +%s)
 AMBER_VARIANT=$VARIANT AMBER_VERSION=$VERSION AMBER_BUNDLE_MODEL=$BUILD/model/$MODEL_NAME AMBER_ICONS=$BUILD/icons \

@@ -1,0 +1,166 @@
+/* The AVX2-width K-quant kernels, included once per ISA by qk_avx2.c with:
+ *   QK_TGT              the function attribute (target ISA)
+ *   QK_SFX              the name suffix
+ *   QK_DPWSSD(a, p, s)  a + madd_epi16(p, s): one vpdpwssd with VNNI, madd + add without
+ * Per 32 values: maddubs (u8 levels x s8 activations -> i16 pairs; at most 2*63*128, no
+ * saturation), then the sub-block's scale multiplies the pairs into int32 lanes. A weight
+ * super-block is decoded once and dotted with up to QK_TILE activation rows. */
+#define QK_CAT2(a, b) a##b
+#define QK_CAT(a, b) QK_CAT2(a, b)
+#define QK_N(name) QK_CAT(name, QK_SFX)
+#define QK_INL static inline __attribute__((always_inline)) QK_TGT
+
+QK_INL float QK_N(hsum_)(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+QK_INL float QK_N(half_)(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt,
+                             int64_t nb, const int five, float *out) {
+    const int64_t xb = five ? Q5K_BYTES : Q4K_BYTES;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b1 = _mm256_set1_epi8(1), b2 = _mm256_set1_epi8(2);
+    const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    __m256 acc[QK_TILE];
+    for (int i = 0; i < mt; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, x += xb, act += Q8K_BYTES) {
+        _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * xb + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * xb + 128, _MM_HINT_T0);
+        uint8_t sm[16];
+        qk_unpack_scales(x + 4, sm);
+        const float d = QK_N(half_)(x), dmin = QK_N(half_)(x + 2);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)sm), dupmins));
+        const uint8_t *qs = x + (five ? 48 : 16);
+        __m256i qhv = five ? _mm256_loadu_si256((const __m256i *)(x + 16)) : _mm256_setzero_si256();
+        __m256i isum[QK_TILE];
+        for (int i = 0; i < mt; i++) isum[i] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (five) {   /* bit 2j of qh[l] is value l's fifth bit, bit 2j+1 value 32+l's */
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qhv, b1), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(qhv, b2), 3));
+                qhv = _mm256_srli_epi16(qhv, 2);
+            }
+            const __m256i slo = _mm256_set1_epi16(sm[2 * j]), shi = _mm256_set1_epi16(sm[2 * j + 1]);
+            for (int i = 0; i < mt; i++) {
+                const uint8_t *a = act + i * ab + Q8K_Q + 64 * j;
+                __m256i p = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)a));
+                isum[i] = QK_DPWSSD(isum[i], p, slo);
+                p = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 32)));
+                isum[i] = QK_DPWSSD(isum[i], p, shi);
+            }
+        }
+        for (int i = 0; i < mt; i++) {
+            const uint8_t *a = act + i * ab;
+            const float da = qk_act_d(a);
+            const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * da), acc[i]);
+            acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * da), acc[i]);
+        }
+    }
+    for (int i = 0; i < mt; i++) out[i] = QK_N(hsum_)(acc[i]);
+}
+
+QK_INL void QK_N(tile_q6k_)(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt,
+                            int64_t nb, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m03 = _mm256_set1_epi8(0x03),
+                  m0c = _mm256_set1_epi8(0x0C), m30 = _mm256_set1_epi8(0x30),
+                  mc0 = _mm256_set1_epi8((char)0xC0);
+    __m256 acc[QK_TILE];
+    for (int i = 0; i < mt; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, act += Q8K_BYTES) {
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 192, _MM_HINT_T0);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + 192));
+        const __m256i s16 = _mm256_cvtepi8_epi16(sc8);
+        const float d = QK_N(half_)(x + 208);
+        __m256i isum[QK_TILE];
+        for (int i = 0; i < mt; i++) isum[i] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x + 64 * h + 32));
+            const __m256i hv = _mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(hv, m03), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(hv, m0c), 2));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(hv, m30));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                   _mm256_srli_epi16(_mm256_and_si256(hv, mc0), 2));
+            for (int g = 0; g < 4; g++) {
+                const __m128i pat = _mm_loadu_si128((const __m128i *)QK_Q6_SCALE_PAT[4 * h + g]);
+                const __m256i scv = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pat));
+                for (int i = 0; i < mt; i++) {
+                    const uint8_t *a = act + i * ab + Q8K_Q + 128 * h + 32 * g;
+                    const __m256i p = _mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)a));
+                    isum[i] = QK_DPWSSD(isum[i], p, scv);
+                }
+            }
+        }
+        for (int i = 0; i < mt; i++) {
+            const uint8_t *a = act + i * ab;
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), s16);
+            isum[i] = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(off, 5));   /* the -32 of every level */
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * qk_act_d(a)), acc[i]);
+        }
+    }
+    for (int i = 0; i < mt; i++) out[i] = QK_N(hsum_)(acc[i]);
+}
+
+/* One weight row against mt activation rows, mt a constant in each specialised copy. */
+static QK_TGT void QK_N(tile_)(int type, const uint8_t *x, const uint8_t *a, int64_t ab, int mt,
+                               int64_t nb, float *out) {
+#define QK_CASES(call_mt)                                                         \
+    switch (mt) {                                                                 \
+    case 1: call_mt(1); break;                                                    \
+    case 2: call_mt(2); break;                                                    \
+    case 3: call_mt(3); break;                                                    \
+    default: call_mt(4); break;                                                   \
+    }
+#define QK_C6(t) QK_N(tile_q6k_)(x, a, ab, t, nb, out)
+#define QK_C5(t) QK_N(tile_q45k_)(x, a, ab, t, nb, 1, out)
+#define QK_C4(t) QK_N(tile_q45k_)(x, a, ab, t, nb, 0, out)
+    if (type == QK_Q6_K) {
+        QK_CASES(QK_C6)
+    } else if (type == QK_Q5_K) {
+        QK_CASES(QK_C5)
+    } else {
+        QK_CASES(QK_C4)
+    }
+#undef QK_C6
+#undef QK_C5
+#undef QK_C4
+#undef QK_CASES
+}
+
+QK_TGT void QK_N(qk_gemm_)(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                           int64_t n0, int64_t n1, float *y, int64_t ldy) {
+    const int64_t nb = k / QK_BLOCK, rb = nb * qk_block_bytes(type), ab = nb * Q8K_BYTES;
+    float out[QK_TILE];
+    /* m > 1: a block of weight rows stays in cache while every activation tile passes over it */
+    for (int64_t nblk = n0; nblk < n1; nblk += QK_ROW_BLOCK) {
+        const int64_t nend = n1 - nblk < QK_ROW_BLOCK ? n1 : nblk + QK_ROW_BLOCK;
+        for (int64_t i0 = 0; i0 < m; i0 += QK_TILE) {
+            const int mt = m - i0 < QK_TILE ? (int)(m - i0) : QK_TILE;
+            for (int64_t n = nblk; n < nend; n++) {
+                QK_N(tile_)(type, w + n * rb, act + i0 * ab, ab, mt, nb, out);
+                for (int i = 0; i < mt; i++) y[(i0 + i) * ldy + n] = out[i];
+            }
+        }
+    }
+}
+
+#undef QK_INL
+#undef QK_N
+#undef QK_CAT
+#undef QK_CAT2

@@ -1,0 +1,181 @@
+/* Q4_K Q5_K Q6_K kernels at AVX-512 width with AVX512-VNNI (+BW, VL): 64 values a register.
+ * Per 64 values: the 32 packed bytes are broadcast to both halves and shifted per half
+ * (vpsrlvq by 0 / 4), so one register holds the levels in order against one 64-byte load of the
+ * activations; vpmaddubsw then vpdpwssd with the two sub-blocks' scales. Compiled without -m
+ * flags: the functions carry target attributes, dispatch.c routes here only on such a CPU. */
+#include "qk_impl.h"
+
+#ifdef QK_X86
+#include <immintrin.h>
+
+#define QK_TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define QK_INL static inline __attribute__((always_inline)) QK_TGT
+#define QK_PF 6
+/* Activation rows per decoded super-block: 32 registers hold 8 rows' accumulators. */
+#define T512 8
+
+QK_INL float hsum512(__m512 v) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+QK_INL float half512(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* [lo ×16 | hi ×16] as int16 */
+QK_INL __m512i pair16(int lo, int hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)lo)), _mm256_set1_epi16((short)hi), 1);
+}
+
+QK_INL void tile_q45k(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt, int64_t nb,
+                      const int five, float *out) {
+    const int64_t xb = five ? Q5K_BYTES : Q4K_BYTES;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    const __m512i nib = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    __m512 acc[T512];
+    for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, x += xb, act += Q8K_BYTES) {
+        _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * xb + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * xb + 128, _MM_HINT_T0);
+        uint8_t sm[16];
+        qk_unpack_scales(x + 4, sm);
+        const float d = half512(x), dmin = half512(x + 2);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)sm), dupmins));
+        const uint8_t *qs = x + (five ? 48 : 16);
+        const __m512i qhv = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 16)))
+                                 : _mm512_setzero_si512();
+        __m512i isum[T512];
+        for (int i = 0; i < mt; i++) isum[i] = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {
+            const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)));
+            __m512i q = _mm512_and_si512(_mm512_srlv_epi64(v, nib), m4);
+            if (five) {   /* bit 2j (low half) / 2j+1 (high half) of each qh byte to bit 4:
+                           * a rotate of the 64-bit lanes keeps each bit in its byte */
+                const __m512i rot = _mm512_setr_epi64((4 - 2 * j) & 63, (4 - 2 * j) & 63, (4 - 2 * j) & 63,
+                                                      (4 - 2 * j) & 63, (3 - 2 * j) & 63, (3 - 2 * j) & 63,
+                                                      (3 - 2 * j) & 63, (3 - 2 * j) & 63);
+                q = _mm512_or_si512(q, _mm512_and_si512(_mm512_rolv_epi64(qhv, rot), m10));
+            }
+            const __m512i sc = pair16(sm[2 * j], sm[2 * j + 1]);
+            for (int i = 0; i < mt; i++) {
+                const uint8_t *a = act + i * ab + Q8K_Q + 64 * j;
+                const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)a));
+                isum[i] = _mm512_dpwssd_epi32(isum[i], p, sc);
+            }
+        }
+        const __m512 dv = _mm512_set1_ps(d), dminv = _mm512_set1_ps(dmin);
+        for (int i = 0; i < mt; i++) {   /* acc += da * (d * isum - dmin * msum) */
+            const uint8_t *a = act + i * ab;
+            const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
+            __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[i]), dv);
+            t = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), dminv, t);
+            acc[i] = _mm512_fmadd_ps(t, _mm512_set1_ps(qk_act_d(a)), acc[i]);
+        }
+    }
+    for (int i = 0; i < mt; i++) out[i] = hsum512(acc[i]);
+}
+
+QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt, int64_t nb,
+                     float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    /* qh bits of groups 0|1 (bits 0-1 | 2-3) and 2|3 (bits 4-5 | 6-7) rotated to bits 4-5 */
+    const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
+    const __m512i rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
+    /* int16 lane L of the register for values 64t..64t+63 of half h uses scale 8h + 4t + L/8 */
+    __m512i sidx[4];
+    for (int s = 0; s < 4; s++) {
+        short ix[32];
+        for (int l = 0; l < 32; l++) ix[l] = (short)(4 * s + l / 8);
+        sidx[s] = _mm512_loadu_si512((const void *)ix);
+    }
+    __m512 acc[T512];
+    for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, act += Q8K_BYTES) {
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 192, _MM_HINT_T0);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
+        const __m512i s16w = _mm512_castsi256_si512(s16);
+        const float d = half512(x + 208);
+        __m512i isum[T512];
+        for (int i = 0; i < mt; i++) isum[i] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512((const void *)(x + 64 * h));
+            const __m512i hv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h)));
+            __m512i q[2];
+            q[0] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_rolv_epi64(hv, rot01), m30));
+            q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                   _mm512_and_si512(_mm512_rolv_epi64(hv, rot23), m30));
+            for (int t = 0; t < 2; t++) {
+                const __m512i sc = _mm512_permutexvar_epi16(sidx[2 * h + t], s16w);
+                for (int i = 0; i < mt; i++) {
+                    const uint8_t *a = act + i * ab + Q8K_Q + 128 * h + 64 * t;
+                    const __m512i p = _mm512_maddubs_epi16(q[t], _mm512_loadu_si512((const void *)a));
+                    isum[i] = _mm512_dpwssd_epi32(isum[i], p, sc);
+                }
+            }
+        }
+        for (int i = 0; i < mt; i++) {
+            const uint8_t *a = act + i * ab;
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), s16);
+            isum[i] = _mm512_sub_epi32(isum[i], _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_set1_ps(d * qk_act_d(a)), acc[i]);
+        }
+    }
+    for (int i = 0; i < mt; i++) out[i] = hsum512(acc[i]);
+}
+
+static QK_TGT void tile512(int type, const uint8_t *x, const uint8_t *a, int64_t ab, int mt,
+                           int64_t nb, float *out) {
+#define QK_CASES(call_mt)            \
+    switch (mt) {                    \
+    case 1: call_mt(1); break;       \
+    case 2: call_mt(2); break;       \
+    case 3: call_mt(3); break;       \
+    case 4: call_mt(4); break;       \
+    case 5: call_mt(5); break;       \
+    case 6: call_mt(6); break;       \
+    case 7: call_mt(7); break;       \
+    default: call_mt(8); break;      \
+    }
+#define QK_C6(t) tile_q6k(x, a, ab, t, nb, out)
+#define QK_C5(t) tile_q45k(x, a, ab, t, nb, 1, out)
+#define QK_C4(t) tile_q45k(x, a, ab, t, nb, 0, out)
+    if (type == QK_Q6_K) {
+        QK_CASES(QK_C6)
+    } else if (type == QK_Q5_K) {
+        QK_CASES(QK_C5)
+    } else {
+        QK_CASES(QK_C4)
+    }
+#undef QK_C6
+#undef QK_C5
+#undef QK_C4
+#undef QK_CASES
+}
+
+QK_TGT void qk_gemm_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                               int64_t n0, int64_t n1, float *y, int64_t ldy) {
+    const int64_t nb = k / QK_BLOCK, rb = nb * qk_block_bytes(type), ab = nb * Q8K_BYTES;
+    float out[T512];
+    for (int64_t nblk = n0; nblk < n1; nblk += QK_ROW_BLOCK) {
+        const int64_t nend = n1 - nblk < QK_ROW_BLOCK ? n1 : nblk + QK_ROW_BLOCK;
+        for (int64_t i0 = 0; i0 < m; i0 += T512) {
+            const int mt = m - i0 < T512 ? (int)(m - i0) : T512;
+            for (int64_t n = nblk; n < nend; n++) {
+                tile512(type, w + n * rb, act + i0 * ab, ab, mt, nb, out);
+                for (int i = 0; i < mt; i++) y[(i0 + i) * ldy + n] = out[i];
+            }
+        }
+    }
+}
+#endif

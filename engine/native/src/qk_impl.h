@@ -1,0 +1,92 @@
+/* Internals of the K-quant family (qk.c, qk_avx2.c, qk_avx512.c): block layouts, helpers, and the
+ * per-ISA kernels. Not part of the public API. */
+#ifndef AMBER_QK_IMPL_H
+#define AMBER_QK_IMPL_H
+#include <stdint.h>
+#include <string.h>
+
+#include "family.h"
+
+/* GGML type ids */
+#define QK_Q4_K 12
+#define QK_Q5_K 13
+#define QK_Q6_K 14
+
+/* Bytes of one super-block of 256 values. */
+#define Q4K_BYTES 144   /* fp16 d, fp16 dmin, scales[12], qs[128] */
+#define Q5K_BYTES 176   /* fp16 d, fp16 dmin, scales[12], qh[32], qs[128] */
+#define Q6K_BYTES 210   /* ql[128], qh[64], int8 scales[16], fp16 d */
+
+/* The activation block (llama.cpp's Q8_K): float d at 0, int8 q[256] at 4, int16 bsums[16] at
+ * 260 (bsums[j] = sum of q[16j .. 16j+15]); x ~ d * q. */
+#define Q8K_BYTES 292
+#define Q8K_Q 4
+#define Q8K_BSUMS 260
+
+/* Rows of weights kept hot while every activation tile passes over them (m > 1). */
+#define QK_ROW_BLOCK 16
+/* Activation rows dotted per decoded weight super-block. */
+#define QK_TILE 4
+
+static inline float qk_half(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {   /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while (!(man & 1024)) { man <<= 1; exp--; }
+            bits = sign | (exp << 23) | ((man & 1023) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline float qk_act_d(const uint8_t *blk) {
+    float d;
+    memcpy(&d, blk, 4);
+    return d;
+}
+
+/* Unpacks Q4_K/Q5_K's 12 scale bytes into out[0..7] = six-bit scales, out[8..15] = six-bit mins
+ * (llama.cpp's utmp trick: four 32-bit words instead of sixteen byte extractions). */
+static inline void qk_unpack_scales(const uint8_t *scales, uint8_t out[16]) {
+    const uint32_t kmask1 = 0x3f3f3f3fu, kmask2 = 0x0f0f0f0fu, kmask3 = 0x03030303u;
+    uint32_t u[4];
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+    uint32_t aux = u[1] & kmask1;
+    u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+    u[2] = aux;
+    u[0] &= kmask1;
+    memcpy(out, u, 16);
+}
+
+/* One kernel per ISA: the same contract as qk_gemm_rows. */
+typedef void (*qk_gemm_fn)(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                           int64_t n0, int64_t n1, float *y, int64_t ldy);
+
+void qk_gemm_scalar(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                    int64_t n0, int64_t n1, float *y, int64_t ldy);
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define QK_X86 1
+void qk_gemm_avx2(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                  int64_t n0, int64_t n1, float *y, int64_t ldy);
+void qk_gemm_avxvnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                     int64_t n0, int64_t n1, float *y, int64_t ldy);
+void qk_gemm_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                        int64_t n0, int64_t n1, float *y, int64_t ldy);
+#endif
+
+static inline int64_t qk_block_bytes(int type) {
+    return type == QK_Q4_K ? Q4K_BYTES : type == QK_Q5_K ? Q5K_BYTES : Q6K_BYTES;
+}
+#endif

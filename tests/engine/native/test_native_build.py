@@ -1,0 +1,107 @@
+"""python -m engine.native.build: a hashed library rebuilt only when the sources change, a note
+and exit 0 without a compiler, the compiler's message and exit 2 on a compile error; the loader's
+AMBER_KERNELS switch."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import engine.native as native
+from engine.native import build
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _cli(*args: str, env_extra: dict[str, str] | None = None, path: str | None = None):
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run([sys.executable, "-m", "engine.native.build", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.fixture
+def src_copy(tmp_path) -> Path:
+    dst = tmp_path / "src"
+    shutil.copytree(build.SRC_DIR, dst)
+    return dst
+
+
+def test_rebuilds_only_when_sources_change(native_lib, src_copy, tmp_path):
+    out = tmp_path / "out"
+    first = build.build(out, src_dir=src_copy)
+    assert first is not None and first.is_file()
+    assert first.name == build.library_name(src_copy) == build.library_name()   # same sources, same name
+    stamp = first.stat().st_mtime_ns
+    # Nothing changed: no compiler is even looked at (a missing one would fail).
+    again = build.build(out, src_dir=src_copy, compiler="/nonexistent/cc")
+    assert again == first and first.stat().st_mtime_ns == stamp
+    proc = _cli("--out", str(out), "--src", str(src_copy))
+    assert proc.returncode == 0 and "up to date" in proc.stdout
+    # A changed source: a new name, and the stale library is gone.
+    (src_copy / "dispatch.c").write_text((src_copy / "dispatch.c").read_text() + "\n/* changed */\n")
+    second = build.build(out, src_dir=src_copy)
+    assert second is not None and second != first and second.is_file()
+    assert not first.exists()
+    assert sorted(p.name for p in out.iterdir()) == [second.name]   # no temp files left
+
+
+def test_no_compiler_is_a_note_and_exit_0(tmp_path):
+    bare = tmp_path / "bin"   # a PATH with python's folder only: no cc, gcc or clang
+    bare.mkdir()
+    out = tmp_path / "out"
+    proc = _cli("--out", str(out), env_extra={"CC": "/nonexistent/amber-cc"}, path=str(bare))
+    assert proc.returncode == 0, proc.stderr
+    assert "no C compiler" in proc.stdout
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_compile_error_prints_the_compiler_message_and_exits_2(native_lib, src_copy, tmp_path):
+    (src_copy / "broken.c").write_text("int amber_broken(void) { return undeclared_name; }\n")
+    proc = _cli("--out", str(tmp_path / "out"), "--src", str(src_copy))
+    assert proc.returncode == 2
+    assert "undeclared_name" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    with pytest.raises(build.BuildError, match="undeclared_name"):
+        build.build(tmp_path / "out2", src_dir=src_copy)
+
+
+def test_amber_kernels_switch(native_lib, monkeypatch):
+    monkeypatch.setenv("AMBER_KERNELS", "ort")
+    assert not native.available() and not native.supports(8)
+    import onnxruntime as ort
+    assert native.register(ort.SessionOptions()) is False
+    monkeypatch.setenv("AMBER_KERNELS", "native")
+    assert native.available() and native.supports(8)
+    monkeypatch.setenv("AMBER_KERNELS", "auto")
+    assert native.available()
+    assert native.supports(8) == (native.isa() != "scalar")
+    assert not native.supports(1) and not native.supports(99)   # F16, unknown: never the op
+    assert native.isa() in {"avx512vnni", "avxvnni", "avx2", "scalar"}
+
+
+def test_a_broken_library_is_reported_unavailable(tmp_path, monkeypatch, caplog):
+    """A file with the right name that is not a library: logged, unavailable, no exception."""
+    monkeypatch.delenv("AMBER_KERNELS", raising=False)
+    fake_dir = tmp_path / "_build"
+    fake_dir.mkdir()
+    (fake_dir / build.library_name()).write_bytes(b"not an ELF file")
+    monkeypatch.setattr(build, "BUILD_DIR", fake_dir)
+    assert native.library_path() == fake_dir / build.library_name()
+    assert native.kernels() is None and not native.available() and native.isa() == ""
+    assert native.register(__import__("onnxruntime").SessionOptions()) is False
+    assert "does not load" in caplog.text
+
+
+def test_a_stale_library_is_never_used(tmp_path, monkeypatch):
+    """Only the name of the current sources counts: a library of other sources is ignored."""
+    fake_dir = tmp_path / "_build"
+    fake_dir.mkdir()
+    (fake_dir / f"{build.LIB_STEM}-0123456789abcdef{build.lib_suffix()}").write_bytes(b"old")
+    monkeypatch.setattr(build, "BUILD_DIR", fake_dir)
+    assert native.library_path() is None and not native.available()

@@ -1,0 +1,281 @@
+"""The K-quant kernels (engine/native/src/qk*.c) through the library's C API, on every ISA this CPU has.
+
+The oracle is gguf-py's own numpy dequantizer (gguf.quants.dequantize) of the raw super-blocks,
+dotted in float64 with the activations as the library quantized them (its Q8_K buffer decoded
+here): the kernels' integer arithmetic must match it to float rounding. Blocks are random bytes
+(with finite fp16 scales) and, where the random-weight GGUFs quantized by llama.cpp itself are on
+this machine, real blocks from them (CI lacks those files: that case skips, the rest stand alone).
+"""
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+gguf_quants = pytest.importorskip("gguf.quants")
+from gguf.constants import GGMLQuantizationType  # noqa: E402
+
+SRC = Path(__file__).resolve().parents[3] / "engine" / "native" / "src"
+Q4_K, Q5_K, Q6_K = 12, 13, 14
+BLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}
+ACT_BLOCK = 292   # float d, int8 q[256], int16 bsums[16]
+ISAS = ("scalar", "avx2", "avxvnni", "avx512vnni")
+REAL_GGUF = Path("/work/scratch/perf-bench/models/1b-Q4_K_M.gguf")
+
+
+def _build(out: Path) -> Path:
+    try:
+        from engine.native import build as native_build
+    except ImportError:
+        native_build = None
+    if native_build is not None and hasattr(native_build, "build"):
+        lib = native_build.build(out)
+        if lib is None:
+            pytest.skip("no C compiler")
+        return Path(lib)
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler")
+    lib = out / "libamber_kernels.so"
+    srcs = [str(p) for p in sorted(SRC.glob("*.c")) if p.name != "ort_op.c"]
+    subprocess.run([cc, "-O3", "-std=c11", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
+                    "-I", str(SRC), *srcs, "-o", str(lib)], check=True)
+    return lib
+
+
+@pytest.fixture(scope="session")
+def lib(tmp_path_factory):
+    so = ctypes.CDLL(str(_build(tmp_path_factory.mktemp("qk-native"))))
+    i64, vp = ctypes.c_int64, ctypes.c_void_p
+    so.amber_row_bytes.argtypes = [ctypes.c_int, i64]
+    so.amber_row_bytes.restype = i64
+    so.amber_act_bytes.argtypes = [ctypes.c_int, i64]
+    so.amber_act_bytes.restype = i64
+    so.amber_quantize_act.argtypes = [ctypes.c_int, vp, i64, vp]
+    so.amber_quantize_act.restype = ctypes.c_int
+    so.amber_gemm_rows.argtypes = [ctypes.c_int, vp, i64, vp, i64, i64, i64, vp, i64]
+    so.amber_gemm_rows.restype = ctypes.c_int
+    so.amber_isa.restype = ctypes.c_char_p
+    so.amber_set_isa.argtypes = [ctypes.c_char_p]
+    so.amber_set_isa.restype = ctypes.c_int
+    best = so.amber_isa()
+    yield so
+    so.amber_set_isa(best)
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+def _use_isa(lib, isa: str) -> None:
+    if lib.amber_set_isa(isa.encode()) != 0:
+        pytest.skip(f"this CPU lacks {isa}")
+
+
+def quantize(lib, typ: int, x: np.ndarray) -> np.ndarray:
+    """The library's activation buffer for float32 rows x (m, K)."""
+    m, k = x.shape
+    ab = lib.amber_act_bytes(typ, k)
+    out = np.zeros(max(m, 1) * ab, np.uint8)
+    x = np.ascontiguousarray(x, np.float32)
+    for i in range(m):
+        assert lib.amber_quantize_act(typ, _ptr(x[i]), k, _ptr(out[i * ab:])) == 0
+    return out[:m * ab]
+
+
+def decode_act(buf: np.ndarray, m: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(float64 values (m, K), d (m, K/256), q (m, K) int8, bsums (m, K/256, 16) int16)."""
+    blocks = buf.reshape(m, k // 256, ACT_BLOCK)
+    d = blocks[..., :4].copy().view(np.float32)[..., 0]
+    q = blocks[..., 4:260].copy().view(np.int8)
+    bs = blocks[..., 260:292].copy().view(np.int16)
+    vals = (d[..., None].astype(np.float64) * q.astype(np.float64)).reshape(m, k)
+    return vals, d, q.reshape(m, k), bs
+
+
+def gemm(lib, typ: int, act: np.ndarray, m: int, w: np.ndarray, k: int, n0: int, n1: int,
+         y: np.ndarray, ldy: int) -> int:
+    return lib.amber_gemm_rows(typ, _ptr(act) if act.size else _ptr(np.zeros(1, np.uint8)), m,
+                               _ptr(w), k, n0, n1, _ptr(y), ldy)
+
+
+def random_blocks(typ: int, nblocks: int, rng: np.random.Generator) -> np.ndarray:
+    """Random super-blocks whose fp16 d (and dmin) are finite and small."""
+    raw = rng.integers(0, 256, (nblocks, BLOCK_BYTES[typ]), dtype=np.uint8)
+
+    def halves(n: int) -> np.ndarray:
+        v = rng.uniform(1e-3, 2e-2, n) * rng.choice([-1.0, 1.0], n)
+        return v.astype(np.float16).view(np.uint8).reshape(n, 2)
+
+    if typ == Q6_K:
+        raw[:, 208:210] = halves(nblocks)
+    else:
+        raw[:, 0:2] = halves(nblocks)
+        raw[:, 2:4] = halves(nblocks)
+    return raw
+
+
+def dequant(typ: int, raw: np.ndarray, n: int, k: int) -> np.ndarray:
+    w = gguf_quants.dequantize(raw.reshape(n, -1), GGMLQuantizationType(typ))
+    assert w.shape == (n, k)
+    return w.astype(np.float64)
+
+
+@pytest.fixture(scope="session")
+def real_blocks():
+    """{type: raw super-blocks} from a llama.cpp-quantized Q4_K_M GGUF (None when absent)."""
+    if not REAL_GGUF.is_file():
+        return None
+    from gguf import GGUFReader
+    r = GGUFReader(str(REAL_GGUF))
+    out: dict[int, np.ndarray] = {}
+    for t in r.tensors:
+        typ = int(t.tensor_type)
+        if typ in BLOCK_BYTES and typ not in out:
+            out[typ] = np.array(t.data).view(np.uint8).reshape(-1, BLOCK_BYTES[typ])[:40 * 17].copy()
+    return out
+
+
+def check_case(lib, typ: int, raw: np.ndarray, x: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Runs one gemm, asserts it against the oracle and the float activations; returns y."""
+    m = x.shape[0]
+    act = quantize(lib, typ, x)
+    a64, d, _, _ = decode_act(act, m, k)
+    w64 = dequant(typ, raw, n, k)
+    y = np.full((m, n), np.nan, np.float32)
+    assert gemm(lib, typ, act, m, raw, k, 0, n, y, n) == 0
+    mag = np.abs(a64) @ np.abs(w64).T   # the scale of the sums: bounds float rounding
+    ref = a64 @ w64.T
+    assert np.all(np.isfinite(y))
+    assert np.all(np.abs(y - ref) <= 1e-5 * mag + 1e-30), float(np.max(np.abs(y - ref) / (mag + 1e-30)))
+    # against the float activations: off by at most the rounding of each activation (d/2)
+    half_step = np.repeat(d.astype(np.float64) / 2, 256, axis=1)
+    bound = half_step @ np.abs(w64).T * (1 + 1e-4) + 2e-5 * mag + 1e-30
+    assert np.all(np.abs(y - x.astype(np.float64) @ w64.T) <= bound)
+    return y
+
+
+@pytest.mark.parametrize("k", [256, 512, 4096 + 256])
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+def test_random_blocks_match_the_oracle(lib, typ, isa, k):
+    _use_isa(lib, isa)
+    rng = np.random.default_rng(typ * 1000 + k)
+    for n in (1, 7, 33):
+        raw = random_blocks(typ, n * k // 256, rng)
+        for m in (1, 2, 3, 5, 8):
+            x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
+            y = check_case(lib, typ, raw, x, n, k)
+            if isa != "scalar":   # the SIMD path equals the scalar one to float rounding
+                act = quantize(lib, typ, x)
+                ys = np.full((m, n), np.nan, np.float32)
+                assert lib.amber_set_isa(b"scalar") == 0
+                assert gemm(lib, typ, act, m, raw, k, 0, n, ys, n) == 0
+                _use_isa(lib, isa)
+                a64 = decode_act(act, m, k)[0]
+                mag = np.abs(a64) @ np.abs(dequant(typ, raw, n, k)).T
+                assert np.all(np.abs(y - ys) <= 2e-6 * mag + 1e-30)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+def test_real_llama_cpp_blocks_match_the_oracle(lib, real_blocks, typ, isa):
+    if real_blocks is None or typ not in real_blocks:
+        pytest.skip(f"no llama.cpp-quantized blocks of type {typ} on this machine")
+    _use_isa(lib, isa)
+    rng = np.random.default_rng(typ)
+    k, n = 4096 + 256, 40
+    raw = real_blocks[typ][:n * k // 256]
+    for m in (1, 5):
+        check_case(lib, typ, raw, rng.standard_normal((m, k)).astype(np.float32), n, k)
+
+
+@pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+def test_quantized_activations_are_q8_k(lib, typ):
+    rng = np.random.default_rng(5)
+    k = 512
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    x[1, :256] = 0.0   # an all-zero block: d 0, q 0
+    act = quantize(lib, typ, x)
+    assert act.size == 3 * lib.amber_act_bytes(typ, k) == 3 * 2 * ACT_BLOCK
+    vals, d, q, bs = decode_act(act, 3, k)
+    assert np.all(np.abs(q.astype(np.int32)) <= 127)
+    amax = np.abs(x.reshape(3, 2, 256)).max(axis=2)
+    np.testing.assert_allclose(d, amax / 127, rtol=1e-6)
+    assert d[1, 0] == 0 and not q[1, :256].any()
+    np.testing.assert_array_equal(bs, q.reshape(3, 2, 16, 16).astype(np.int32).sum(axis=3))
+    assert np.all(np.abs(vals - x) <= np.repeat(d, 256, axis=1) / 2 * (1 + 1e-5) + 1e-12)
+
+
+def test_nonfinite_activations_quantize_without_faults(lib):
+    x = np.zeros(256, np.float32)
+    x[:4] = [np.nan, np.inf, -np.inf, 1.0]
+    act = quantize(lib, Q4_K, x[None])
+    _, _, q, _ = decode_act(act, 1, 256)
+    assert np.all(np.abs(q.astype(np.int32)) <= 127)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+def test_only_rows_n0_to_n1_are_written(lib, typ, isa):
+    _use_isa(lib, isa)
+    rng = np.random.default_rng(11)
+    n, k, m, ldy, n0, n1 = 33, 512, 5, 41, 3, 20
+    raw = random_blocks(typ, n * k // 256, rng)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    act = quantize(lib, typ, x)
+    sentinel = np.float32(-7777.0)
+    y = np.full(m * ldy, sentinel, np.float32)
+    assert gemm(lib, typ, act, m, raw, k, n0, n1, y, ldy) == 0
+    full = np.full((m, n), np.nan, np.float32)
+    assert gemm(lib, typ, act, m, raw, k, 0, n, full, n) == 0
+    y2 = y.reshape(m, ldy)
+    np.testing.assert_array_equal(y2[:, n0:n1], full[:, n0:n1])
+    assert np.all(y2[:, :n0] == sentinel) and np.all(y2[:, n1:] == sentinel)
+    # m = 1 with any ldy writes row 0 only
+    y1 = np.full(ldy, sentinel, np.float32)
+    assert gemm(lib, typ, act, 1, raw, k, n0, n1, y1, 0) == 0
+    np.testing.assert_array_equal(y1[n0:n1], full[0, n0:n1])
+    assert np.all(y1[:n0] == sentinel) and np.all(y1[n1:] == sentinel)
+
+
+@pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+def test_contract_m0_bad_type_bad_k(lib, typ):
+    rng = np.random.default_rng(3)
+    k, n = 256, 4
+    assert lib.amber_row_bytes(typ, k) == BLOCK_BYTES[typ]
+    assert lib.amber_row_bytes(typ, 4352) == 17 * BLOCK_BYTES[typ]
+    assert lib.amber_act_bytes(typ, 4352) == 17 * ACT_BLOCK
+    raw = random_blocks(typ, n, rng)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    act = quantize(lib, typ, x)
+    y = np.full(n, 5.0, np.float32)
+    assert gemm(lib, typ, act, 0, raw, k, 0, n, y, n) == 0
+    assert np.all(y == 5.0)   # m = 0: nothing written
+    for bad_k in (0, 128, 300, 255, -256):
+        assert lib.amber_row_bytes(typ, bad_k) == -1
+        assert lib.amber_act_bytes(typ, bad_k) == -1
+        assert lib.amber_quantize_act(typ, _ptr(x[0]), bad_k, _ptr(act)) == -1
+        assert gemm(lib, typ, act, 1, raw, bad_k, 0, n, y, n) == -1
+    for bad_type in (-1, 0, 1, 9, 10, 11, 15, 16, 99):
+        assert lib.amber_row_bytes(bad_type, k) == -1
+        assert lib.amber_act_bytes(bad_type, k) == -1
+        assert gemm(lib, bad_type, act, 1, raw, k, 0, n, y, n) == -1
+    assert np.all(y == 5.0)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+def test_zero_activations_give_zero(lib, typ, isa):
+    _use_isa(lib, isa)
+    rng = np.random.default_rng(9)
+    k, n, m = 512, 9, 6
+    raw = random_blocks(typ, n * k // 256, rng)
+    act = quantize(lib, typ, np.zeros((m, k), np.float32))
+    y = np.full((m, n), np.nan, np.float32)
+    assert gemm(lib, typ, act, m, raw, k, 0, n, y, n) == 0
+    assert np.all(y == 0.0)
