@@ -353,3 +353,19 @@ def test_native_session_round_trip(converted, library, tmp_path):
     r = collect(m2.generate_tokens(s1, p2, greedy))
     m2.shutdown()
     assert r.figures.resume == "disk" and r.token_ids == never
+
+
+def test_native_model_asked_for_the_gpu_runs_on_the_cpu_and_says_why(converted, library, monkeypatch):
+    """A GPU provider wanted for a native folder: no float16 variant can be made of it, so the CPU
+    session runs it (with the op registered) and the fallback reason says what to do."""
+    from engine.runtime import providers
+    cfg = variant(BASE, wtype="Q8_0", seed=82)
+    _need(library, cfg)
+    _, folder = converted(cfg, "native", types=library)
+    monkeypatch.setattr(providers, "wanted_providers", lambda choice: ["CUDAExecutionProvider", providers.CPU])
+    monkeypatch.setattr(providers, "provider_library_problem", lambda p: None)
+    m = load_model(folder, provider="auto", threads=1)
+    assert m.provider == "CPUExecutionProvider" and m.variant == "fp32"
+    reason = m.provider_fallback_reason or ""
+    assert reason.startswith("CUDA failed: its float16 variant could not be made") and "AMBER_KERNELS=ort" in reason
+    assert not (folder / "gpu").exists()
