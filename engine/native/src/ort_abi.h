@@ -4,7 +4,8 @@
  * what the custom op needs, written from the documented ABI:
  *   - OrtApiBase: two function pointers, GetApi(version) then GetVersionString().
  *   - OrtApi: a table of function pointers that only ever grows at its end (ORT keeps every slot
- *     of an older version where it was). We read it as `void *const *` and index the slots below.
+ *     of an older version where it was). We read it as an array of function pointers and index
+ *     the slots below.
  *     Slot numbers are those of ORT API version 17 (ONNX Runtime 1.17), the lowest version with
  *     everything used here: KernelContext_ParallelFor is "since 1.17"; CreateKernelV2 /
  *     KernelComputeV2 (error statuses from the kernel) since 16. Requesting 17 works with every
@@ -102,8 +103,11 @@ typedef OrtStatus *(ORT_CALL *ort_KernelContext_ParallelFor_fn)(const OrtKernelC
                                                                 void (*fn)(void *user, size_t i), size_t total,
                                                                 size_t num_batch, void *user);
 
-/* A slot of an OrtApi table as a typed function pointer. */
-#define ORT_FN(api, name) ((ort_##name##_fn)((void *const *)(api))[ORT_SLOT_##name])
+/* A slot of an OrtApi table as a typed function pointer. The table is read as an array of
+ * generic function pointers (function-to-function pointer casts are valid C; object-to-function
+ * ones are not). */
+typedef void (*ort_any_fn)(void);
+#define ORT_FN(api, name) ((ort_##name##_fn)((const ort_any_fn *)(api))[ORT_SLOT_##name])
 
 /* The custom op struct ORT reads, fields in ABI order up to version 17. */
 typedef struct OrtCustomOpV17 {

@@ -200,7 +200,8 @@ static OrtStatus *check_w(const void *api, const OrtValue *wv, int type, int64_t
         return fail(api, ORT_CODE_INVALID_ARGUMENT, "W must be uint8 (element type %d given)", ws.elem);
     if ((uint64_t)ws.count != (uint64_t)(n * rb))
         return fail(api, ORT_CODE_INVALID_ARGUMENT,
-                    "W holds %zu bytes, but N = %lld rows of ggml_type %d with K = %lld need %lld", ws.count,
+                    "W holds %llu bytes, but N = %lld rows of ggml_type %d with K = %lld need %lld",
+                    (unsigned long long)ws.count,
                     (long long)n, type, (long long)k, (long long)(n * rb));
     return NULL;
 }
@@ -213,7 +214,8 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     if (st != NULL)
         return st;
     if (n_inputs != 2)
-        return fail(api, ORT_CODE_INVALID_ARGUMENT, "expects 2 inputs (X, W), got %zu", n_inputs);
+        return fail(api, ORT_CODE_INVALID_ARGUMENT, "expects 2 inputs (X, W), got %llu",
+                    (unsigned long long)n_inputs);   /* %llu, not %zu: old Windows C runtimes */
     if ((st = ORT_FN(api, KernelContext_GetInput)(ctx, 0, &xv)) ||
         (st = ORT_FN(api, KernelContext_GetInput)(ctx, 1, &wv)))
         return st;

@@ -1,9 +1,19 @@
-/* Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 (blocks of 32). PLACEHOLDER: scalar Q8_0 only, until the family lands. */
+/* Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 (blocks of 32): the activation quantizer, the scalar kernel, and the
+ * loop that tiles a call and hands tiles to the SIMD kernel of the current ISA (q32_x86.c).
+ * Layouts: q32_layout.h. Numerics are llama.cpp's: int8 activations per block of 32 (d = amax/127,
+ * round to nearest), integer dot products per block, float32 accumulation. */
 #include <string.h>
 
 #include "family.h"
+#include "q32_layout.h"
+#include "q32_tile.h"
 
-static float half_to_float(uint16_t h) {
+int q32_handles(int type) { return q32_block_bytes(type) > 0; }
+int64_t q32_row_bytes(int type, int64_t k) { return k / 32 * q32_block_bytes(type); }
+int64_t q32_act_bytes(int type, int64_t k) { return q32_act_row_bytes(type, k / 32); }
+
+/* IEEE half -> float, portable (the scalar path runs on CPUs without F16C). */
+float q32_half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
     if (exp == 0) {
         if (man == 0) {
@@ -23,44 +33,168 @@ static float half_to_float(uint16_t h) {
     return f;
 }
 
-int q32_handles(int type) { return type == 8; }
-int64_t q32_row_bytes(int type, int64_t k) { (void)type; return k / 32 * 34; }
-int64_t q32_act_bytes(int type, int64_t k) { (void)type; return k / 32 * 36; }
+/* Round to nearest, ties to even, for |v| <= 127.5; NaN -> 0 (no UB on hostile inputs). */
+static int8_t round_q(float v) {
+    if (!(v == v))
+        return 0;
+    if (v > 127.f) v = 127.f;
+    if (v < -127.f) v = -127.f;
+    volatile float t = v + 12582912.f;   /* 1.5 * 2^23: the FPU's rounding does the work */
+    return (int8_t)(int)(t - 12582912.f);
+}
+
+/* Where value j of block b sits in the activation row's q section. */
+static inline int64_t act_q_index(int type, int64_t nb, int64_t b, int j) {
+    if (type == T_Q8_0 || ((nb & 1) && b == nb - 1))
+        return b * 32 + j;
+    int64_t p = b >> 1, half = b & 1;
+    return p * 64 + (j < 16 ? half * 16 + j : 32 + half * 16 + (j - 16));
+}
 
 void q32_quantize_act(int type, const float *x, int64_t k, void *out) {
-    (void)type;
+    int64_t nb = k / 32, np = (nb + 1) / 2;
     uint8_t *o = out;
-    for (int64_t b = 0; b < k / 32; b++, x += 32, o += 36) {
+    int8_t *q = (int8_t *)o;
+    uint8_t *dsec = o + q32_act_d_off(nb), *ssec = o + q32_act_s_off(nb), *xsec = o + q32_act_x_off(nb);
+    int off = q32_offset(type), has_min = q32_has_min(type);
+    for (int64_t b = 0; b < nb; b++, x += 32) {
         float amax = 0;
-        for (int i = 0; i < 32; i++) amax = x[i] > amax ? x[i] : (-x[i] > amax ? -x[i] : amax);
-        float d = amax / 127.f, id = d ? 1.f / d : 0.f;
-        memcpy(o, &d, 4);
         for (int i = 0; i < 32; i++) {
-            float v = x[i] * id;
-            o[4 + i] = (uint8_t)(int8_t)(v >= 0 ? (int)(v + 0.5f) : -(int)(-v + 0.5f));
+            float a = x[i] < 0 ? -x[i] : x[i];
+            amax = a > amax ? a : amax;   /* a NaN never wins: it compares false */
+        }
+        float d = amax / 127.f, id = d > 0 ? 1.f / d : 0.f;
+        int32_t s = 0;
+        for (int i = 0; i < 32; i++) {
+            int8_t v = round_q(x[i] * id);
+            q[act_q_index(type, nb, b, i)] = v;
+            s += v;
+        }
+        memcpy(dsec + b * 4, &d, 4);
+        memcpy(ssec + b * 4, &s, 4);
+        if (type == T_Q8_0) {
+            int32_t bias = -16 * s;
+            memcpy(xsec + b * 4, &bias, 4);
+            continue;
+        }
+        /* pair p = b/2: dexp[p][half*4 .. +4) and aux likewise; a lone last block spans all 8 */
+        int64_t p = b >> 1;
+        int half = (int)(b & 1), lone = (nb & 1) && b == nb - 1;
+        uint8_t *dexp = xsec + p * 32, *aux = xsec + np * 32 + p * 32;
+        for (int l = 0; l < (lone ? 8 : 4); l++)
+            memcpy(dexp + (half * 4 + l) * 4, &d, 4);
+        for (int l = 0; l < (lone ? 8 : 4); l++) {
+            uint8_t *slot = aux + (half * 4 + l) * 4;
+            if (l >= 4) {
+                memset(slot, 0, 4);
+            } else if (has_min) {
+                float v = d * (float)s * 0.25f;
+                memcpy(slot, &v, 4);
+            } else {
+                int32_t v = -(off / 4) * s;
+                memcpy(slot, &v, 4);
+            }
         }
     }
 }
 
+/* Integer dot of one weight block with its activation codes, in the weight's unsigned (or for
+ * Q8_0 signed) codes; the caller removes the offset with the block's sum of codes. */
+static inline int32_t block_dot(const int type, const uint8_t *blk, const int8_t *alo,
+                                const int8_t *ahi) {
+    int32_t dot = 0;
+    if (type == T_Q8_0) {
+        for (int j = 0; j < 16; j++)
+            dot += (int8_t)blk[2 + j] * alo[j] + (int8_t)blk[18 + j] * ahi[j];
+        return dot;
+    }
+    const uint8_t *qs = blk + q32_qs_off(type);
+    uint32_t qh = q32_is5(type) ? q32_ld32(blk + q32_qh_off(type)) : 0;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 15) | (int)(((qh >> j) & 1) << 4);
+        int hi = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+        dot += lo * alo[j] + hi * ahi[j];
+    }
+    return dot;
+}
+
+static inline void tile_scalar_t(const int type, const uint8_t *act, int64_t ab, int mt,
+                                 const uint8_t *w, int64_t nb, int64_t n0, int64_t n1, int64_t s0,
+                                 int64_t s1, float *y, int64_t ldy) {
+    const int bs = q32_block_bytes(type), off = q32_offset(type), has_min = q32_has_min(type);
+    const int64_t rb = nb * bs;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *wr = w + n * rb;
+        for (int r = 0; r < mt; r++) {
+            const uint8_t *a = act + r * ab;
+            const int8_t *aq = (const int8_t *)a;
+            float tot = s0 > 0 ? y[r * ldy + n] : 0.f;
+            for (int64_t sg = s0; sg < s1; sg++) {
+                float sum = 0;
+                for (int64_t b = sg * Q32_SEG; b < Q32_SEG_END(sg, nb); b++) {
+                    const uint8_t *blk = wr + b * bs;
+                    const int8_t *alo = aq + act_q_index(type, nb, b, 0), *ahi = aq + act_q_index(type, nb, b, 16);
+                    int32_t s = (int32_t)q32_ld32(a + q32_act_s_off(nb) + b * 4);
+                    int32_t dot = block_dot(type, blk, alo, ahi);
+                    float da = q32_ldf(a + q32_act_d_off(nb) + b * 4);
+                    float dw = q32_half_to_float(q32_ld16(blk));
+                    sum += dw * da * (float)(dot - off * s);
+                    if (has_min)
+                        sum += q32_half_to_float(q32_ld16(blk + 2)) * (da * (float)s);
+                }
+                tot += sum;
+            }
+            y[r * ldy + n] = tot;
+        }
+    }
+}
+
+/* The portable path (arm64 and CPUs without AVX2), one instance per type. */
+static void tile_scalar(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
+                        int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y,
+                        int64_t ldy) {
+    switch (type) {
+    case T_Q4_0: tile_scalar_t(T_Q4_0, act, ab, mt, w, nb, n0, n1, s0, s1, y, ldy); break;
+    case T_Q4_1: tile_scalar_t(T_Q4_1, act, ab, mt, w, nb, n0, n1, s0, s1, y, ldy); break;
+    case T_Q5_0: tile_scalar_t(T_Q5_0, act, ab, mt, w, nb, n0, n1, s0, s1, y, ldy); break;
+    case T_Q5_1: tile_scalar_t(T_Q5_1, act, ab, mt, w, nb, n0, n1, s0, s1, y, ldy); break;
+    default: tile_scalar_t(T_Q8_0, act, ab, mt, w, nb, n0, n1, s0, s1, y, ldy); break;
+    }
+}
+
+static q32_tile_fn pick_tile(void) {
+#if Q32_HAVE_X86
+    switch (amber_current_isa()) {
+    case ISA_AVX512VNNI: return q32_tile_avx512vnni;
+    case ISA_AVXVNNI: return q32_tile_avxvnni;
+    case ISA_AVX2: return q32_tile_avx2;
+    default: break;
+    }
+#endif
+    return tile_scalar;
+}
+
 void q32_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_t k,
                    int64_t n0, int64_t n1, float *y, int64_t ldy) {
-    int64_t nb = k / 32, rb = q32_row_bytes(type, k), ab = q32_act_bytes(type, k);
-    for (int64_t i = 0; i < m; i++) {
-        const uint8_t *a = (const uint8_t *)act + i * ab;
-        for (int64_t n = n0; n < n1; n++) {
-            const uint8_t *wr = w + n * rb;
-            float sum = 0;
-            for (int64_t b = 0; b < nb; b++) {
-                uint16_t dh;
-                float da;
-                memcpy(&dh, wr + b * 34, 2);
-                memcpy(&da, a + b * 36, 4);
-                int32_t s = 0;
-                for (int j = 0; j < 32; j++)
-                    s += (int8_t)wr[b * 34 + 2 + j] * (int8_t)a[b * 36 + 4 + j];
-                sum += half_to_float(dh) * da * (float)s;
+    int64_t nb = k / 32, ab = q32_act_bytes(type, k);
+    const uint8_t *a = act;
+    q32_tile_fn tile = pick_tile();
+    int64_t nseg = Q32_NSEG(nb);
+    if (m <= Q32_MT) {
+        tile(type, a, ab, (int)m, w, nb, n0, n1, 0, nseg, y, ldy);
+        return;
+    }
+    /* prefill: one K segment at a time (all rows' activations for it stay in L2, a tile's in
+     * L1), a chunk of weight rows (~32 KiB of the segment, in L1/L2) against every tile of
+     * Q32_MT activation rows; each weight byte comes from memory once per call */
+    int64_t sb = (int64_t)Q32_SEG * q32_block_bytes(type), chunk = sb >= 32768 ? 1 : 32768 / sb;
+    for (int64_t sg = 0; sg < nseg; sg++) {
+        for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
+            int64_t c1 = n1 - c0 < chunk ? n1 : c0 + chunk;
+            for (int64_t i = 0; i < m; i += Q32_MT) {
+                int mt = m - i < Q32_MT ? (int)(m - i) : Q32_MT;
+                tile(type, a + i * ab, ab, mt, w, nb, c0, c1, sg, sg + 1, y + i * ldy, ldy);
             }
-            y[i * ldy + n] = sum;
         }
     }
 }

@@ -6,8 +6,8 @@
 #ifdef QK_X86
 #include <immintrin.h>
 
-/* Super-blocks ahead to prefetch (the rows stream in order; the hardware prefetcher does most). */
-#define QK_PF 6
+/* Super-blocks ahead to prefetch, into L2 (see qk_avx512.c). */
+#define QK_PF 32
 
 /* Q6_K: the shuffle that broadcasts scales 2G and 2G+1 to the two 16-value halves of group G. */
 static const uint8_t QK_Q6_SCALE_PAT[8][16] = {

@@ -23,6 +23,19 @@ QK_INL float QK_N(half_)(const uint8_t *p) {
     return _cvtsh_ss(h);
 }
 
+/* Q4_K/Q5_K's 12 scale bytes (read as 16: the block goes on) -> bytes 0-7 six-bit scales, 8-15
+ * six-bit mins, in registers (a byte array on the stack read back as a vector stalls the
+ * store-to-load forwarding on every super-block). */
+QK_INL __m128i QK_N(scales_)(const uint8_t *p) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
+    const __m128i lo = _mm_and_si128(v, _mm_set1_epi32(0x3f3f3f3f));     /* [sc 0-3, mins 0-3] */
+    const __m128i u2 = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2));
+    const __m128i s = _mm_and_si128(_mm_srlv_epi32(u2, _mm_setr_epi32(0, 4, 0, 4)), _mm_set1_epi32(0x0f0f0f0f));
+    const __m128i r = _mm_and_si128(_mm_srli_epi32(v, 6), _mm_set1_epi32(0x03030303));
+    const __m128i hi = _mm_or_si128(s, _mm_slli_epi32(r, 4));            /* [sc 4-7, mins 4-7] */
+    return _mm_unpacklo_epi32(lo, hi);
+}
+
 QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt,
                              int64_t nb, const int five, float *out) {
     const int64_t xb = five ? Q5K_BYTES : Q4K_BYTES;
@@ -31,13 +44,14 @@ QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, c
     __m256 acc[QK_TILE];
     for (int i = 0; i < mt; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, x += xb, act += Q8K_BYTES) {
-        _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * xb + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * xb + 128, _MM_HINT_T0);
-        uint8_t sm[16];
-        qk_unpack_scales(x + 4, sm);
+        _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * xb + 64, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * xb + 128, _MM_HINT_T1);
+        const __m128i sm = QK_N(scales_)(x + 4);
         const float d = QK_N(half_)(x), dmin = QK_N(half_)(x + 2);
-        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)sm), dupmins));
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dupmins));
+        /* the eight scales as int16, in both 128-bit halves: a byte shuffle broadcasts one */
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const uint8_t *qs = x + (five ? 48 : 16);
         __m256i qhv = five ? _mm256_loadu_si256((const __m256i *)(x + 16)) : _mm256_setzero_si256();
         __m256i isum[QK_TILE];
@@ -50,7 +64,8 @@ QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, c
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(qhv, b2), 3));
                 qhv = _mm256_srli_epi16(qhv, 2);
             }
-            const __m256i slo = _mm256_set1_epi16(sm[2 * j]), shi = _mm256_set1_epi16(sm[2 * j + 1]);
+            const __m256i slo = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0101 * (4 * j) + 0x0100)));
+            const __m256i shi = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0101 * (4 * j + 2) + 0x0100)));
             for (int i = 0; i < mt; i++) {
                 const uint8_t *a = act + i * ab + Q8K_Q + 64 * j;
                 __m256i p = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)a));
@@ -59,12 +74,13 @@ QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, c
                 isum[i] = QK_DPWSSD(isum[i], p, shi);
             }
         }
-        for (int i = 0; i < mt; i++) {
+        const __m256 dv = _mm256_set1_ps(d), dminv = _mm256_set1_ps(dmin);
+        for (int i = 0; i < mt; i++) {   /* acc += da * (d * isum - dmin * msum) */
             const uint8_t *a = act + i * ab;
-            const float da = qk_act_d(a);
             const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * da), acc[i]);
-            acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * da), acc[i]);
+            __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), dv);
+            t = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), dminv, t);
+            acc[i] = _mm256_fmadd_ps(t, _mm256_broadcast_ss((const float *)a), acc[i]);
         }
     }
     for (int i = 0; i < mt; i++) out[i] = QK_N(hsum_)(acc[i]);
@@ -78,10 +94,10 @@ QK_INL void QK_N(tile_q6k_)(const uint8_t *x, const uint8_t *act, int64_t ab, co
     __m256 acc[QK_TILE];
     for (int i = 0; i < mt; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, act += Q8K_BYTES) {
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 192, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 128, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 192, _MM_HINT_T1);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + 192));
         const __m256i s16 = _mm256_cvtepi8_epi16(sc8);
         const float d = QK_N(half_)(x + 208);

@@ -105,3 +105,20 @@ def test_a_stale_library_is_never_used(tmp_path, monkeypatch):
     (fake_dir / f"{build.LIB_STEM}-0123456789abcdef{build.lib_suffix()}").write_bytes(b"old")
     monkeypatch.setattr(build, "BUILD_DIR", fake_dir)
     assert native.library_path() is None and not native.available()
+
+
+def test_a_bundle_without_sources_uses_its_one_shipped_library(native_lib, tmp_path, monkeypatch):
+    """The packaged app ships _build/ but no src/: the one library there is used, and it works."""
+    monkeypatch.delenv("AMBER_KERNELS", raising=False)
+    shipped = tmp_path / "_build"
+    shipped.mkdir()
+    lib = shutil.copy(native.library_path(), shipped / f"{build.LIB_STEM}-feedfacefeedface{build.lib_suffix()}")
+    monkeypatch.setattr(build, "SRC_DIR", tmp_path / "no-src")
+    monkeypatch.setattr(build, "BUILD_DIR", shipped)
+    assert native.library_path() == Path(lib)
+    assert native.available() and native.isa() in {"avx512vnni", "avxvnni", "avx2", "scalar"}
+    import onnxruntime as ort
+    assert native.register(ort.SessionOptions())
+    # two libraries and no sources: which one is current is unknowable, so none is used
+    shutil.copy(lib, shipped / f"{build.LIB_STEM}-0000000000000000{build.lib_suffix()}")
+    assert native.library_path() is None

@@ -121,3 +121,20 @@ def test_bad_initializer_fails_when_the_session_is_made(hostile_results):
     for case in ("w_too_short", "w_too_long", "n_huge_small_w", "k_not_block_multiple", "type_f16"):
         assert hostile_results[case]["phase"] == "create", case
     assert hostile_results["w_input_too_short"]["phase"] == "run"
+
+
+def test_concurrent_runs_of_one_session(native_on):
+    """Several chats share a model: runs from several threads at once give each its own result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(9)
+    k, n = 512, 300
+    rows = random_rows(8, n, k, rng)
+    sess = _session(gguf_matmul_model(rows, ggml_type=8, k=k, n=n, x_rank=2), 2)
+    xs = [rng.standard_normal((m, k)).astype(np.float32) for m in (1, 3, 70, 1, 9, 64)]
+    expected = [sess.run(None, {"X": x})[0] for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            got = list(pool.map(lambda x: sess.run(None, {"X": x})[0], xs))
+            for e, g in zip(expected, got, strict=True):
+                np.testing.assert_array_equal(g, e)

@@ -1,0 +1,202 @@
+/* The q32 family's AVX512-VNNI path (+VL, BW): 512-bit vpdpbusd, one pair of blocks (64 values)
+ * an instruction, up to 8 activation rows a tile (32 vector registers hold 16 accumulators).
+ * Same numerics and layouts as q32_x86.h (q32_layout.h); the 5th bits come from mask registers. */
+#include <stdint.h>
+
+#include "q32_layout.h"
+#include "q32_tile.h"
+
+#if Q32_HAVE_X86
+#include <immintrin.h>
+
+#define TGT512 "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"
+#define INL static inline __attribute__((always_inline, target(TGT512)))
+
+/* 256-bit float load broadcast to both halves (vbroadcastf64x4: AVX512F, no DQ needed). */
+INL __m512 bcast256(const uint8_t *p) {
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)(const void *)p)));
+}
+
+/* One pair (A, B = A + bs) of one weight row against mt activation rows: zmm = A lo|B lo|A hi|B hi. */
+INL void pair512(const int type, const int mt, const uint8_t *A, const uint8_t *act, int64_t ab,
+                 int64_t qoff, int64_t xoff, int64_t auxoff, __m512 *acc) {
+    const int bs = q32_block_bytes(type), qo = q32_qs_off(type), ho = q32_qh_off(type);
+    const uint8_t *B = A + bs;
+    __m256i wab = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(A + qo))),
+        _mm_loadu_si128((const __m128i *)(B + qo)), 1);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(wab), _mm256_srli_epi16(wab, 4), 1);
+    z = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+    if (q32_is5(type)) {
+        uint32_t hA = q32_ld32(A + ho), hB = q32_ld32(B + ho);
+        uint64_t bits = (uint64_t)((hA & 0xFFFFu) | (hB << 16)) |
+                        ((uint64_t)((hA >> 16) | (hB & 0xFFFF0000u)) << 32);
+        z = _mm512_mask_add_epi8(z, (__mmask64)bits, z, _mm512_set1_epi8(0x10));
+    }
+    __m512 dw, mw = _mm512_setzero_ps();
+    if (q32_has_min(type)) {
+        __m128 v = _mm_cvtph_ps(_mm_set_epi32(0, 0, (int)q32_ld32(B), (int)q32_ld32(A)));
+        dw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2),
+                                   _mm512_castps128_ps512(v));
+        mw = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 1, 1, 1, 1, 3, 3, 3, 3),
+                                   _mm512_castps128_ps512(v));
+    } else {
+        __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(q32_ld16(A) | ((uint32_t)q32_ld16(B) << 16))));
+        dw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
+                                   _mm512_castps128_ps512(v));
+    }
+    for (int r = 0; r < mt; r++) {
+        const uint8_t *a = act + r * ab;
+        /* the bias (or the min's term) belongs to the low half only: 4 lanes a block */
+        __m512i D = q32_has_min(type) ? _mm512_setzero_si512()
+                                      : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(a + auxoff)));
+        D = _mm512_dpbusd_epi32(D, z, _mm512_loadu_si512((const void *)(a + qoff)));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), _mm512_mul_ps(dw, bcast256(a + xoff)), acc[r]);
+        if (q32_has_min(type))
+            acc[r] = _mm512_fmadd_ps(mw, _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)(a + auxoff))),
+                                     acc[r]);
+    }
+}
+
+INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
+                  int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
+    const int bs = q32_block_bytes(type), qo = q32_qs_off(type), ho = q32_qh_off(type);
+    const int64_t np = (nb + 1) / 2, rb = nb * bs;
+    const int64_t xsec = q32_act_x_off(nb), asec = xsec + np * 32;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *wr = w + n * rb;
+        float tot[Q32_MT];
+        for (int r = 0; r < mt; r++) tot[r] = s0 > 0 ? y[r * ldy + n] : 0.f;
+        for (int64_t sg = s0; sg < s1; sg++) {
+            const int64_t b1 = Q32_SEG_END(sg, nb), pe = (b1 - (b1 == nb && (nb & 1))) / 2;
+            __m512 acc0[Q32_MT], acc1[Q32_MT];
+            for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+            int64_t p = sg * Q32_SEG / 2;
+            /* two pairs a step into two accumulators (hides the FMA latency at m = 1); the same
+             * for every tile height, so a row's result does not depend on the rows beside it */
+            for (; p + 1 < pe; p += 2) {
+                pair512(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
+                pair512(type, mt, wr + (2 * p + 2) * bs, act, ab, (p + 1) * 64, xsec + (p + 1) * 32,
+                           asec + (p + 1) * 32, acc1);
+            }
+            for (; p < pe; p++)
+                pair512(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
+            if (b1 == nb && (nb & 1)) {   /* the lone last block, natural order, 256-bit */
+                const uint8_t *A = wr + (nb - 1) * bs;
+                __m128i x = _mm_loadu_si128((const __m128i *)(A + qo));
+                const __m128i m4 = _mm_set1_epi8(0x0F);
+                __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+                if (q32_is5(type))
+                    wv = _mm256_mask_add_epi8(wv, (__mmask32)q32_ld32(A + ho), wv, _mm256_set1_epi8(0x10));
+                __m256 dw = _mm256_set1_ps(_cvtsh_ss(q32_ld16(A)));
+                __m256 mw = _mm256_set1_ps(q32_has_min(type) ? _cvtsh_ss(q32_ld16(A + 2)) : 0.f);
+                const int64_t xo = xsec + (np - 1) * 32, ao = asec + (np - 1) * 32;
+                for (int r = 0; r < mt; r++) {
+                    const uint8_t *a = act + r * ab;
+                    __m256i D = q32_has_min(type) ? _mm256_setzero_si256()
+                                                  : _mm256_loadu_si256((const __m256i *)(a + ao));
+                    D = _mm256_dpbusd_epi32(D, wv, _mm256_loadu_si256((const __m256i *)(a + (nb - 1) * 32)));
+                    __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(D), _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(a + xo))));
+                    if (q32_has_min(type))
+                        t = _mm256_fmadd_ps(mw, _mm256_loadu_ps((const float *)(a + ao)), t);
+                    acc0[r] = _mm512_add_ps(acc0[r], _mm512_zextps256_ps512(t));
+                }
+            }
+            for (int r = 0; r < mt; r++)
+                tot[r] += _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+        }
+        for (int r = 0; r < mt; r++)
+            y[r * ldy + n] = tot[r];
+    }
+}
+
+/* Two Q8_0 blocks (b, b+1) of one weight row: zmm = the two blocks' 64 codes + 128 (unsigned);
+ * lanes 0-7 are block b, 8-15 block b+1. */
+INL void pair8(const int mt, const uint8_t *A, const uint8_t *act, int64_t ab, int64_t b, int64_t nb,
+               __m512 *acc) {
+    const uint8_t *B = A + 34;
+    __m512i wz = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(A + 2))),
+                                    _mm256_loadu_si256((const __m256i *)(B + 2)), 1);
+    wz = _mm512_xor_si512(wz, _mm512_set1_epi8((char)0x80));
+    __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(q32_ld16(A) | ((uint32_t)q32_ld16(B) << 16))));
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    for (int r = 0; r < mt; r++) {
+        const uint8_t *a = act + r * ab;
+        __m512i D = _mm512_permutexvar_epi32(
+            idx, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(a + q32_act_x_off(nb) + b * 4))));
+        D = _mm512_dpbusd_epi32(D, wz, _mm512_loadu_si512((const void *)(a + b * 32)));
+        __m128 s2 = _mm_mul_ps(dw, _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(a + q32_act_d_off(nb) + b * 4))));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s2)), acc[r]);
+    }
+}
+
+INL void kq8_512(const int mt, const uint8_t *act, int64_t ab, const uint8_t *w, int64_t nb,
+                 int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
+    const int64_t rb = nb * 34;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *wr = w + n * rb;
+        float tot[Q32_MT];
+        for (int r = 0; r < mt; r++) tot[r] = s0 > 0 ? y[r * ldy + n] : 0.f;
+        for (int64_t sg = s0; sg < s1; sg++) {
+            const int64_t b1 = Q32_SEG_END(sg, nb);
+            __m512 acc0[Q32_MT], acc1[Q32_MT];
+            for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+            int64_t b = sg * Q32_SEG;
+            for (; b + 3 < b1; b += 4) {
+                pair8(mt, wr + b * 34, act, ab, b, nb, acc0);
+                pair8(mt, wr + (b + 2) * 34, act, ab, b + 2, nb, acc1);
+            }
+            for (; b + 1 < b1; b += 2)
+                pair8(mt, wr + b * 34, act, ab, b, nb, acc0);
+            if (b < b1) {   /* a lone last block */
+                const uint8_t *A = wr + b * 34;
+                __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(A + 2)), _mm256_set1_epi8((char)0x80));
+                float dw = _cvtsh_ss(q32_ld16(A));
+                for (int r = 0; r < mt; r++) {
+                    const uint8_t *a = act + r * ab;
+                    __m256i D = _mm256_set1_epi32((int)q32_ld32(a + q32_act_x_off(nb) + b * 4));
+                    D = _mm256_dpbusd_epi32(D, wu, _mm256_loadu_si256((const __m256i *)(a + b * 32)));
+                    __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(D), _mm256_set1_ps(dw * q32_ldf(a + q32_act_d_off(nb) + b * 4)));
+                    acc0[r] = _mm512_add_ps(acc0[r], _mm512_zextps256_ps512(t));
+                }
+            }
+            for (int r = 0; r < mt; r++)
+                tot[r] += _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+        }
+        for (int r = 0; r < mt; r++)
+            y[r * ldy + n] = tot[r];
+    }
+}
+
+#define MT_CASES(CALL)                                                                       \
+    switch (mt) {                                                                            \
+    case 1: CALL(1); break;                                                                  \
+    case 2: CALL(2); break;                                                                  \
+    case 3: CALL(3); break;                                                                  \
+    case 4: CALL(4); break;                                                                  \
+    case 5: CALL(5); break;                                                                  \
+    case 6: CALL(6); break;                                                                  \
+    case 7: CALL(7); break;                                                                  \
+    default: CALL(8); break;                                                                 \
+    }
+
+__attribute__((target(TGT512))) void q32_tile_avx512vnni(int type, const uint8_t *act, int64_t ab, int mt,
+                                                        const uint8_t *w, int64_t nb, int64_t n0,
+                                                        int64_t n1, int64_t s0, int64_t s1, float *y,
+                                                        int64_t ldy) {
+#define K40(M) kq45_512(T_Q4_0, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
+#define K41(M) kq45_512(T_Q4_1, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
+#define K50(M) kq45_512(T_Q5_0, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
+#define K51(M) kq45_512(T_Q5_1, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
+#define K80(M) kq8_512(M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
+    switch (type) {
+    case T_Q4_0: MT_CASES(K40) break;
+    case T_Q4_1: MT_CASES(K41) break;
+    case T_Q5_0: MT_CASES(K50) break;
+    case T_Q5_1: MT_CASES(K51) break;
+    default: MT_CASES(K80) break;
+    }
+}
+#else
+typedef int q32_avx512_unused;
+#endif

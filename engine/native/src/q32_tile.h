@@ -1,0 +1,33 @@
+/* One tile of the q32 family's matmul: y[r*ldy + n] for r < mt (mt <= Q32_MT activation rows,
+ * `ab` bytes apart) and n0 <= n < n1, over the K segments [s0, s1) of Q32_SEG blocks each (the
+ * last one shorter). Each segment's partial dot is summed on its own and added to the row's total
+ * in segment order; s0 > 0 continues the totals already in y. So splitting a call by segments
+ * (prefill keeps a segment of activations in L1) gives the same bits as one call (decode).
+ * One function per ISA. */
+#ifndef AMBER_Q32_TILE_H
+#define AMBER_Q32_TILE_H
+#include <stdint.h>
+
+#define Q32_MT 8
+#define Q32_SEG 64   /* blocks: 2048 values; 8 activation rows of it are 32 KiB */
+#define Q32_SEG_END(sg, nb) ((sg) * Q32_SEG + Q32_SEG < (nb) ? (sg) * Q32_SEG + Q32_SEG : (nb))
+#define Q32_NSEG(nb) (((nb) + Q32_SEG - 1) / Q32_SEG)
+
+typedef void (*q32_tile_fn)(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
+                            int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy);
+
+float q32_half_to_float(uint16_t h);
+
+/* -DQ32_HAVE_X86=0 builds the portable path only (what an arm64 build gets) */
+#if !defined(Q32_HAVE_X86) && (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define Q32_HAVE_X86 1
+#endif
+#if Q32_HAVE_X86
+void q32_tile_avx2(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w, int64_t nb,
+                   int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy);
+void q32_tile_avxvnni(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
+                      int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy);
+void q32_tile_avx512vnni(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
+                         int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy);
+#endif
+#endif

@@ -1,0 +1,182 @@
+"""The Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 kernels (engine/native/src/q32*.c) on every ISA this CPU has.
+
+The library is compiled from the sources into a temporary folder and called through ctypes. The
+oracle is gguf-py's numpy dequantizer of the same raw blocks, dotted in float64 with the
+activations decoded from the kernel's own activation buffer (tests/engine/native/q32_lib.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf.quants import GGMLQuantizationType, dequantize, quantize
+
+from tests.engine.native.q32_lib import Q32_TYPES, Lib, build, decode_act, dequant_act, random_blocks
+
+KS = (32, 64, 4096 + 32)
+NS = (1, 7, 33)
+MS = (1, 2, 3, 5, 8, 13)   # tiles: up to 8 rows (AVX-512), 4 (256-bit paths)
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory) -> Lib:
+    path = build(tmp_path_factory.mktemp("native"))
+    if path is None:
+        pytest.skip("no C compiler")
+    lib = Lib(path)
+    yield lib
+    lib.set_isa(lib.best)
+
+
+@pytest.fixture(scope="module")
+def isas(lib) -> list[str]:
+    got = lib.available_isas()
+    assert got[0] == "scalar" and lib.best in got
+    return got
+
+
+def _weights(qtype: int, n: int, k: int, rng, kind: str) -> np.ndarray:
+    if kind == "random":
+        return random_blocks(qtype, n, k, rng)
+    w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
+    return np.ascontiguousarray(quantize(w, GGMLQuantizationType(qtype)))
+
+
+def _check_case(lib: Lib, qtype: int, k: int, n: int, m: int, rng, kind: str) -> np.ndarray:
+    w = _weights(qtype, n, k, rng, kind)
+    assert w.shape == (n, lib.c.amber_row_bytes(qtype, k))
+    wf = dequantize(w, GGMLQuantizationType(qtype)).astype(np.float64).reshape(n, k)
+    x = (rng.standard_normal((m, k)) * rng.uniform(0.1, 3.0, size=(m, 1))).astype(np.float32)
+    act = lib.quantize(qtype, x)
+    y = lib.matmul(qtype, act, w, k, n)
+    assert np.isfinite(y).all()
+
+    # against the dequantized activations the kernel multiplies by: float rounding only
+    a = dequant_act(qtype, act, k)
+    ref = a @ wf.T
+    scale = np.abs(a) @ np.abs(wf).T + 1e-30
+    err = np.abs(y - ref) / scale
+    assert err.max() < 1e-5, (lib.isa(), kind, k, n, m, err.max())
+
+    # against the float activations: each code is within half a step of x / d
+    _, d = decode_act(qtype, act, k)
+    step = np.repeat(d.astype(np.float64), 32, axis=1) * 0.5
+    assert (np.abs(x - a) <= step * (1 + 4e-5) + 1e-30).all()   # x * (1/d) rounds in float32
+    bound = step @ np.abs(wf).T * (1 + 1e-4) + 1e-5 * scale
+    assert (np.abs(y - x.astype(np.float64) @ wf.T) <= bound).all()
+    return y
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+@pytest.mark.parametrize("kind", ["random", "quantized"])
+def test_matches_dequantized_oracle_on_every_isa(lib, isas, name, kind):
+    qtype = Q32_TYPES[name]
+    for isa in isas:
+        assert lib.set_isa(isa) == 0 and lib.isa() == isa
+        rng = np.random.default_rng([qtype, len(isa)])
+        for k in KS:
+            for n in NS:
+                for m in MS:
+                    _check_case(lib, qtype, k, n, m, rng, kind)
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+def test_simd_paths_equal_scalar_to_float_rounding(lib, isas, name):
+    qtype = Q32_TYPES[name]
+    rng = np.random.default_rng(100 + qtype)
+    k, n, m = 4096 + 32 * 3, 37, 9     # odd block count, every tile size and a remainder
+    w = random_blocks(qtype, n, k, rng)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    act = lib.quantize(qtype, x)
+    wf = dequantize(w, GGMLQuantizationType(qtype)).astype(np.float64).reshape(n, k)
+    scale = np.abs(dequant_act(qtype, act, k)) @ np.abs(wf).T
+    lib.set_isa("scalar")
+    want = lib.matmul(qtype, act, w, k, n)
+    for isa in isas[1:]:
+        assert lib.set_isa(isa) == 0
+        got = lib.matmul(qtype, act, w, k, n)
+        assert (np.abs(got - want) <= 2e-6 * scale).all(), isa
+        assert not np.array_equal(got, np.zeros_like(got))
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+def test_only_the_asked_columns_are_written(lib, isas, name):
+    qtype = Q32_TYPES[name]
+    rng = np.random.default_rng(7)
+    k, n, m, ldy = 96, 11, 6, 15
+    w = random_blocks(qtype, n, k, rng)
+    act = lib.quantize(qtype, rng.standard_normal((m, k)).astype(np.float32))
+    for isa in isas:
+        lib.set_isa(isa)
+        full = lib.matmul(qtype, act, w, k, n)
+        y = np.full((m, ldy), 12345.0, np.float32)
+        assert lib.gemm(qtype, act, w, k, 3, 8, y, ldy) == 0
+        np.testing.assert_array_equal(y[:, 3:8], full[:, 3:8])
+        assert (y[:, :3] == 12345.0).all() and (y[:, 8:] == 12345.0).all()
+        # m = 1: ldy is not used; m = 0 and an empty range write nothing
+        y1 = np.full(n, 12345.0, np.float32)
+        assert lib.gemm(qtype, act[:1], w, k, 2, 5, y1, 0) == 0
+        np.testing.assert_array_equal(y1[2:5], full[0, 2:5])
+        assert (np.delete(y1, [2, 3, 4]) == 12345.0).all()
+        y0 = np.full((m, ldy), 12345.0, np.float32)
+        assert lib.gemm(qtype, act, w, k, 0, n, y0, ldy, m=0) == 0
+        assert lib.gemm(qtype, act, w, k, 4, 4, y0, ldy) == 0
+        assert (y0 == 12345.0).all()
+
+
+def test_bad_arguments_are_refused(lib):
+    y = np.zeros(64, np.float32)
+    act = np.zeros(4096, np.uint8)
+    w = np.zeros(4096, np.uint8)
+    for qtype in (-1, 0, 1, 4, 5, 9, 99):
+        assert lib.c.amber_row_bytes(qtype, 64) == -1
+        assert lib.c.amber_act_bytes(qtype, 64) == -1
+        assert lib.gemm(qtype, act, w, 64, 0, 1, y, 1) == -1
+    for qtype in Q32_TYPES.values():
+        for k in (0, -32, 48, 33):
+            assert lib.c.amber_row_bytes(qtype, k) == -1
+            assert lib.c.amber_act_bytes(qtype, k) == -1
+            assert lib.gemm(qtype, act, w, k, 0, 1, y, 1) == -1
+        assert lib.gemm(qtype, act, w, 64, 2, 1, y, 1) == -1      # n1 < n0
+        assert lib.gemm(qtype, act, w, 64, 0, 4, y, 3, m=2) == -1  # ldy < n1
+    assert (y == 0).all()
+    for qtype, bs in ((2, 18), (3, 20), (6, 22), (7, 24), (8, 34)):
+        assert lib.c.amber_row_bytes(qtype, 64) == 2 * bs
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+def test_zero_and_hostile_activations_give_no_nan(lib, isas, name):
+    qtype = Q32_TYPES[name]
+    rng = np.random.default_rng(3)
+    k, n = 32 * 5, 9
+    w = random_blocks(qtype, n, k, rng)
+    wf = dequantize(w, GGMLQuantizationType(qtype)).astype(np.float64).reshape(n, k)
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    x[0] = 0.0                  # a whole zero row
+    x[1, 32:96] = 0.0           # zero blocks inside a row
+    x[2, 5] = np.nan            # NaN is coded as 0 (no undefined conversion), other codes unchanged
+    act = lib.quantize(qtype, x)
+    q, d = decode_act(qtype, act, k)
+    assert (q[0] == 0).all() and (d[0] == 0).all()
+    assert q[2, 5] == 0 and np.isfinite(d).all()
+    for isa in isas:
+        lib.set_isa(isa)
+        y = lib.matmul(qtype, act, w, k, n)
+        assert np.isfinite(y).all()
+        assert (y[0] == 0).all()
+        ref = dequant_act(qtype, act, k) @ wf.T
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+def test_a_row_does_not_depend_on_the_rows_beside_it(lib, isas, name):
+    """Same bits for a row alone (decode) and inside any tile (prefill, batched decode)."""
+    qtype = Q32_TYPES[name]
+    rng = np.random.default_rng(11)
+    k, n, m = 32 * 131, 5, 11   # 3 K segments, odd blocks; 11 rows: the prefill loop, 2 tiles
+    w = random_blocks(qtype, n, k, rng)
+    act = lib.quantize(qtype, rng.standard_normal((m, k)).astype(np.float32))
+    for isa in isas:
+        lib.set_isa(isa)
+        together = lib.matmul(qtype, act, w, k, n)
+        for i in range(m):
+            np.testing.assert_array_equal(lib.matmul(qtype, act[i:i + 1], w, k, n)[0], together[i])
