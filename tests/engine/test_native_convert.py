@@ -245,16 +245,32 @@ def test_default_model_follows_the_kernels_setting(tmp_path, monkeypatch):
     assert not default_model.is_current(native_dir)
 
 
-@pytest.mark.skipif(os.environ.get("AMBER_TEST_HOME") is None, reason="needs the default model's GGUF")
-def test_default_model_conversion_records_both_forms(tmp_path, monkeypatch):
-    """ensure_default_model with the pinned wheel writes what it made and what was asked for."""
-    wheel = Path(os.environ["AMBER_TEST_HOME"]) / "downloads" / default_model.WHEEL_FILE
-    if not wheel.is_file():
-        pytest.skip(f"no {wheel}")
-    monkeypatch.setenv("AMBER_KERNELS", "ort")
-    out = default_model.ensure_default_model(model_dir=tmp_path / "m", wheel=wheel)
+def _wheel() -> Path:
+    home = os.environ.get("AMBER_TEST_HOME")
+    wheel = Path(home or ".") / "downloads" / default_model.WHEEL_FILE
+    if not home or not wheel.is_file():
+        pytest.skip(f"no {default_model.WHEEL_FILE} under AMBER_TEST_HOME/downloads (make default-model keeps it)")
+    return wheel
+
+
+@pytest.mark.slow
+def test_default_model_is_converted_again_when_the_kernels_setting_changes(library, tmp_path, monkeypatch):
+    """The real default model converted native, then AMBER_KERNELS=ort: it is not current any more,
+    ensure_default_model converts the ORT form in its place, and that loads and generates."""
+    wheel, folder = _wheel(), tmp_path / "m"
+    out = default_model.ensure_default_model(model_dir=folder, wheel=wheel)     # AMBER_KERNELS=native here
     marker = json.loads((out / default_model.MARKER).read_text())
-    assert marker["kernels"] == "ort" and marker["kernels_chosen"] == "ort"
+    assert marker["kernels"] == marker["kernels_chosen"] == "native"
+    assert native_ops.graph_is_native(out / "model.onnx") and default_model.is_current(out)
+    monkeypatch.setenv("AMBER_KERNELS", "ort")
+    assert not default_model.is_ready(out) and not default_model.is_current(out)
+    with pytest.raises(ModelLoadError, match="AMBER_KERNELS=ort turns them off"):
+        load_model(out, provider="cpu", threads=1)
+    again = default_model.ensure_default_model(model_dir=folder, wheel=wheel)
+    marker = json.loads((again / default_model.MARKER).read_text())
+    assert again == out and marker["kernels"] == marker["kernels_chosen"] == "ort"
+    assert not native_ops.graph_is_native(again / "model.onnx")
+    assert _greedy_ids(again, [1, 2, 3, 4], 4)
 
 
 # ---- end to end: where the library is built ----------------------------------------------------
