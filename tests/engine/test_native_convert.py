@@ -385,3 +385,37 @@ def test_native_model_asked_for_the_gpu_runs_on_the_cpu_and_says_why(converted, 
     reason = m.provider_fallback_reason or ""
     assert reason.startswith("CUDA failed: its float16 variant could not be made") and "AMBER_KERNELS=ort" in reason
     assert not (folder / "gpu").exists()
+
+
+def test_native_batched_decode_gives_each_stream_its_solo_tokens(converted, library, monkeypatch):
+    """Several streams decoding at once through the batcher (GgufMatMul over [batch, 1, K]) give the
+    tokens each gives alone: the op quantizes and multiplies each row on its own."""
+    from engine.api import SamplingParams
+    from engine.generation.generate import Generator, collect
+    from engine.runtime import batcher as batcher_mod
+    from test_batch_decode import Together, run_threads, solo_tokens
+    monkeypatch.setattr(batcher_mod, "GATHER_WAIT_S", 60.0)
+    cfg = variant(BASE, wtype="Q8_0", seed=82)
+    _need(library, cfg)
+    model, folder = converted(cfg, "native", types=library)
+    m = load_model(folder, provider="cpu", threads=1)
+    specs = [(12, 10), (40, 10), (5, 6)]
+    prompts = [list(map(int, prompt(model, n, 20 + i))) for i, (n, _) in enumerate(specs)]
+    want = [solo_tokens(m, p, n) for p, (_, n) in zip(prompts, specs, strict=True)]
+    gen = Generator(m)
+    caches = [gen.new_cache() for _ in specs]
+    together = Together(gen.runner, caches)
+    got: list[list[int] | None] = [None] * len(specs)
+
+    def worker(i: int):
+        def run() -> None:
+            try:
+                sampling = SamplingParams(greedy=True, repetition_penalty=1.0, max_new_tokens=specs[i][1])
+                got[i] = collect(gen.stream(caches[i], prompts[i], sampling)).token_ids
+            finally:
+                together.release(caches[i])
+        return run
+    run_threads([worker(i) for i in range(len(specs))])
+    assert got == want
+    b = gen.runner.batcher
+    assert b is not None and b.batched_steps > 0
