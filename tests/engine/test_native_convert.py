@@ -419,3 +419,15 @@ def test_native_batched_decode_gives_each_stream_its_solo_tokens(converted, libr
     assert got == want
     b = gen.runner.batcher
     assert b is not None and b.batched_steps > 0
+
+
+@pytest.mark.parametrize("available", [["CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"],
+                                       ["DmlExecutionProvider", "CPUExecutionProvider"],
+                                       ["CoreMLExecutionProvider", "CPUExecutionProvider"]])
+def test_gpu_rule_of_the_chooser_is_the_runtimes(available, monkeypatch):
+    """native_form.gpu_would_run (the converter cannot import the runtime) says what
+    providers.wanted_providers("auto") picks, for each provider list."""
+    import onnxruntime as ort
+    from engine.runtime import providers
+    monkeypatch.setattr(ort, "get_available_providers", lambda: list(available))
+    assert native_form.gpu_would_run() == (providers.wanted_providers("auto")[0] != providers.CPU)
