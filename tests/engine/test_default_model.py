@@ -16,8 +16,10 @@ from engine.convert.default_model import DefaultModelError, ensure_default_model
 def _fake_ready(folder: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "model.onnx").write_bytes(b"graph")
+    kernels = default_model.choose_kernels()      # the form a conversion gets here: current
     (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": default_model.GGUF_SHA256,
-                                                           "accuracy_level": default_model.FAST}))
+                                                           "accuracy_level": default_model.FAST,
+                                                           "kernels": kernels, "kernels_chosen": kernels}))
     return folder
 
 
