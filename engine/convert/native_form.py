@@ -14,11 +14,13 @@ will run on the CPU (GPU users keep the ORT form their float16 variant is made f
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's own type tags
+
+import engine.native as native
 
 from .errors import ModelImportError
 from .weights import Weight
@@ -28,42 +30,29 @@ KERNELS: tuple[str, ...] = ("native", "ort")
 # The default form of new conversions when AMBER_KERNELS is unset: switch to "native" once the
 # measurements say so (it still falls back to "ort" without the library or with a GPU).
 DEFAULT_KERNELS: Kernels = "ort"
-ENV = "AMBER_KERNELS"
-OP_DOMAIN = "ai.amber"
-OP_NAME = "GgufMatMul"
+ENV = native.ENV
+OP_DOMAIN = native.OP_DOMAIN
+OP_NAME = native.OP_NAME
 # The types of the op contract (docs/INTERFACES.md, "GgufMatMul"): Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K.
 CONTRACT_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K})
 
 
-def _native() -> Any:
-    """engine.native, or None where it cannot be imported."""
-    try:
-        import engine.native as native  # noqa: PLC0415 - optional: conversions work without it
-    except Exception:  # noqa: BLE001 - a broken build is "not available", never a failed conversion
-        return None
-    return native
-
-
 def library_available() -> bool:
     """The op library loads here (and AMBER_KERNELS is not "ort")."""
-    native = _native()
-    fn = getattr(native, "available", None)
     try:
-        return bool(fn()) if fn is not None else False
-    except Exception:  # noqa: BLE001 - the loader's own failure means "not available"
+        return bool(native.available())
+    except Exception:  # noqa: BLE001 - a broken build is "not available", never a failed conversion
         return False
 
 
 def kernel_types() -> frozenset[QT]:
-    """The GGUF types the native form keeps raw: the contract's, less those engine.native declines."""
-    native = _native()
-    supports = getattr(native, "supports", None)
-    if supports is None:
-        return CONTRACT_TYPES
+    """The GGUF types the native form keeps raw: those of the contract the kernels handle and are
+    worth using here (engine.native.supports: none without the library, none on a scalar-only CPU
+    unless AMBER_KERNELS=native)."""
     out = set()
     for t in CONTRACT_TYPES:
         try:
-            if supports(int(t)):
+            if native.supports(int(t)):
                 out.add(t)
         except Exception:  # noqa: BLE001 - treated as unsupported
             pass

@@ -7,22 +7,14 @@ about an unknown domain. The loader asks `unavailable_reason` first and tells th
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+import engine.native as native
 from engine.runtime.graph_scan import op_domains, read_graph
 
-DOMAIN = "ai.amber"
-ENV = "AMBER_KERNELS"
-
-
-def _native() -> Any:
-    try:
-        import engine.native as native  # noqa: PLC0415 - only for graphs that use the op
-    except Exception:  # noqa: BLE001 - a broken build counts as "not available"
-        return None
-    return native
+DOMAIN = native.OP_DOMAIN
+ENV = native.ENV
 
 
 def is_native(proto: Any) -> bool:
@@ -40,14 +32,12 @@ def graph_is_native(graph: Path) -> bool:
 
 def unavailable_reason() -> str | None:
     """Why Amber's kernels cannot run here, or None when they can."""
-    if os.environ.get(ENV, "").strip().lower() == "ort":
+    if native.mode() == "ort":
         return f"{ENV}=ort turns them off"
-    native = _native()
-    path_fn, avail_fn = getattr(native, "library_path", None), getattr(native, "available", None)
     try:
-        if path_fn is None or path_fn() is None:
+        if native.library_path() is None:
             return "their library is not built here (python -m engine.native.build)"
-        if avail_fn is None or not avail_fn():
+        if not native.available():
             return "their library does not load here"
     except Exception as exc:  # noqa: BLE001 - the loader's own failure, reported as the reason
         return f"their library does not load here ({type(exc).__name__})"
@@ -62,8 +52,6 @@ def unavailable_message(graph: Path, reason: str) -> str:
 
 def register(so: Any) -> bool:
     """Registers the op library on an onnxruntime.SessionOptions; False when it is unavailable."""
-    native = _native()
-    fn = getattr(native, "register", None)
-    if fn is None or unavailable_reason() is not None:
+    if unavailable_reason() is not None:
         return False
-    return bool(fn(so))
+    return bool(native.register(so))
