@@ -3,9 +3,10 @@ and ONNX Runtime's MatMulNBits, in one process, interleaved.
 
   python -m bench.bench_native_kernels [--reps 5] [--isa avx2 ...]
 
-m = 1 (decode): GB/s of weight bytes streamed (the weights cycle through copies larger than the
-L3, so they come from memory), against np.copy of a same-sized buffer from the same kind of pool
-(bytes copied / s; a copy also writes them). m = 64 (prefill): GFLOP/s (2*m*K*N / s). ORT runs
+m = 1 (decode) and m = 4 (four chats batched): GB/s of weight bytes streamed (the weights cycle
+through copies larger than the L3, so they come from memory), against np.copy of a same-sized
+buffer from the same kind of pool (bytes copied / s; a copy also writes them). m = 64 (prefill):
+GFLOP/s (2*m*K*N / s). Every ORT figure is in Amber's bytes/flops too (time ratios). ORT runs
 MatMulNBits (bits 4, block 32, accuracy_level 4, one intra-op thread) on the Q4_0 weights
 re-packed into its layout (same codes, float32 scales, the default zero point 8).
 """
@@ -15,7 +16,6 @@ import argparse
 import ctypes
 import os
 import platform
-import shutil
 import subprocess
 import tempfile
 import time
@@ -30,14 +30,13 @@ POOL_BYTES = 160 << 20                  # > 4x this machine's 32 MiB L3
 
 
 def build_library(out_dir: Path) -> Path:
-    """The kernels library compiled from src/ (the same flags as the tests)."""
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
+    """The kernels library as `python -m engine.native.build` makes it, into out_dir."""
+    from engine.native import build as native_build
+
+    lib = native_build.build(out_dir)
+    if lib is None:
         raise SystemExit("bench_native_kernels: no C compiler (cc) found")
-    out = out_dir / "libamber_kernels.so"
-    subprocess.run([cc, "-O3", "-std=c11", "-fPIC", "-shared", "-I", str(SRC),
-                    *sorted(str(p) for p in SRC.glob("*.c")), "-o", str(out)], check=True)
-    return out
+    return lib
 
 
 def load(path: Path) -> ctypes.CDLL:
@@ -163,16 +162,24 @@ def bench_type(lib: ctypes.CDLL, tname: str, k: int, n: int, isas: list[str], re
                                 0, n, y.ctypes.data, n)
         return call
 
+    x4 = rng.standard_normal((4, k)).astype(np.float32)
+    a4, y4 = quantize(lib, qtype, x4), np.zeros((4, n), np.float32)
     dec = {isa: kern(isa, a1, y1) for isa in isas}
     dec["np.copy"] = lambda: np.copyto(dst, next_src())
+    bat = {isa: kern(isa, a4, y4) for isa in isas if isa != "scalar"}
     pre = {isa: kern(isa, am, ym) for isa in isas if isa != "scalar"}
     if with_ort and tname == "Q4_0":
         next_s = cycler([ort_session(w, k, n) for w in pool[: max(2, len(pool) // 2)]])
         dec["ORT MatMulNBits"] = lambda: next_s().run(None, {"A": x1})
+        bat["ORT MatMulNBits"] = lambda: next_s().run(None, {"A": x4})
         pre["ORT MatMulNBits"] = lambda: next_s().run(None, {"A": xm})
-    t = time_rounds(dec, calls=max(4, int(0.15e9 // wbytes)), reps=reps)
+    calls = max(4, int(0.15e9 // wbytes))
+    t = time_rounds(dec, calls=calls, reps=reps)
     lines = [f"{tname} m=1 ({wbytes / 2**20:.1f} MiB): GB/s  " +
              ", ".join(f"{name} {wbytes / s / 1e9:.1f}" for name, s in t.items())]
+    t = time_rounds(bat, calls=calls, reps=reps)
+    lines.append(f"{tname} m=4: GB/s  " +
+                 ", ".join(f"{name} {wbytes / s / 1e9:.1f}" for name, s in t.items()))
     flops = 2.0 * prefill_m * k * n
     t = time_rounds(pre, calls=2, reps=max(2, reps // 2))
     lines.append(f"{tname} m={prefill_m}: GFLOP/s  " +

@@ -17,9 +17,8 @@ INL __m512 bcast256(const uint8_t *p) {
     return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)(const void *)p)));
 }
 
-/* One pair (A, B = A + bs) of one weight row against mt activation rows: zmm = A lo|B lo|A hi|B hi. */
-INL void pair512(const int type, const int mt, const uint8_t *A, const uint8_t *act, int64_t ab,
-                 int64_t qoff, int64_t xoff, int64_t auxoff, __m512 *acc) {
+/* A pair's codes of one weight row: zmm = A lo|B lo|A hi|B hi (B = A + bs); its d (and m) per lane. */
+INL __m512i codes512(const int type, const uint8_t *A, __m512 *dw, __m512 *mw) {
     const int bs = q32_block_bytes(type), qo = q32_qs_off(type), ho = q32_qh_off(type);
     const uint8_t *B = A + bs;
     __m256i wab = _mm256_inserti128_si256(
@@ -33,56 +32,72 @@ INL void pair512(const int type, const int mt, const uint8_t *A, const uint8_t *
                         ((uint64_t)((hA >> 16) | (hB & 0xFFFF0000u)) << 32);
         z = _mm512_mask_add_epi8(z, (__mmask64)bits, z, _mm512_set1_epi8(0x10));
     }
-    __m512 dw, mw = _mm512_setzero_ps();
-    if (q32_has_min(type)) {
+    if (q32_has_min(type)) {   /* {d, m} of A then of B: one 32-bit load each */
         __m128 v = _mm_cvtph_ps(_mm_set_epi32(0, 0, (int)q32_ld32(B), (int)q32_ld32(A)));
-        dw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2),
-                                   _mm512_castps128_ps512(v));
-        mw = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 1, 1, 1, 1, 3, 3, 3, 3),
-                                   _mm512_castps128_ps512(v));
+        *dw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2),
+                                    _mm512_castps128_ps512(v));
+        *mw = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 1, 1, 1, 1, 3, 3, 3, 3),
+                                    _mm512_castps128_ps512(v));
     } else {
         __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(q32_ld16(A) | ((uint32_t)q32_ld16(B) << 16))));
-        dw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
-                                   _mm512_castps128_ps512(v));
+        *dw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
+                                    _mm512_castps128_ps512(v));
+        *mw = _mm512_setzero_ps();
     }
+    return z;
+}
+
+/* One pair of nw weight rows (nw <= 2, `rb` bytes apart) against mt activation rows: each
+ * activation vector is loaded once for both weight rows. acc[j * Q32_MT + r]. */
+INL void pair512(const int type, const int mt, const int nw, const uint8_t *A, int64_t rb,
+                 const uint8_t *act, int64_t ab, int64_t qoff, int64_t xoff, int64_t auxoff,
+                 __m512 *acc) {
+    __m512i z[2];
+    __m512 dw[2], mw[2];
+    for (int j = 0; j < nw; j++)
+        z[j] = codes512(type, A + j * rb, &dw[j], &mw[j]);
     for (int r = 0; r < mt; r++) {
         const uint8_t *a = act + r * ab;
         /* the bias (or the min's term) belongs to the low half only: 4 lanes a block */
-        __m512i D = q32_has_min(type) ? _mm512_setzero_si512()
-                                      : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(a + auxoff)));
-        D = _mm512_dpbusd_epi32(D, z, _mm512_loadu_si512((const void *)(a + qoff)));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), _mm512_mul_ps(dw, bcast256(a + xoff)), acc[r]);
-        if (q32_has_min(type))
-            acc[r] = _mm512_fmadd_ps(mw, _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)(a + auxoff))),
-                                     acc[r]);
+        __m512i bias = q32_has_min(type) ? _mm512_setzero_si512()
+                                         : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(a + auxoff)));
+        __m512i q = _mm512_loadu_si512((const void *)(a + qoff));
+        __m512 da = bcast256(a + xoff);
+        __m512 aux = q32_has_min(type) ? _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)(a + auxoff)))
+                                       : _mm512_setzero_ps();
+        for (int j = 0; j < nw; j++) {
+            __m512i D = _mm512_dpbusd_epi32(bias, z[j], q);
+            __m512 *c = &acc[j * Q32_MT + r];
+            *c = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), _mm512_mul_ps(dw[j], da), *c);
+            if (q32_has_min(type))
+                *c = _mm512_fmadd_ps(mw[j], aux, *c);
+        }
     }
 }
 
-INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
-                  int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
+/* Weight rows n and n + nstep (nw of them) over the segments [s0, s1): one accumulator per (weight row,
+ * activation row), pairs in order, then the lone block; the same for every mt and nw. */
+INL void rows45_512(const int type, const int mt, const int nw, const uint8_t *act, int64_t ab,
+                    const uint8_t *w, int64_t nb, int64_t n, int64_t nstep, int64_t s0, int64_t s1,
+                    float *y, int64_t ldy) {
     const int bs = q32_block_bytes(type), qo = q32_qs_off(type), ho = q32_qh_off(type);
-    const int64_t np = (nb + 1) / 2, rb = nb * bs;
+    const int64_t np = (nb + 1) / 2, rb = nb * bs, rs = nstep * rb;
     const int64_t xsec = q32_act_x_off(nb), asec = xsec + np * 32;
-    for (int64_t n = n0; n < n1; n++) {
-        const uint8_t *wr = w + n * rb;
-        float tot[Q32_MT];
-        for (int r = 0; r < mt; r++) tot[r] = s0 > 0 ? y[r * ldy + n] : 0.f;
-        for (int64_t sg = s0; sg < s1; sg++) {
-            const int64_t b1 = Q32_SEG_END(sg, nb), pe = (b1 - (b1 == nb && (nb & 1))) / 2;
-            __m512 acc0[Q32_MT], acc1[Q32_MT];
-            for (int r = 0; r < mt; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
-            int64_t p = sg * Q32_SEG / 2;
-            /* two pairs a step into two accumulators (hides the FMA latency at m = 1); the same
-             * for every tile height, so a row's result does not depend on the rows beside it */
-            for (; p + 1 < pe; p += 2) {
-                pair512(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
-                pair512(type, mt, wr + (2 * p + 2) * bs, act, ab, (p + 1) * 64, xsec + (p + 1) * 32,
-                           asec + (p + 1) * 32, acc1);
-            }
-            for (; p < pe; p++)
-                pair512(type, mt, wr + 2 * p * bs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc0);
-            if (b1 == nb && (nb & 1)) {   /* the lone last block, natural order, 256-bit */
-                const uint8_t *A = wr + (nb - 1) * bs;
+    const uint8_t *wr = w + n * rb;
+    float tot[2 * Q32_MT];
+    for (int j = 0; j < nw; j++)
+        for (int r = 0; r < mt; r++) tot[j * Q32_MT + r] = s0 > 0 ? y[r * ldy + n + j * nstep] : 0.f;
+    for (int64_t sg = s0; sg < s1; sg++) {
+        const int64_t b1 = Q32_SEG_END(sg, nb), pe = (b1 - (b1 == nb && (nb & 1))) / 2;
+        __m512 acc[2 * Q32_MT];
+        for (int j = 0; j < nw; j++)
+            for (int r = 0; r < mt; r++) acc[j * Q32_MT + r] = _mm512_setzero_ps();
+        for (int64_t p = sg * Q32_SEG / 2; p < pe; p++)
+            pair512(type, mt, nw, wr + 2 * p * bs, rs, act, ab, p * 64, xsec + p * 32, asec + p * 32, acc);
+        if (b1 == nb && (nb & 1)) {   /* the lone last block, natural order, 256-bit */
+            const int64_t xo = xsec + (np - 1) * 32, ao = asec + (np - 1) * 32;
+            for (int j = 0; j < nw; j++) {
+                const uint8_t *A = wr + j * rs + (nb - 1) * bs;
                 __m128i x = _mm_loadu_si128((const __m128i *)(A + qo));
                 const __m128i m4 = _mm_set1_epi8(0x0F);
                 __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
@@ -90,7 +105,6 @@ INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, 
                     wv = _mm256_mask_add_epi8(wv, (__mmask32)q32_ld32(A + ho), wv, _mm256_set1_epi8(0x10));
                 __m256 dw = _mm256_set1_ps(_cvtsh_ss(q32_ld16(A)));
                 __m256 mw = _mm256_set1_ps(q32_has_min(type) ? _cvtsh_ss(q32_ld16(A + 2)) : 0.f);
-                const int64_t xo = xsec + (np - 1) * 32, ao = asec + (np - 1) * 32;
                 for (int r = 0; r < mt; r++) {
                     const uint8_t *a = act + r * ab;
                     __m256i D = q32_has_min(type) ? _mm256_setzero_si256()
@@ -99,15 +113,32 @@ INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, 
                     __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(D), _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(a + xo))));
                     if (q32_has_min(type))
                         t = _mm256_fmadd_ps(mw, _mm256_loadu_ps((const float *)(a + ao)), t);
-                    acc0[r] = _mm512_add_ps(acc0[r], _mm512_zextps256_ps512(t));
+                    acc[j * Q32_MT + r] = _mm512_add_ps(acc[j * Q32_MT + r], _mm512_zextps256_ps512(t));
                 }
             }
-            for (int r = 0; r < mt; r++)
-                tot[r] += _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
         }
-        for (int r = 0; r < mt; r++)
-            y[r * ldy + n] = tot[r];
+        for (int j = 0; j < nw; j++)
+            for (int r = 0; r < mt; r++)
+                tot[j * Q32_MT + r] += _mm512_reduce_add_ps(acc[j * Q32_MT + r]);
     }
+    for (int j = 0; j < nw; j++)
+        for (int r = 0; r < mt; r++) y[r * ldy + n + j * nstep] = tot[j * Q32_MT + r];
+}
+
+INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
+                  int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
+    /* two weight rows a step (16 accumulators at mt = 8), row n with row n + h: two rows far
+     * apart are two sequential streams the hardware prefetcher follows (adjacent rows read side
+     * by side interleave inside one page, which it does not) */
+    const int64_t h = (n1 - n0) / 2;
+    int64_t n = n0;
+    if (h * nb * q32_block_bytes(type) >= 4096) {   /* else: one row at a time (same bits) */
+        for (; n < n0 + h; n++)
+            rows45_512(type, mt, 2, act, ab, w, nb, n, h, s0, s1, y, ldy);
+        n = n0 + 2 * h;
+    }
+    for (; n < n1; n++)
+        rows45_512(type, mt, 1, act, ab, w, nb, n, 0, s0, s1, y, ldy);
 }
 
 /* Two Q8_0 blocks (b, b+1) of one weight row: zmm = the two blocks' 64 codes + 128 (unsigned);

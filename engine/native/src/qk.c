@@ -78,8 +78,7 @@ static inline float dot_q45k_scalar(const uint8_t *x, const uint8_t *a, int64_t 
             isum += lo * sm[2 * j] + hi * sm[2 * j + 1];
         }
         for (int j = 0; j < 8; j++) msum += sm[8 + j] * (bs[2 * j] + bs[2 * j + 1]);
-        float da = qk_act_d(a);
-        sum += qk_half(x) * da * (float)isum - qk_half(x + 2) * da * (float)msum;
+        sum = qk_tail45(sum, isum, msum, qk_half(x), qk_half(x + 2), qk_act_d(a));
     }
     return sum;
 }
@@ -119,7 +118,7 @@ static float dot_q6k_scalar(const uint8_t *x, const uint8_t *a, int64_t nb) {
         int32_t off = 0;
         for (int s = 0; s < 16; s++) off += sc[s] * bs[s];
         isum -= 32 * off;
-        sum += qk_half(x + 208) * qk_act_d(a) * (float)isum;
+        sum = qk_tail6(sum, isum, qk_half(x + 208), qk_act_d(a));
     }
     return sum;
 }

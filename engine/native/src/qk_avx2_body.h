@@ -10,11 +10,11 @@
 #define QK_N(name) QK_CAT(name, QK_SFX)
 #define QK_INL static inline __attribute__((always_inline)) QK_TGT
 
-QK_INL float QK_N(hsum_)(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+QK_INL int32_t QK_N(hsum_i_)(__m256i v) {   /* exact: integer adds */
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
 }
 
 QK_INL float QK_N(half_)(const uint8_t *p) {
@@ -41,8 +41,8 @@ QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, c
     const int64_t xb = five ? Q5K_BYTES : Q4K_BYTES;
     const __m256i m4 = _mm256_set1_epi8(0x0F), b1 = _mm256_set1_epi8(1), b2 = _mm256_set1_epi8(2);
     const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m256 acc[QK_TILE];
-    for (int i = 0; i < mt; i++) acc[i] = _mm256_setzero_ps();
+    float acc[QK_TILE];
+    for (int i = 0; i < mt; i++) acc[i] = 0.f;
     for (int64_t b = 0; b < nb; b++, x += xb, act += Q8K_BYTES) {
         _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T1);
         _mm_prefetch((const char *)x + QK_PF * xb + 64, _MM_HINT_T1);
@@ -74,16 +74,13 @@ QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, c
                 isum[i] = QK_DPWSSD(isum[i], p, shi);
             }
         }
-        const __m256 dv = _mm256_set1_ps(d), dminv = _mm256_set1_ps(dmin);
-        for (int i = 0; i < mt; i++) {   /* acc += da * (d * isum - dmin * msum) */
+        for (int i = 0; i < mt; i++) {
             const uint8_t *a = act + i * ab;
             const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
-            __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), dv);
-            t = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), dminv, t);
-            acc[i] = _mm256_fmadd_ps(t, _mm256_broadcast_ss((const float *)a), acc[i]);
+            acc[i] = qk_tail45(acc[i], QK_N(hsum_i_)(isum[i]), QK_N(hsum_i_)(msum), d, dmin, qk_act_d(a));
         }
     }
-    for (int i = 0; i < mt; i++) out[i] = QK_N(hsum_)(acc[i]);
+    for (int i = 0; i < mt; i++) out[i] = acc[i];
 }
 
 QK_INL void QK_N(tile_q6k_)(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt,
@@ -91,8 +88,8 @@ QK_INL void QK_N(tile_q6k_)(const uint8_t *x, const uint8_t *act, int64_t ab, co
     const __m256i m4 = _mm256_set1_epi8(0x0F), m03 = _mm256_set1_epi8(0x03),
                   m0c = _mm256_set1_epi8(0x0C), m30 = _mm256_set1_epi8(0x30),
                   mc0 = _mm256_set1_epi8((char)0xC0);
-    __m256 acc[QK_TILE];
-    for (int i = 0; i < mt; i++) acc[i] = _mm256_setzero_ps();
+    float acc[QK_TILE];
+    for (int i = 0; i < mt; i++) acc[i] = 0.f;
     for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, act += Q8K_BYTES) {
         _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, _MM_HINT_T1);
         _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, _MM_HINT_T1);
@@ -127,10 +124,10 @@ QK_INL void QK_N(tile_q6k_)(const uint8_t *x, const uint8_t *act, int64_t ab, co
             const uint8_t *a = act + i * ab;
             const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), s16);
             isum[i] = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(off, 5));   /* the -32 of every level */
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * qk_act_d(a)), acc[i]);
+            acc[i] = qk_tail6(acc[i], QK_N(hsum_i_)(isum[i]), d, qk_act_d(a));
         }
     }
-    for (int i = 0; i < mt; i++) out[i] = QK_N(hsum_)(acc[i]);
+    for (int i = 0; i < mt; i++) out[i] = acc[i];
 }
 
 /* One weight row against mt activation rows, mt a constant in each specialised copy. */
@@ -161,6 +158,11 @@ static QK_TGT void QK_N(tile_)(int type, const uint8_t *x, const uint8_t *a, int
 
 QK_TGT void QK_N(qk_gemm_)(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                            int64_t n0, int64_t n1, float *y, int64_t ldy) {
+    if (m >= (type == QK_Q6_K ? QK_PACK256_MIN_Q6 : QK_PACK256_MIN) && n1 - n0 >= 8) {
+        const int64_t tiles = (n1 - n0) / 8;
+        if (QK_N(qk_gemm_packed256_)(type, act, m, w, k, n0, tiles, y, ldy) == 0)
+            n0 += tiles * 8;   /* the rest (< 8 rows) below */
+    }
     const int64_t nb = k / QK_BLOCK, rb = nb * qk_block_bytes(type), ab = nb * Q8K_BYTES;
     float out[QK_TILE];
     /* m > 1: a block of weight rows stays in cache while every activation tile passes over it */

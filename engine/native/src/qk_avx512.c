@@ -17,14 +17,6 @@
 /* Activation rows per decoded super-block: 32 registers hold 8 rows' accumulators. */
 #define T512 8
 
-QK_INL float hsum512(__m512 v) {
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 QK_INL float half512(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
@@ -68,8 +60,8 @@ QK_INL void tile_q45k(const uint8_t *x, const uint8_t *act, int64_t ab, const in
     const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     const __m512i nib = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
     const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m512 acc[T512];
-    for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
+    float acc[T512];
+    for (int i = 0; i < mt; i++) acc[i] = 0.f;
     for (int64_t b = 0; b < nb; b++, x += xb, act += Q8K_BYTES) {
         _mm_prefetch((const char *)x + QK_PF * xb, QK_PFH);
         _mm_prefetch((const char *)x + QK_PF * xb + 64, QK_PFH);
@@ -100,16 +92,14 @@ QK_INL void tile_q45k(const uint8_t *x, const uint8_t *act, int64_t ab, const in
                 isum[i] = _mm512_dpwssd_epi32(isum[i], p, sc);
             }
         }
-        const __m512 dv = _mm512_set1_ps(d), dminv = _mm512_set1_ps(dmin);
-        for (int i = 0; i < mt; i++) {   /* acc += da * (d * isum - dmin * msum) */
+        for (int i = 0; i < mt; i++) {
             const uint8_t *a = act + i * ab;
             const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
-            __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[i]), dv);
-            t = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), dminv, t);
-            acc[i] = _mm512_fmadd_ps(t, _mm512_set1_ps(qk_act_d(a)), acc[i]);
+            acc[i] = qk_tail45(acc[i], _mm512_reduce_add_epi32(isum[i]),
+                               _mm512_reduce_add_epi32(_mm512_zextsi256_si512(msum)), d, dmin, qk_act_d(a));
         }
     }
-    for (int i = 0; i < mt; i++) out[i] = hsum512(acc[i]);
+    for (int i = 0; i < mt; i++) out[i] = acc[i];
 }
 
 QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt, int64_t nb,
@@ -118,8 +108,8 @@ QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int
     /* qh bits of groups 0|1 (bits 0-1 | 2-3) and 2|3 (bits 4-5 | 6-7) rotated to bits 4-5 */
     const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
     const __m512i rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
-    __m512 acc[T512];
-    for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
+    float acc[T512];
+    for (int i = 0; i < mt; i++) acc[i] = 0.f;
     for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, act += Q8K_BYTES) {
         _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, QK_PFH);
         _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, QK_PFH);
@@ -150,10 +140,10 @@ QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int
             const uint8_t *a = act + i * ab;
             const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), s16);
             isum[i] = _mm512_sub_epi32(isum[i], _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_set1_ps(d * qk_act_d(a)), acc[i]);
+            acc[i] = qk_tail6(acc[i], _mm512_reduce_add_epi32(isum[i]), d, qk_act_d(a));
         }
     }
-    for (int i = 0; i < mt; i++) out[i] = hsum512(acc[i]);
+    for (int i = 0; i < mt; i++) out[i] = acc[i];
 }
 
 static QK_TGT void tile512(int type, const uint8_t *x, const uint8_t *a, int64_t ab, int mt,
@@ -187,6 +177,11 @@ static QK_TGT void tile512(int type, const uint8_t *x, const uint8_t *a, int64_t
 
 QK_TGT void qk_gemm_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                                int64_t n0, int64_t n1, float *y, int64_t ldy) {
+    if (m >= (type == QK_Q6_K ? QK_PACK_MIN_Q6 : QK_PACK_MIN) && n1 - n0 >= 16) {
+        const int64_t tiles = (n1 - n0) / 16;
+        if (qk_gemm_packed512(type, act, m, w, k, n0, tiles, y, ldy) == 0)
+            n0 += tiles * 16;   /* the rest (< 16 rows) below */
+    }
     const int64_t nb = k / QK_BLOCK, rb = nb * qk_block_bytes(type), ab = nb * Q8K_BYTES;
     float out[T512];
     for (int64_t nblk = n0; nblk < n1; nblk += QK_ROW_BLOCK) {

@@ -50,6 +50,27 @@ static inline float qk_half(const uint8_t *p) {
     return f;
 }
 
+/* Every path (scalar, row layout, packed; every ISA) ends a super-block with exactly these float
+ * operations on the exact int32 sums, one statement each and never fused into an FMA (the
+ * library is built -std=c11: GCC contracts nothing; clang: the pragma below), so a row's result
+ * is the same bits whichever path, ISA or tiling computed it. */
+#ifdef __clang__
+#pragma clang fp contract(off)
+#endif
+static inline float qk_tail45(float acc, int32_t isum, int32_t msum, float d, float dmin, float da) {
+    float t = (float)isum * d;
+    float u = (float)msum * dmin;
+    t = t - u;
+    t = t * da;
+    return acc + t;
+}
+
+static inline float qk_tail6(float acc, int32_t isum, float d, float da) {
+    float t = (float)isum * d;
+    t = t * da;
+    return acc + t;
+}
+
 static inline float qk_act_d(const uint8_t *blk) {
     float d;
     memcpy(&d, blk, 4);
@@ -84,6 +105,29 @@ void qk_gemm_avxvnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, 
                      int64_t n0, int64_t n1, float *y, int64_t ldy);
 void qk_gemm_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                         int64_t n0, int64_t n1, float *y, int64_t ldy);
+/* qk_pack512.c: rows [n0, n0 + 16 * tiles) through the packed prefill kernel; 0, or -1 (nothing
+ * written) when its scratch cannot be allocated. */
+int qk_gemm_packed512(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                      int64_t n0, int64_t tiles, float *y, int64_t ldy);
+/* qk_pack256.c: the same at AVX2 width, 8 rows a tile. */
+int qk_gemm_packed256_avx2(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                           int64_t n0, int64_t tiles, float *y, int64_t ldy);
+int qk_gemm_packed256_avxvnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                              int64_t n0, int64_t tiles, float *y, int64_t ldy);
+#ifndef QK_PACK256_MIN
+#define QK_PACK256_MIN 16
+#endif
+#ifndef QK_PACK256_MIN_Q6
+#define QK_PACK256_MIN_Q6 32
+#endif
+/* Activation rows from which the AVX-512 path packs weight rows (fewer: the row layout wins;
+ * measured even at m = 16 for Q4_K and at m = 32 for Q6_K, 1.3-1.8x ahead at m = 64). */
+#ifndef QK_PACK_MIN
+#define QK_PACK_MIN 16
+#endif
+#ifndef QK_PACK_MIN_Q6
+#define QK_PACK_MIN_Q6 32
+#endif
 #endif
 
 static inline int64_t qk_block_bytes(int type) {

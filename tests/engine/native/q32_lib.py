@@ -19,15 +19,22 @@ ISAS = ("scalar", "avx2", "avxvnni", "avx512vnni")
 
 
 def build(out_dir: Path) -> Path | None:
-    """Compiles every source in src/ into out_dir/libamber_kernels.so (None without a C compiler)."""
+    """The library as `python -m engine.native.build` makes it, into out_dir (None without a C
+    compiler)."""
+    from engine.native import build as native_build
+
+    return native_build.build(out_dir)
+
+
+def compile_q32_strict(out_dir: Path, *defines: str) -> None:
+    """Compiles the q32 family and the dispatch alone with every warning an error (CI's gcc)."""
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        return None
-    out = out_dir / "libamber_kernels.so"
-    sources = sorted(str(p) for p in SRC.glob("*.c"))
-    subprocess.run([cc, "-O3", "-std=c11", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
-                    "-I", str(SRC), *sources, "-o", str(out)], check=True)
-    return out
+    assert cc is not None
+    files = [SRC / "dispatch.c", *sorted(SRC.glob("q32*.c"))]
+    for f in files:
+        subprocess.run([cc, "-O2", "-std=c11", "-fPIC", "-Wall", "-Wextra", "-Werror", "-pedantic",
+                        *defines, "-I", str(SRC), "-c", str(f), "-o", str(out_dir / (f.stem + ".o"))],
+                       check=True, capture_output=True, text=True)
 
 
 class Lib:

@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 from gguf.quants import GGMLQuantizationType, dequantize, quantize
 
-from tests.engine.native.q32_lib import Q32_TYPES, Lib, build, decode_act, dequant_act, random_blocks
+from tests.engine.native.q32_lib import (
+    Q32_TYPES,
+    Lib,
+    build,
+    compile_q32_strict,
+    decode_act,
+    dequant_act,
+    random_blocks,
+)
 
 KS = (32, 64, 4096 + 32)
 NS = (1, 7, 33)
@@ -180,3 +188,14 @@ def test_a_row_does_not_depend_on_the_rows_beside_it(lib, isas, name):
         together = lib.matmul(qtype, act, w, k, n)
         for i in range(m):
             np.testing.assert_array_equal(lib.matmul(qtype, act[i:i + 1], w, k, n)[0], together[i])
+        # nor on the weight rows computed with it (AVX-512 takes two rows a step when far apart)
+        for j in range(n):
+            y = np.zeros((m, n), np.float32)
+            assert lib.gemm(qtype, act, w, k, j, j + 1, y, n) == 0
+            np.testing.assert_array_equal(y[:, j], together[:, j])
+
+
+def test_sources_compile_warning_free_with_and_without_x86_paths(lib, tmp_path):
+    """-Wall -Wextra -Werror -pedantic; -DQ32_HAVE_X86=0 is what an arm64 build compiles."""
+    compile_q32_strict(tmp_path)
+    compile_q32_strict(tmp_path, "-DQ32_HAVE_X86=0")

@@ -171,18 +171,16 @@ def test_random_blocks_match_the_oracle(lib, typ, isa, k):
     rng = np.random.default_rng(typ * 1000 + k)
     for n in (1, 7, 33):
         raw = random_blocks(typ, n * k // 256, rng)
-        for m in (1, 2, 3, 5, 8):
+        for m in (1, 2, 3, 5, 8, 17, 40):   # 17 (not Q6_K), 40: the packed prefill paths (N >= 8 or 16)
             x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
             y = check_case(lib, typ, raw, x, n, k)
-            if isa != "scalar":   # the SIMD path equals the scalar one to float rounding
+            if isa != "scalar":   # every path ends each super-block with the same float ops: same bits
                 act = quantize(lib, typ, x)
                 ys = np.full((m, n), np.nan, np.float32)
                 assert lib.amber_set_isa(b"scalar") == 0
                 assert gemm(lib, typ, act, m, raw, k, 0, n, ys, n) == 0
                 _use_isa(lib, isa)
-                a64 = decode_act(act, m, k)[0]
-                mag = np.abs(a64) @ np.abs(dequant(typ, raw, n, k)).T
-                assert np.all(np.abs(y - ys) <= 2e-6 * mag + 1e-30)
+                np.testing.assert_array_equal(y, ys)
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -225,10 +223,11 @@ def test_nonfinite_activations_quantize_without_faults(lib):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
-def test_only_rows_n0_to_n1_are_written(lib, typ, isa):
+@pytest.mark.parametrize("m", [5, 20, 33])
+def test_only_rows_n0_to_n1_are_written(lib, typ, isa, m):
     _use_isa(lib, isa)
     rng = np.random.default_rng(11)
-    n, k, m, ldy, n0, n1 = 33, 512, 5, 41, 3, 20
+    n, k, ldy, n0, n1 = 33, 512, 41, 3, 20
     raw = random_blocks(typ, n * k // 256, rng)
     x = rng.standard_normal((m, k)).astype(np.float32)
     act = quantize(lib, typ, x)
@@ -238,6 +237,7 @@ def test_only_rows_n0_to_n1_are_written(lib, typ, isa):
     full = np.full((m, n), np.nan, np.float32)
     assert gemm(lib, typ, act, m, raw, k, 0, n, full, n) == 0
     y2 = y.reshape(m, ldy)
+    # the same bits as the full call (there a row may fall in a packed tile, here in the remainder)
     np.testing.assert_array_equal(y2[:, n0:n1], full[:, n0:n1])
     assert np.all(y2[:, :n0] == sentinel) and np.all(y2[:, n1:] == sentinel)
     # m = 1 with any ldy writes row 0 only
