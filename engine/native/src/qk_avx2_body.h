@@ -10,13 +10,6 @@
 #define QK_N(name) QK_CAT(name, QK_SFX)
 #define QK_INL static inline __attribute__((always_inline)) QK_TGT
 
-QK_INL int32_t QK_N(hsum_i_)(__m256i v) {   /* exact: integer adds */
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
 QK_INL float QK_N(half_)(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
@@ -36,13 +29,31 @@ QK_INL __m128i QK_N(scales_)(const uint8_t *p) {
     return _mm_unpacklo_epi32(lo, hi);
 }
 
+/* Lane i = the exact int32 total of v[i], 4 registers of 8 lanes (a transpose-add tree). */
+QK_INL __m128i QK_N(sum4x8_)(const __m256i v[4]) {
+    const __m256i s0 = _mm256_add_epi32(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
+    const __m256i s1 = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
+    const __m256i t = _mm256_add_epi32(_mm256_unpacklo_epi64(s0, s1), _mm256_unpackhi_epi64(s0, s1));
+    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+QK_INL __m128 QK_N(da4_)(const uint8_t *act, int64_t ab, const int mt) {
+    float f[4];
+    for (int i = 0; i < 4; i++) f[i] = i < mt ? qk_act_d(act + i * ab) : 0.f;
+    return _mm_setr_ps(f[0], f[1], f[2], f[3]);
+}
+
 QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt,
                              int64_t nb, const int five, float *out) {
     const int64_t xb = five ? Q5K_BYTES : Q4K_BYTES;
     const __m256i m4 = _mm256_set1_epi8(0x0F), b1 = _mm256_set1_epi8(1), b2 = _mm256_set1_epi8(2);
     const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    float acc[QK_TILE];
-    for (int i = 0; i < mt; i++) acc[i] = 0.f;
+    __m128 acc = _mm_setzero_ps();   /* lane i: row i (QK_TILE = 4) */
+    /* mt = 1: the totals of 4 consecutive super-blocks share one reduction tree, then are added
+     * to the row's sum one by one, in order (the same float operations as every other path) */
+    __m256i biv[4], bmv[4];
+    float bd[4], bdm[4], bda[4], acc1 = 0.f;
+    int nbat = 0;
     for (int64_t b = 0; b < nb; b++, x += xb, act += Q8K_BYTES) {
         _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T1);
         _mm_prefetch((const char *)x + QK_PF * xb + 64, _MM_HINT_T1);
@@ -74,13 +85,48 @@ QK_INL void QK_N(tile_q45k_)(const uint8_t *x, const uint8_t *act, int64_t ab, c
                 isum[i] = QK_DPWSSD(isum[i], p, shi);
             }
         }
-        for (int i = 0; i < mt; i++) {
-            const uint8_t *a = act + i * ab;
-            const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
-            acc[i] = qk_tail45(acc[i], QK_N(hsum_i_)(isum[i]), QK_N(hsum_i_)(msum), d, dmin, qk_act_d(a));
+        if (mt == 1) {
+            biv[nbat] = isum[0];
+            bmv[nbat] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(act + Q8K_BSUMS)), mins16);
+            bd[nbat] = d;
+            bdm[nbat] = dmin;
+            bda[nbat] = qk_act_d(act);
+            if (++nbat == 4 || b == nb - 1) {   /* qk_tail45 lane by lane, then in order */
+                for (int c = nbat; c < 4; c++) {
+                    biv[c] = bmv[c] = _mm256_setzero_si256();
+                    bd[c] = bdm[c] = bda[c] = 0.f;
+                }
+                __m128 t = _mm_mul_ps(_mm_cvtepi32_ps(QK_N(sum4x8_)(biv)), _mm_loadu_ps(bd));
+                const __m128 u = _mm_mul_ps(_mm_cvtepi32_ps(QK_N(sum4x8_)(bmv)), _mm_loadu_ps(bdm));
+                t = _mm_sub_ps(t, u);
+                t = _mm_mul_ps(t, _mm_loadu_ps(bda));
+                float tt[4];
+                _mm_storeu_ps(tt, t);
+                for (int c = 0; c < nbat; c++) acc1 = acc1 + tt[c];
+                nbat = 0;
+            }
+            continue;
         }
+        __m256i iv[4], mv[4];
+        for (int i = 0; i < 4; i++) {
+            iv[i] = i < mt ? isum[i] : _mm256_setzero_si256();
+            mv[i] = i < mt ? _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(act + i * ab + Q8K_BSUMS)), mins16)
+                           : _mm256_setzero_si256();
+        }
+        /* qk_tail45 lane by lane */
+        __m128 t = _mm_mul_ps(_mm_cvtepi32_ps(QK_N(sum4x8_)(iv)), _mm_set1_ps(d));
+        const __m128 u = _mm_mul_ps(_mm_cvtepi32_ps(QK_N(sum4x8_)(mv)), _mm_set1_ps(dmin));
+        t = _mm_sub_ps(t, u);
+        t = _mm_mul_ps(t, QK_N(da4_)(act, ab, mt));
+        acc = _mm_add_ps(acc, t);
     }
-    for (int i = 0; i < mt; i++) out[i] = acc[i];
+    if (mt == 1) {
+        out[0] = acc1;
+        return;
+    }
+    float o[4];
+    _mm_storeu_ps(o, acc);
+    for (int i = 0; i < mt; i++) out[i] = o[i];
 }
 
 QK_INL void QK_N(tile_q6k_)(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt,
@@ -88,8 +134,10 @@ QK_INL void QK_N(tile_q6k_)(const uint8_t *x, const uint8_t *act, int64_t ab, co
     const __m256i m4 = _mm256_set1_epi8(0x0F), m03 = _mm256_set1_epi8(0x03),
                   m0c = _mm256_set1_epi8(0x0C), m30 = _mm256_set1_epi8(0x30),
                   mc0 = _mm256_set1_epi8((char)0xC0);
-    float acc[QK_TILE];
-    for (int i = 0; i < mt; i++) acc[i] = 0.f;
+    __m128 acc = _mm_setzero_ps();   /* lane i: row i (QK_TILE = 4) */
+    __m256i biv[4];   /* mt = 1: 4 super-blocks a reduction (see tile_q45k_) */
+    float bd[4], bda[4], acc1 = 0.f;
+    int nbat = 0;
     for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, act += Q8K_BYTES) {
         _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, _MM_HINT_T1);
         _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, _MM_HINT_T1);
@@ -120,14 +168,46 @@ QK_INL void QK_N(tile_q6k_)(const uint8_t *x, const uint8_t *act, int64_t ab, co
                 }
             }
         }
-        for (int i = 0; i < mt; i++) {
-            const uint8_t *a = act + i * ab;
-            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), s16);
-            isum[i] = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(off, 5));   /* the -32 of every level */
-            acc[i] = qk_tail6(acc[i], QK_N(hsum_i_)(isum[i]), d, qk_act_d(a));
+        if (mt == 1) {
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(act + Q8K_BSUMS)), s16);
+            biv[nbat] = _mm256_sub_epi32(isum[0], _mm256_slli_epi32(off, 5));
+            bd[nbat] = d;
+            bda[nbat] = qk_act_d(act);
+            if (++nbat == 4 || b == nb - 1) {   /* qk_tail6 lane by lane, then in order */
+                for (int c = nbat; c < 4; c++) {
+                    biv[c] = _mm256_setzero_si256();
+                    bd[c] = bda[c] = 0.f;
+                }
+                __m128 t = _mm_mul_ps(_mm_cvtepi32_ps(QK_N(sum4x8_)(biv)), _mm_loadu_ps(bd));
+                t = _mm_mul_ps(t, _mm_loadu_ps(bda));
+                float tt[4];
+                _mm_storeu_ps(tt, t);
+                for (int c = 0; c < nbat; c++) acc1 = acc1 + tt[c];
+                nbat = 0;
+            }
+            continue;
         }
+        __m256i iv[4];
+        for (int i = 0; i < 4; i++) {
+            if (i < mt) {   /* the -32 of every level */
+                const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(act + i * ab + Q8K_BSUMS)), s16);
+                iv[i] = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(off, 5));
+            } else {
+                iv[i] = _mm256_setzero_si256();
+            }
+        }
+        /* qk_tail6 lane by lane */
+        __m128 t = _mm_mul_ps(_mm_cvtepi32_ps(QK_N(sum4x8_)(iv)), _mm_set1_ps(d));
+        t = _mm_mul_ps(t, QK_N(da4_)(act, ab, mt));
+        acc = _mm_add_ps(acc, t);
     }
-    for (int i = 0; i < mt; i++) out[i] = acc[i];
+    if (mt == 1) {
+        out[0] = acc1;
+        return;
+    }
+    float o[4];
+    _mm_storeu_ps(o, acc);
+    for (int i = 0; i < mt; i++) out[i] = o[i];
 }
 
 /* One weight row against mt activation rows, mt a constant in each specialised copy. */

@@ -54,14 +54,50 @@ static const short QK_SIDX6[4][32] = {
 #undef R
 };
 
+/* Lane i = the exact int32 total of v[i], for 8 registers of 16 lanes (a transpose-add tree:
+ * 3 instructions a row instead of a full reduction each). */
+QK_INL __m256i sum8x16(const __m512i v[8]) {
+    __m512i s[4], t[2];
+    for (int i = 0; i < 4; i++)
+        s[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 2; i++)   /* 128-bit lane L: partial totals of rows 4i..4i+3 */
+        t[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * i], s[2 * i + 1]), _mm512_unpackhi_epi64(s[2 * i], s[2 * i + 1]));
+    const __m512i u = _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x44), _mm512_shuffle_i32x4(t[0], t[1], 0xEE));
+    const __m512i w = _mm512_add_epi32(_mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(0, 0, 2, 0)),
+                                       _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(0, 0, 3, 1)));
+    return _mm512_castsi512_si256(w);
+}
+
+/* The same for 8 registers of 8 lanes. */
+QK_INL __m256i sum8x8(const __m256i v[8]) {
+    __m256i s[4], t[2];
+    for (int i = 0; i < 4; i++)
+        s[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 2; i++)
+        t[i] = _mm256_add_epi32(_mm256_unpacklo_epi64(s[2 * i], s[2 * i + 1]), _mm256_unpackhi_epi64(s[2 * i], s[2 * i + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(t[0], t[1], 0x20), _mm256_permute2x128_si256(t[0], t[1], 0x31));
+}
+
+/* d_act of the mt rows' blocks, 0 past mt */
+QK_INL __m256 da8(const uint8_t *act, int64_t ab, const int mt) {
+    float f[8];
+    for (int i = 0; i < 8; i++) f[i] = i < mt ? qk_act_d(act + i * ab) : 0.f;
+    return _mm256_setr_ps(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]);
+}
+
 QK_INL void tile_q45k(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt, int64_t nb,
                       const int five, float *out) {
     const int64_t xb = five ? Q5K_BYTES : Q4K_BYTES;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     const __m512i nib = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
     const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    float acc[T512];
-    for (int i = 0; i < mt; i++) acc[i] = 0.f;
+    __m256 acc = _mm256_setzero_ps();   /* lane i: row i (T512 = 8) */
+    /* mt = 1: the totals of 8 consecutive super-blocks share one reduction tree, then are added
+     * to the row's sum one by one, in order (the same float operations as every other path) */
+    __m512i biv[8];
+    __m256i bmv[8];
+    float bd[8], bdm[8], bda[8], acc1 = 0.f;   /* filled before each use: no per-call zeroing */
+    int nbat = 0;
     for (int64_t b = 0; b < nb; b++, x += xb, act += Q8K_BYTES) {
         _mm_prefetch((const char *)x + QK_PF * xb, QK_PFH);
         _mm_prefetch((const char *)x + QK_PF * xb + 64, QK_PFH);
@@ -92,14 +128,50 @@ QK_INL void tile_q45k(const uint8_t *x, const uint8_t *act, int64_t ab, const in
                 isum[i] = _mm512_dpwssd_epi32(isum[i], p, sc);
             }
         }
-        for (int i = 0; i < mt; i++) {
-            const uint8_t *a = act + i * ab;
-            const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
-            acc[i] = qk_tail45(acc[i], _mm512_reduce_add_epi32(isum[i]),
-                               _mm512_reduce_add_epi32(_mm512_zextsi256_si512(msum)), d, dmin, qk_act_d(a));
+        if (mt == 1) {
+            biv[nbat] = isum[0];
+            bmv[nbat] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(act + Q8K_BSUMS)), mins16);
+            bd[nbat] = d;
+            bdm[nbat] = dmin;
+            bda[nbat] = qk_act_d(act);
+            if (++nbat == 8 || b == nb - 1) {   /* qk_tail45 lane by lane, then in order */
+                for (int c = nbat; c < 8; c++) {
+                    biv[c] = _mm512_setzero_si512();
+                    bmv[c] = _mm256_setzero_si256();
+                    bd[c] = bdm[c] = bda[c] = 0.f;
+                }
+                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x16(biv)), _mm256_loadu_ps(bd));
+                const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x8(bmv)), _mm256_loadu_ps(bdm));
+                t = _mm256_sub_ps(t, u);
+                t = _mm256_mul_ps(t, _mm256_loadu_ps(bda));
+                float tt[8];
+                _mm256_storeu_ps(tt, t);
+                for (int c = 0; c < nbat; c++) acc1 = acc1 + tt[c];
+                nbat = 0;
+            }
+            continue;
         }
+        __m512i iv[8];
+        __m256i mv[8];
+        for (int i = 0; i < 8; i++) {
+            iv[i] = i < mt ? isum[i] : _mm512_setzero_si512();
+            mv[i] = i < mt ? _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(act + i * ab + Q8K_BSUMS)), mins16)
+                           : _mm256_setzero_si256();
+        }
+        /* qk_tail45 lane by lane */
+        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x16(iv)), _mm256_set1_ps(d));
+        const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x8(mv)), _mm256_set1_ps(dmin));
+        t = _mm256_sub_ps(t, u);
+        t = _mm256_mul_ps(t, da8(act, ab, mt));
+        acc = _mm256_add_ps(acc, t);
     }
-    for (int i = 0; i < mt; i++) out[i] = acc[i];
+    if (mt == 1) {
+        out[0] = acc1;
+        return;
+    }
+    float o[8];
+    _mm256_storeu_ps(o, acc);
+    for (int i = 0; i < mt; i++) out[i] = o[i];
 }
 
 QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt, int64_t nb,
@@ -108,8 +180,10 @@ QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int
     /* qh bits of groups 0|1 (bits 0-1 | 2-3) and 2|3 (bits 4-5 | 6-7) rotated to bits 4-5 */
     const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
     const __m512i rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
-    float acc[T512];
-    for (int i = 0; i < mt; i++) acc[i] = 0.f;
+    __m256 acc = _mm256_setzero_ps();   /* lane i: row i (T512 = 8) */
+    __m512i biv[8];   /* mt = 1: 8 super-blocks a reduction (see tile_q45k) */
+    float bd[8], bda[8], acc1 = 0.f;
+    int nbat = 0;
     for (int64_t b = 0; b < nb; b++, x += Q6K_BYTES, act += Q8K_BYTES) {
         _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES, QK_PFH);
         _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 64, QK_PFH);
@@ -136,14 +210,46 @@ QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int
                 }
             }
         }
-        for (int i = 0; i < mt; i++) {
-            const uint8_t *a = act + i * ab;
-            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), s16);
-            isum[i] = _mm512_sub_epi32(isum[i], _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
-            acc[i] = qk_tail6(acc[i], _mm512_reduce_add_epi32(isum[i]), d, qk_act_d(a));
+        if (mt == 1) {
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(act + Q8K_BSUMS)), s16);
+            biv[nbat] = _mm512_sub_epi32(isum[0], _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+            bd[nbat] = d;
+            bda[nbat] = qk_act_d(act);
+            if (++nbat == 8 || b == nb - 1) {   /* qk_tail6 lane by lane, then in order */
+                for (int c = nbat; c < 8; c++) {
+                    biv[c] = _mm512_setzero_si512();
+                    bd[c] = bda[c] = 0.f;
+                }
+                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x16(biv)), _mm256_loadu_ps(bd));
+                t = _mm256_mul_ps(t, _mm256_loadu_ps(bda));
+                float tt[8];
+                _mm256_storeu_ps(tt, t);
+                for (int c = 0; c < nbat; c++) acc1 = acc1 + tt[c];
+                nbat = 0;
+            }
+            continue;
         }
+        __m512i iv[8];
+        for (int i = 0; i < 8; i++) {
+            if (i < mt) {
+                const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(act + i * ab + Q8K_BSUMS)), s16);
+                iv[i] = _mm512_sub_epi32(isum[i], _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+            } else {
+                iv[i] = _mm512_setzero_si512();
+            }
+        }
+        /* qk_tail6 lane by lane */
+        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x16(iv)), _mm256_set1_ps(d));
+        t = _mm256_mul_ps(t, da8(act, ab, mt));
+        acc = _mm256_add_ps(acc, t);
     }
-    for (int i = 0; i < mt; i++) out[i] = acc[i];
+    if (mt == 1) {
+        out[0] = acc1;
+        return;
+    }
+    float o[8];
+    _mm256_storeu_ps(o, acc);
+    for (int i = 0; i < mt; i++) out[i] = o[i];
 }
 
 static QK_TGT void tile512(int type, const uint8_t *x, const uint8_t *a, int64_t ab, int mt,
