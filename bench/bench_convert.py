@@ -143,10 +143,11 @@ def _gguf_types(path: Path) -> dict[str, int]:
 
 
 # ---- workers (fresh processes) --------------------------------------------------------------------
-def convert_worker(src: str, dest: str, exact: bool, gpu_variant: bool) -> dict[str, Any]:
+def convert_worker(src: str, dest: str, exact: bool, gpu_variant: bool, kernels: str = "auto") -> dict[str, Any]:
     from engine.convert import EXACT, FAST, convert_gguf
     start = time.perf_counter()
-    out = convert_gguf(src, dest, accuracy_level=EXACT if exact else FAST, gpu_variant=gpu_variant)
+    out = convert_gguf(src, dest, accuracy_level=EXACT if exact else FAST, gpu_variant=gpu_variant,
+                       kernels=kernels)
     seconds = time.perf_counter() - start
     meta = json.loads((Path(out) / "amber_import.json").read_text())
     return {"seconds": seconds, "sizes": meta.get("sizes")}

@@ -52,6 +52,8 @@ LLAMA_SPIN = ("llama.cpp FA on, spinning", {"flash_attn": True}, {})
 # previous figure's processes) count, other sessions' work does not fit under it.
 QUIET_LOAD = 3.0
 AMBER_NOSPIN = "Amber, ORT spinning off"   # an experiment: not the engine's path unless it adopts it
+AMBER_KERNELS = ("ort", "native")          # --amber-kernels: Amber's conversions measured side by side
+AMBER_NATIVE = "Amber native"              # the native form's column when "ort" is measured too
 
 
 def plan(shape: str, quick: bool) -> dict[str, Any]:
@@ -238,20 +240,23 @@ def prepare_gguf(shape: str, quant: str) -> Path:
     return dst
 
 
-def prepare_amber(gguf: Path) -> tuple[Path, dict[str, Any] | None]:
-    """Amber's conversion of `gguf` (fast mode, CPU folder), made once per converter version."""
+def prepare_amber(gguf: Path, kernels: str = "ort") -> tuple[Path, dict[str, Any] | None]:
+    """Amber's conversion of `gguf` (fast mode, CPU folder) with `kernels` ("ort" or "native"),
+    made once per converter version and kernels form (both are part of the folder's name)."""
     from .bench_convert import _child
     key = converter_key()
     root = models_root() / "amber"
     root.mkdir(exist_ok=True)
-    dest = root / f"{gguf.stem}-{key}"
+    dest = root / f"{gguf.stem}-{kernels}-{key}"
     if (dest / "model.onnx").is_file():
         return dest, None
-    for old in root.glob(f"{gguf.stem}-*"):   # another converter's output
-        shutil.rmtree(old, ignore_errors=True)
-    print(f"shapes: converting {gguf.name} with Amber", flush=True)
-    res, rss = _child("convert_worker", {"src": str(gguf), "dest": str(dest), "exact": False, "gpu_variant": False},
-                      common.REPO)
+    others = tuple(f"{gguf.stem}-{k}-" for k in AMBER_KERNELS if k != kernels)
+    for old in root.glob(f"{gguf.stem}-*"):   # another converter's output (the other form is kept)
+        if not old.name.startswith(others):
+            shutil.rmtree(old, ignore_errors=True)
+    print(f"shapes: converting {gguf.name} with Amber ({kernels} kernels)", flush=True)
+    res, rss = _child("convert_worker", {"src": str(gguf), "dest": str(dest), "exact": False, "gpu_variant": False,
+                                         "kernels": kernels}, common.REPO)
     return dest, {"seconds": res["seconds"], "peak_rss_bytes": rss}
 
 
@@ -294,12 +299,20 @@ def _best(configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return best
 
 
-def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Path) -> dict[str, Any]:
-    """Both engines on one model, interleaved fresh processes; ratios and targets."""
+def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Path,
+                  kernels: list[str] | None = None) -> dict[str, Any]:
+    """Both engines on one model, interleaved fresh processes; ratios and targets. `kernels`: the
+    Amber conversions to run, the first named "Amber" (scored), a second "native" one as AMBER_NATIVE."""
     p = plan(shape, quick)
     gguf = prepare_gguf(shape, quant)
-    folder, conv = prepare_amber(gguf)
+    kernels = kernels or ["ort"]
+    folder, conv = prepare_amber(gguf, kernels[0])
+    # "--amber-kernels ort,native": the native form as a second Amber column (the first is scored).
+    extra_amber = [(AMBER_NATIVE, prepare_amber(gguf, "native")[0])] if kernels[1:2] == ["native"] else []
     sizes, _ = _child_bench("worker_bytes", {"gguf": str(gguf), "folder": str(folder)})
+    if extra_amber:
+        from .weight_bytes import onnx_decode_bytes
+        sizes["native"] = onnx_decode_bytes(str(extra_amber[0][1]))
     cfg = json.loads((folder / "config.json").read_text())
     import random
     rng = random.Random(0)
@@ -313,6 +326,8 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
     side = common.python_with("llama_cpp")
     engines: list[tuple[str, str, str, dict[str, Any], str | None, dict[str, str]]] = [
         ("Amber", "bench.bench_shapes", "worker_amber", {"model_dir": str(folder), **args}, None, {})]
+    for name, extra_folder in extra_amber:
+        engines.append((name, "bench.bench_shapes", "worker_amber", {"model_dir": str(extra_folder), **args}, None, {}))
     if p["experiments"]:
         engines.append((AMBER_NOSPIN, "bench.bench_shapes", "worker_amber",
                         {"model_dir": str(folder), **args, "spinning": False}, None, {}))
@@ -349,6 +364,7 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
                            "label": LABELS.get(shape, shape),
                            "plan": p, "sizes": sizes, "convert": conv, "errors": errors,
                            "load_avg": sum(loads) / len(loads), "converter": folder.name.rsplit("-", 1)[-1],
+                           "kernels": kernels,
                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                            "engines": {n: _pool(v, p["steps"]) for n, v in raw.items()}}
     # Every llama.cpp configuration that ran competes for "best", the spinning default included (it
@@ -362,6 +378,10 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
     res["ratios"] = ratios
     if AMBER_NOSPIN in res["engines"]:
         res["ratios_nospin"] = _ratios(res["engines"][AMBER_NOSPIN], best)
+    if AMBER_NATIVE in res["engines"]:
+        res["ratios_native"] = _ratios(res["engines"][AMBER_NATIVE], best)
+        # The native form against the ORT form, the same figures: its speed-up (or memory change).
+        res["ratios_native_vs_ort"] = _ratios(res["engines"][AMBER_NATIVE], _as_best(amber))
     _score(res, bandwidth)
     print(f"shapes: {label}: Amber ÷ llama.cpp (best per figure) "
           + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
@@ -382,6 +402,10 @@ def _score(m: dict[str, Any], bandwidth: float) -> None:
     if AMBER_NOSPIN in m["engines"]:
         nospin = m["engines"][AMBER_NOSPIN]["decode"][c0]["tokens_per_s"]
         share[AMBER_NOSPIN] = amber_bytes * nospin / bandwidth
+    if AMBER_NATIVE in m["engines"] and "native" in sizes:
+        # The native form reads the GGUF's own blocks: its bytes are the native folder's decode bytes.
+        share[AMBER_NATIVE] = (sizes["native"]["decode_bytes"]
+                               * m["engines"][AMBER_NATIVE]["decode"][c0]["tokens_per_s"] / bandwidth)
     m["bw_share"], m["bw_context"], m["bw_used"] = share, c0, bandwidth
     targets = {f"decode_{c}": ratios[f"decode_{c}"] >= TARGETS["decode"] for c in amber["decode"]}
     if "prefill_2048" in ratios:
@@ -412,6 +436,12 @@ def finalize(results: dict[str, Any]) -> dict[str, Any]:
     return results
 
 
+def _as_best(engine: dict[str, Any]) -> dict[str, Any]:
+    """One engine's pooled figures in `_best`'s shape (to take ratios against it)."""
+    return {"prefill": engine["prefill"], "decode": engine["decode"],
+            "peak_rss_bytes": {"value": engine["peak_rss_bytes"]}, "load_s": {"value": engine["load_s"]}}
+
+
 def _ratios(amber: dict[str, Any], best: dict[str, Any]) -> dict[str, float]:
     ratios: dict[str, float] = {}
     for kind in ("prefill", "decode"):
@@ -423,8 +453,12 @@ def _ratios(amber: dict[str, Any], best: dict[str, Any]) -> dict[str, float]:
 
 
 def run(quick: bool = False, shapes: list[str] | None = None, quants: list[str] | None = None,
-        save: str | None = None) -> dict[str, Any]:
+        save: str | None = None, kernels: list[str] | None = None) -> dict[str, Any]:
     import tempfile
+    kernels = [k.strip() for k in (kernels or ["ort"]) if k.strip()]
+    bad = [k for k in kernels if k not in AMBER_KERNELS]
+    if bad or not kernels:
+        raise ValueError(f"unknown --amber-kernels {', '.join(bad)} (choose from {', '.join(AMBER_KERNELS)})")
     shapes = shapes or ["135m"]
     quants = quants or list(FTYPES)
     save_path = Path(save) if save else models_root() / "perf18-results.json"
@@ -451,7 +485,8 @@ def run(quick: bool = False, shapes: list[str] | None = None, quants: list[str] 
                     results.setdefault("bandwidth_samples", []).append(
                         _child_bench("worker_bandwidth", {"threads": common.THREADS})[0])
                 try:
-                    results["models"].append(measure_model(shape, quant, quick, bw["bytes_per_s"], Path(tmp)))
+                    results["models"].append(measure_model(shape, quant, quick, bw["bytes_per_s"], Path(tmp),
+                                                           kernels))
                     results["models"][-1]["bandwidth_before"] = (results.get("bandwidth_samples") or [bw])[-1]
                 except Exception as exc:   # noqa: BLE001 - one model failing is reported; the others still run
                     print(f"shapes: {shape} {quant} failed: {exc}", flush=True)

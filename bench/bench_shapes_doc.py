@@ -47,6 +47,15 @@ def summary_table(models: list[dict[str, Any]], targets: dict[str, float], which
                   "load time", "BW share Amber", "BW share llama.cpp"], rows)
 
 
+def _plain_ratios(models: list[dict[str, Any]], which: str) -> str:
+    """One row of ratios per model, no targets (a comparison of two Amber forms)."""
+    keys = ["prefill_512", "prefill_2048", "decode_100", "decode_1000", "rss", "load"]
+    rows = [[f"{m['label']}, {m['quant']}"] + [_ratio_cell(m, k, None, which) for k in keys]
+            for m in models if which in m]
+    return table(["model", "prefill 512", "prefill 2048", "decode ctx 100", "decode ctx 1000", "peak RSS",
+                  "load time"], rows)
+
+
 def detail_table(m: dict[str, Any]) -> str:
     engines = m["engines"]
     names = list(engines)
@@ -118,6 +127,13 @@ def render(res: dict[str, Any]) -> str:
                 "(`session.intra_op.allow_spinning = 0`, the counterpart of llama.cpp's OMP_WAIT_POLICY=PASSIVE), "
                 "same ratios against the same llama.cpp figures:", "",
                 summary_table(models, TARGETS, "ratios_nospin", AMBER_NOSPIN), ""]
+    if any("ratios_native" in m for m in models):
+        from .bench_shapes import AMBER_NATIVE
+        out += ["**Amber's native kernels** (`--amber-kernels ort,native`: the GGUF's blocks read by Amber's "
+                "`ai.amber.GgufMatMul` op instead of ONNX Runtime's MatMulNBits), the same ratios against the "
+                "same llama.cpp figures:", "", summary_table(models, TARGETS, "ratios_native", AMBER_NATIVE), "",
+                "Native form ÷ ORT form, same run (speeds: higher is better for native; RSS, load: lower):", "",
+                _plain_ratios(models, "ratios_native_vs_ort"), ""]
     out += ["- 4 sessions generating together, aggregate decode ÷ one session (target ≥ 2.5×): measured by "
             "`python -m bench batch` (bench/bench_batch.py), not this bench — see \"Concurrent chats (issue 18)\".",
             ""]

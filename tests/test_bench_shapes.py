@@ -208,3 +208,32 @@ def test_onnx_kernel_bytes_counts_a_tied_table_whole_under_its_matmul(tmp_path: 
     onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"))
     # One tensor read by both: counted once, whole, under the op that reads it whole.
     assert bench_shapes.onnx_kernel_bytes(str(tmp_path))["by_op"] == {"MatMul": 160}
+
+
+def test_native_column_is_scored_against_llama_and_against_the_ort_form(tmp_path: Path) -> None:
+    """--amber-kernels ort,native: the native form's ratios to llama.cpp's best and to Amber's ORT
+    form, its bandwidth share from its own folder's bytes, both tables rendered; unknown forms refused."""
+    def eng(p: float, d: float, rss: int) -> dict:
+        return {"prefill": {"2048": {"tokens_per_s": p}}, "decode": {"100": {"tokens_per_s": d}},
+                "peak_rss_bytes": rss, "load_s": 1.0}
+    sizes = {"amber": {"decode_bytes": 100 << 20}, "native": {"decode_bytes": 90 << 20},
+             "llama": {"decode_bytes": 90 << 20}, "gguf_file_bytes": 90 << 20, "onnx_file_bytes": 100 << 20}
+    native = eng(80.0, 30.0, 200 << 20)
+    model = {"shape": "135m", "quant": "Q4_1", "label": "SmolLM2-135M", "plan": {}, "sizes": sizes,
+             "engines": {"Amber": eng(100.0, 20.0, 300 << 20), bench_shapes.AMBER_NATIVE: native,
+                         "llama.cpp FA on": eng(50.0, 25.0, 250 << 20)}}
+    best = model["best"] = bench_shapes._best({"llama.cpp FA on": model["engines"]["llama.cpp FA on"]})
+    model["ratios"] = bench_shapes._ratios(model["engines"]["Amber"], best)
+    model["ratios_native"] = bench_shapes._ratios(native, best)
+    model["ratios_native_vs_ort"] = bench_shapes._ratios(native, bench_shapes._as_best(model["engines"]["Amber"]))
+    assert model["ratios_native"]["decode_100"] == pytest.approx(1.2)
+    assert model["ratios_native_vs_ort"]["decode_100"] == pytest.approx(1.5)
+    assert model["ratios_native_vs_ort"]["rss"] == pytest.approx(200 / 300)
+    bench_shapes._score(model, bandwidth=float(1 << 30))
+    assert model["bw_share"][bench_shapes.AMBER_NATIVE] == pytest.approx(90 * 30 / 1024)
+    text = render({"models": [model], "threads": 2, "facts": {"date": "d", "cpu": "c", "logical_cores": 2,
+                                                                "memory_gib": 1, "os": "o", "python": "p", "ort": "r",
+                                                                "threads": 2, "load_avg": [1.0, 1.0, 1.0]}})
+    assert "Amber's native kernels" in text and "1.50×" in text and "0.67×" in text
+    with pytest.raises(ValueError, match="unknown --amber-kernels"):
+        bench_shapes.run(kernels=["fast"], save=str(tmp_path / "r.json"))

@@ -14,7 +14,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from engine.convert import EXACT, FAST, ModelImportError, convert_gguf, print_progress
     try:
         out = convert_gguf(args.src, args.dest, weights=args.weights, progress=print_progress,
-                           accuracy_level=EXACT if args.exact else FAST)
+                           accuracy_level=EXACT if args.exact else FAST,
+                           kernels=getattr(args, "kernels", None) or "auto")
     except ModelImportError as exc:
         raise CliError(str(exc)) from None
     if getattr(args, "report", False):
@@ -29,8 +30,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 # ---- fetch-default ---------------------------------------------------------------------------
 def cmd_fetch_default(args: argparse.Namespace) -> int:
     from engine.convert import ModelImportError
-    from engine.convert.default_model import DefaultModelError, ensure_default_model, is_ready
-    if is_ready():
+    from engine.convert.default_model import DefaultModelError, ensure_default_model, is_current
+    if is_current():
         print(paths.default_model_dir())
         return 0
 

@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "refuses tensor types it cannot keep exact (Q2_K, Q3_K, IQ*)")
     c.add_argument("--report", action="store_true",
                    help="print the output size by GGUF tensor type (also in amber_import.json)")
+    c.add_argument("--kernels", choices=["auto", "native", "ort"], default="auto",
+                   help="matmul kernels: 'native' Amber's own over the GGUF's blocks (CPU only), 'ort' ONNX "
+                        "Runtime's MatMulNBits; 'auto' follows AMBER_KERNELS, else the default")
     c.set_defaults(func=cmd_convert)
 
     f = sub.add_parser("fetch-default", help="prepare the default model (SmolLM2-135M-Instruct)")

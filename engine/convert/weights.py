@@ -83,7 +83,7 @@ class Scale:
 @dataclass
 class Weight:
     """A linear weight of N output rows by K inputs: quantized blocks (see the module docstring) or dense."""
-    kind: Literal["quant", "dense"]
+    kind: Literal["quant", "dense", "native"]
     n: int
     k: int
     levels: np.ndarray | None = None     # quant: uint8 [N, K/block, block], 0 .. 2**qbits - 1
@@ -95,6 +95,8 @@ class Weight:
     dense: np.ndarray | None = None      # dense: float32 or float16 [N, K]
     qtype: str = ""                      # the GGUF type it came from (the size report)
     part_of: "tuple[Weight, int] | None" = None   # (fused weight, first row): a view of its rows
+    raw: np.ndarray | None = None        # native: the GGUF's bytes, uint8 [N, row_bytes] (native_form.py)
+    ggml_type: int = 0                   # native: the GGUF type id of `raw`
 
     @property
     def nb(self) -> int:
@@ -105,6 +107,9 @@ class Weight:
         if self.kind == "dense":
             assert self.dense is not None
             return self.dense.astype(np.float32)
+        if self.kind == "native":
+            assert self.raw is not None
+            return np.asarray(quants.dequantize(self.raw, QT(self.ggml_type)), np.float32).reshape(self.n, self.k)
         assert self.levels is not None and self.scale is not None
         w = self.scale.value()[..., None] * (self.levels.astype(np.float32) - np.float32(self.center))
         if self.offset is not None:
@@ -115,7 +120,7 @@ class Weight:
         """The same weight with its output rows reordered."""
         def pick(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else np.ascontiguousarray(a[perm])
-        return replace(self, levels=pick(self.levels), dense=pick(self.dense),
+        return replace(self, levels=pick(self.levels), dense=pick(self.dense), raw=pick(self.raw),
                        scale=None if self.scale is None else self.scale.rows(perm),
                        offset=None if self.offset is None else self.offset.rows(perm), part_of=None)
 
@@ -129,12 +134,12 @@ class Weight:
             if sc is None:
                 return None
             return Scale(sc.base[start:stop], None if sc.factor is None else sc.factor[start:stop])
-        return replace(self, n=stop - start, levels=cut(self.levels), dense=cut(self.dense),
+        return replace(self, n=stop - start, levels=cut(self.levels), dense=cut(self.dense), raw=cut(self.raw),
                        scale=cut_scale(self.scale), offset=cut_scale(self.offset), part_of=(self, start))
 
     def release(self) -> None:
         """Drops the arrays once written (the metadata stays for the graph)."""
-        self.levels = self.dense = None
+        self.levels = self.dense = self.raw = None
         self.scale = self.offset = None
 
 
@@ -163,6 +168,12 @@ def concat_rows(weights: list[Weight]) -> Weight | None:
     if any(w.kind != first.kind or w.k != first.k for w in weights):
         return None
     n = sum(w.n for w in weights)
+    if first.kind == "native":
+        # The GGUF's rows one after the other: one GgufMatMul when the parts share a type.
+        if any(w.ggml_type != first.ggml_type for w in weights):
+            return None
+        return Weight("native", n, first.k, raw=np.concatenate([w.raw for w in weights]),  # type: ignore[misc]
+                      ggml_type=first.ggml_type, qtype=first.qtype)
     if first.kind == "dense":
         dts = {w.dense.dtype for w in weights}  # type: ignore[union-attr]
         if len(dts) != 1:

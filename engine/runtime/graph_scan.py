@@ -64,3 +64,8 @@ def read_graph(path: Path) -> Any:
 def op_types(proto: Any) -> set[str]:
     """The op types of the top-level graph's nodes."""
     return {n.op_type for n in proto.graph.node}
+
+
+def op_domains(proto: Any) -> set[str]:
+    """The domains of the top-level graph's nodes ("" for the default one)."""
+    return {n.domain for n in proto.graph.node}

@@ -14,6 +14,7 @@ from engine.base import paths
 from engine.base.oneline import one_line
 from engine.runtime.fingerprint import model_fingerprint
 from engine.runtime.graph_scan import op_types, read_graph
+from engine.runtime.native_ops import graph_is_native, unavailable_message, unavailable_reason
 from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
 from engine.runtime.providers import ProviderChoice, create_session, short_name
@@ -238,6 +239,10 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         raise ModelLoadError(f"{tok_path}: not a valid tokenizer ({exc})") from None
     try:
         _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
+        if graph_is_native(graph):
+            why = unavailable_reason()   # Amber's kernels (GgufMatMul) cannot run here: say what to do
+            if why is not None:
+                raise ModelLoadError(unavailable_message(graph, why))
         cpu_graph = graph
         if genai is not None and not (model_dir / "amber_import.json").is_file():
             # onnxruntime-genai's builder made this graph (its own float16 builds exist for GPUs):

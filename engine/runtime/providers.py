@@ -12,7 +12,7 @@ from typing import Callable, Literal
 
 import onnxruntime as ort
 
-from . import prefold
+from . import native_ops, prefold
 from .spin import spin_entries
 
 ProviderChoice = Literal["auto", "cpu", "gpu"]
@@ -199,6 +199,12 @@ def create_session(model_path: str, choice: ProviderChoice = "auto", threads: in
 
 
 def _cpu(model_path: str, threads: int | None, reason: str | None) -> SessionResult:
+    so = session_options(threads)
+    if native_ops.graph_is_native(Path(model_path)):
+        # Amber's own op (GgufMatMul): its library must be registered before the session is made.
+        why = native_ops.unavailable_reason()
+        if why is not None or not native_ops.register(so):
+            raise RuntimeError(native_ops.unavailable_message(Path(model_path), why or "it failed to register"))
     # Amber's graphs: the weight preparation runs in numpy, one tensor at a time (prefold.py).
-    session = prefold.cpu_session(model_path, session_options(threads), [CPU])
+    session = prefold.cpu_session(model_path, so, [CPU])
     return SessionResult(session, session.get_providers()[0], reason, model_path)

@@ -42,7 +42,8 @@ def converted(tmp_path_factory):
         if key not in made:
             src = root / f"{cfg.name}.gguf"
             model = write_tiny_gguf(src, cfg) if not src.exists() else made[(cfg.name, EXACT if level else FAST)][0]
-            made[key] = (model, convert_gguf(src, root / f"{cfg.name}.{level}", accuracy_level=level))
+            made[key] = (model, convert_gguf(src, root / f"{cfg.name}.{level}", accuracy_level=level,
+                                                  kernels="ort"))   # the ORT form these tests are about
         return made[key]
     return get
 
@@ -173,7 +174,7 @@ def test_large_weights_run_as_row_pieces(converted, level, tmp_path, monkeypatch
     model, whole = converted(Q4_K_M, level)
     monkeypatch.setattr(graph, "SPLIT_ABOVE", 4096)     # every weight of the tiny model above it
     monkeypatch.setattr(graph, "SPLIT_WEIGHTS", 3000)
-    split = convert_gguf(model.path, tmp_path / "split", accuracy_level=level, gpu_variant=False)
+    split = convert_gguf(model.path, tmp_path / "split", accuracy_level=level, gpu_variant=False, kernels="ort")
     nodes = onnx.load(str(split / "model.onnx"), load_external_data=False).graph.node
     whole_nodes = onnx.load(str(whole / "model.onnx"), load_external_data=False).graph.node
     count = sum(n.op_type == "MatMulNBits" for n in nodes)

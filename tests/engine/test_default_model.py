@@ -16,8 +16,10 @@ from engine.convert.default_model import DefaultModelError, ensure_default_model
 def _fake_ready(folder: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "model.onnx").write_bytes(b"graph")
+    kernels = default_model.choose_kernels()      # the form a conversion gets here: current
     (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": default_model.GGUF_SHA256,
-                                                           "accuracy_level": default_model.FAST}))
+                                                           "accuracy_level": default_model.FAST,
+                                                           "kernels": kernels, "kernels_chosen": kernels}))
     return folder
 
 
@@ -60,3 +62,22 @@ def test_installed_build_uses_its_bundled_model(tmp_path, monkeypatch):
     shutil.rmtree(own)
     monkeypatch.delenv("AMBER_BUNDLED_MODELS")
     assert paths.bundled_models_dir() is None          # running from source: no bundle
+
+
+def test_a_bundled_model_of_the_other_kernels_form_is_used_in_place(tmp_path, monkeypatch):
+    """The installed build's copy made with the other kernels form (AMBER_KERNELS, the library)
+    still runs here: it is used as it is, never converted again or rewritten, also when the
+    packaged app points the default folder at the bundle itself (packaging/entry.py)."""
+    monkeypatch.setenv("AMBER_HOME", str(tmp_path / "home"))
+    bundled = _fake_ready(tmp_path / "bundle" / "models" / paths.DEFAULT_MODEL_NAME)
+    monkeypatch.setenv("AMBER_BUNDLED_MODELS", str(bundled.parent))
+    monkeypatch.setattr(default_model, "_download_wheel", lambda *_: pytest.fail("must not download"))
+    monkeypatch.setattr(default_model, "choose_kernels", lambda: "native")   # the bundle is "ort" here...
+    marker = json.loads((bundled / default_model.MARKER).read_text())
+    marker.update(kernels="ort", kernels_chosen="ort")
+    (bundled / default_model.MARKER).write_text(json.dumps(marker))
+    assert is_ready(bundled) and not default_model.is_current(bundled)
+    assert ensure_default_model() == bundled
+    monkeypatch.setattr(paths, "default_model_dir", lambda: bundled)
+    assert ensure_default_model() == bundled
+    assert (bundled / "model.onnx").read_bytes() == b"graph"

@@ -31,7 +31,7 @@ def _matmul_widths(folder) -> list[int]:
 def mixed(tmp_path_factory):
     root = tmp_path_factory.mktemp("fusion")
     model = write_tiny_gguf(root / "mixed.gguf", MIXED)
-    return model, {level: convert_gguf(root / "mixed.gguf", root / f"out{level}", accuracy_level=level)
+    return model, {level: convert_gguf(root / "mixed.gguf", root / f"out{level}", accuracy_level=level, kernels="ort")
                    for level in (EXACT, FAST)}
 
 
