@@ -47,13 +47,13 @@ INL __m512i codes512(const int type, const uint8_t *A, __m512 *dw, __m512 *mw) {
     return z;
 }
 
-/* One pair of nw weight rows (nw <= 2, `rb` bytes apart) against mt activation rows: each
+/* One pair of blocks of nw weight rows (nw <= 4, `rb` bytes apart) against mt activation rows: each
  * activation vector is loaded once for both weight rows. acc[j * Q32_MT + r]. */
 INL void pair512(const int type, const int mt, const int nw, const uint8_t *A, int64_t rb,
                  const uint8_t *act, int64_t ab, int64_t qoff, int64_t xoff, int64_t auxoff,
                  __m512 *acc) {
-    __m512i z[2];
-    __m512 dw[2], mw[2];
+    __m512i z[4];
+    __m512 dw[4], mw[4];
     for (int j = 0; j < nw; j++)
         z[j] = codes512(type, A + j * rb, &dw[j], &mw[j]);
     for (int r = 0; r < mt; r++) {
@@ -84,12 +84,12 @@ INL void rows45_512(const int type, const int mt, const int nw, const uint8_t *a
     const int64_t np = (nb + 1) / 2, rb = nb * bs, rs = nstep * rb;
     const int64_t xsec = q32_act_x_off(nb), asec = xsec + np * 32;
     const uint8_t *wr = w + n * rb;
-    float tot[2 * Q32_MT];
+    float tot[4 * Q32_MT];
     for (int j = 0; j < nw; j++)
         for (int r = 0; r < mt; r++) tot[j * Q32_MT + r] = s0 > 0 ? y[r * ldy + n + j * nstep] : 0.f;
     for (int64_t sg = s0; sg < s1; sg++) {
         const int64_t b1 = Q32_SEG_END(sg, nb), pe = (b1 - (b1 == nb && (nb & 1))) / 2;
-        __m512 acc[2 * Q32_MT];
+        __m512 acc[4 * Q32_MT];
         for (int j = 0; j < nw; j++)
             for (int r = 0; r < mt; r++) acc[j * Q32_MT + r] = _mm512_setzero_ps();
         for (int64_t p = sg * Q32_SEG / 2; p < pe; p++)
@@ -130,12 +130,21 @@ INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, 
     /* two weight rows a step (16 accumulators at mt = 8), row n with row n + h: two rows far
      * apart are two sequential streams the hardware prefetcher follows (adjacent rows read side
      * by side interleave inside one page, which it does not) */
-    const int64_t h = (n1 - n0) / 2;
     int64_t n = n0;
+    /* mt <= 2: four weight rows a step (n + j*q), four dependency chains a row and each activation
+     * vector loaded once for four weight rows; the rows stay a quarter of the tile apart */
+    const int64_t q = (n1 - n0) / 4;
+    if (mt <= 2 && q > 0 && q * nb * q32_block_bytes(type) >= 1024) {
+        for (; n < n0 + q; n++)
+            rows45_512(type, mt, 4, act, ab, w, nb, n, q, s0, s1, y, ldy);
+        n = n0 + 4 * q;
+    }
+    const int64_t h = (n1 - n) / 2;
     if (h * nb * q32_block_bytes(type) >= 4096) {   /* else: one row at a time (same bits) */
-        for (; n < n0 + h; n++)
+        const int64_t e = n + h;
+        for (; n < e; n++)
             rows45_512(type, mt, 2, act, ab, w, nb, n, h, s0, s1, y, ldy);
-        n = n0 + 2 * h;
+        n += h;
     }
     for (; n < n1; n++)
         rows45_512(type, mt, 1, act, ab, w, nb, n, 0, s0, s1, y, ldy);

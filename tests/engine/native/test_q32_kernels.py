@@ -259,3 +259,24 @@ def test_tiles_of_sixteen_give_the_bits_of_one_call(lib, isas, name):
                 assert lib.gemm(qtype, rows, w, k, c0, min(n, c0 + 64), out, n) == 0
                 tiled[r0:r0 + 64, c0:c0 + 64] = out[:, c0:c0 + 64]
         np.testing.assert_array_equal(tiled, whole, err_msg=isa)
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+def test_small_decode_batches_match_rows_alone(lib, isas, name):
+    """m = 1..3 with enough weight rows for AVX-512's four-rows-a-step and paired paths (plus the
+    leftover rows): every output has the bits of its row and column computed alone."""
+    qtype = Q32_TYPES[name]
+    rng = np.random.default_rng(23)
+    k, n = 32 * 19, 71   # odd blocks (the lone block), 71 rows: 4 x 17 + 3 left over
+    w = random_blocks(qtype, n, k, rng)
+    for m in (1, 2, 3):
+        act = lib.quantize(qtype, rng.standard_normal((m, k)).astype(np.float32))
+        for isa in isas:
+            lib.set_isa(isa)
+            together = lib.matmul(qtype, act, w, k, n)
+            for j in (0, 16, 17, 34, 68, 70):
+                y = np.zeros((m, n), np.float32)
+                assert lib.gemm(qtype, act, w, k, j, j + 1, y, n) == 0
+                np.testing.assert_array_equal(y[:, j], together[:, j])
+            for i in range(m):
+                np.testing.assert_array_equal(lib.matmul(qtype, act[i:i + 1], w, k, n)[0], together[i])
