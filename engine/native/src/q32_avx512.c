@@ -54,8 +54,13 @@ INL void pair512(const int type, const int mt, const int nw, const uint8_t *A, i
                  __m512 *acc) {
     __m512i z[4];
     __m512 dw[4], mw[4];
-    for (int j = 0; j < nw; j++)
+    for (int j = 0; j < nw; j++) {
+        /* several rows read side by side defeat the hardware prefetcher when W streams from
+         * memory (measured: 4 rows a step 1.5x slower than 1 without this); 1.5 KiB ahead in
+         * each row's stream is what the next steps read */
+        _mm_prefetch((const char *)(A + j * rb + 1536), _MM_HINT_T0);
         z[j] = codes512(type, A + j * rb, &dw[j], &mw[j]);
+    }
     for (int r = 0; r < mt; r++) {
         const uint8_t *a = act + r * ab;
         /* the bias (or the min's term) belongs to the low half only: 4 lanes a block */
