@@ -31,7 +31,9 @@ import onnxruntime as ort
 from engine.api import SamplingParams
 from engine.generation import generate as gen_mod
 from engine.generation.generate import Generator, collect
+from engine import native
 from engine.runtime.model import LoadedModel, load_model
+from engine.runtime.native_ops import graph_is_native
 from engine.runtime.providers import session_options
 from engine.runtime.runner import Runner
 from engine.text import detokenize, sampling
@@ -42,6 +44,8 @@ def _profiled_model(model: LoadedModel, threads: int, opt_path: Path | None, pre
     so = session_options(threads)
     so.enable_profiling = True
     so.profile_file_prefix = prefix
+    if graph_is_native(model.graph):
+        native.register(so)   # the native form's GgufMatMul nodes need Amber's op library
     if opt_path is not None:
         so.optimized_model_filepath = str(opt_path)
         so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
@@ -72,19 +76,21 @@ def profile_decode(model: LoadedModel, ctx: int, steps: int, threads: int, out_d
     cache = runner.new_cache()
     cache.reserve(max(ctx, prefill) + steps + 8)
     ids = [int(t) for t in rng.integers(10, vocab - 10, max(ctx, 1))]
+    # ORT runs per prompt: the runner's own chunk length (64 tokens, not 512, on 1B-class shapes)
+    n_prefill_runs = -(-len(ids) // runner.chunk_len(cache, len(ids)))
     runner.forward(cache, ids)
-    n_prefill_runs = 1 + (len(ids) - 1) // 512
     logits = None
     for _ in range(steps):
         logits = runner.forward(cache, [int(rng.integers(10, vocab - 10))])
     if prefill:
         c2 = runner.new_cache()
         c2.reserve(prefill + 8)
+        p_runs = -(-prefill // runner.chunk_len(c2, prefill))
+        res["prefill_chunks"] = p_runs
         runner.forward(c2, [int(t) for t in rng.integers(10, vocab - 10, prefill)])
     prof = Path(pm.session.end_profiling())
     assert logits is not None
     if prefill:
-        p_runs = 1 + (prefill - 1) // 512
         events = json.loads(prof.read_text())
         runs = _runs(events)
         # decode: the `steps` runs after the context's prefill; prefill: the last p_runs runs
@@ -150,11 +156,13 @@ def matmul_form_table(medians: dict[str, tuple[str, float]], model: onnx.ModelPr
     graph = model.graph
     sizes = {t.name: int(np.prod(t.dims, dtype=np.int64)) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
              for t in graph.initializer}
-    groups: dict[tuple[int, int, int, int, int], list[float]] = collections.defaultdict(list)
+    groups: dict[tuple[int, int, Any, int, int], list[float]] = collections.defaultdict(list)
     for node in graph.node:
-        if node.op_type != "MatMulNBits" or node.name not in medians:
+        if node.op_type not in ("MatMulNBits", "GgufMatMul") or node.name not in medians:
             continue
         a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        if node.op_type == "GgufMatMul":   # the native form: W is the GGUF's rows, "bits" the GGML type
+            a = {"K": a["K"], "N": a["N"], "bits": f"ggml{a['ggml_type']}", "block_size": 0}
         nbytes = sum(sizes.get(i, 0) for i in node.input[1:] if i)
         groups[(a["K"], a["N"], a["bits"], a["block_size"], nbytes)].append(medians[node.name][1])
     rows = [{"K": k, "N": n, "bits": b, "block": blk, "bytes": nb, "nodes": len(v),
@@ -263,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         if "prefill" in out["ort"]:
             p = out["ort"]["prefill"]
             total = sum(v["us"] for v in p["ops"].values())
-            print(f"prefill {a.prefill}: {p['run_us'] / 1e3:.1f} ms")
+            print(f"prefill {a.prefill}: {p['run_us'] / 1e3:.1f} ms ({out['ort']['prefill_chunks']} chunks)")
             for op, v in p["ops"].items():
                 print(f"  {op:34s} {v['us'] / 1e3:9.1f} ms  {100 * v['us'] / total:5.1f} %")
         print("MatMulNBits by form (median per node over the steps):")

@@ -44,3 +44,34 @@ def test_matmul_forms_of_a_real_decode_profile(tmp_path: Path) -> None:
     assert [r["ms_per_step"] for r in forms] == sorted((r["ms_per_step"] for r in forms), reverse=True)
     assert not list(out.glob("optimized.onnx*"))             # the dumped graph is cleaned up
     assert onnx.load(str(folder / "model.onnx"), load_external_data=False).graph.node   # the folder is untouched
+
+
+def test_native_form_nodes_in_the_form_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A native-form model (ai.amber.GgufMatMul over the GGUF's rows) profiles with the op library
+    registered; its GgufMatMul nodes are grouped by (K, N, GGML type), bytes = N rows of the GGUF's."""
+    import engine.native as native
+    from engine.convert import FAST, convert_gguf
+    from engine.native import build
+    from engine.runtime.model import load_model
+    from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
+    if build.find_compiler() is None and native.library_path() is None:
+        pytest.skip("no C compiler (cc/gcc/clang) to build the native kernels")
+    build.build()
+    monkeypatch.setenv("AMBER_KERNELS", "native")
+    cfg = variant(TinyConfig(), wtype="Q4_K", tied=True, seed=41, n_embd=256, n_head=4, head_dim=64, n_ff=512,
+                  overrides=(("attn_v.weight", "Q6_K"), ("ffn_down.weight", "Q6_K"), ("token_embd.weight", "Q6_K")))
+    write_tiny_gguf(tmp_path / "m.gguf", cfg)
+    folder = convert_gguf(tmp_path / "m.gguf", tmp_path / "conv", accuracy_level=FAST, gpu_variant=False,
+                          kernels="native")
+    model = load_model(str(folder), provider="cpu", threads=1)
+    out = tmp_path / "prof"
+    out.mkdir()
+    res = profile_step.profile_decode(model, ctx=6, steps=3, threads=1, out_dir=out, prefill=80)
+    forms = res["matmul_forms"]
+    assert sum(r["nodes"] for r in forms) == res["optimized_ops"]["GgufMatMul"] > 0
+    assert {r["bits"] for r in forms} == {"ggml12", "ggml14"}              # Q4_K and Q6_K rows
+    for r in forms:
+        ggml_type = int(r["bits"][4:])
+        assert r["bytes"] == r["N"] * native.kernels().amber_row_bytes(ggml_type, r["K"]), r
+    assert res["prefill_chunks"] >= 1 and res["prefill"]["runs"] == res["prefill_chunks"]
+    assert "GgufMatMul" in res["prefill"]["ops"]
