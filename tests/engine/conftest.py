@@ -72,6 +72,30 @@ def default_model_dir() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def default_model_ort_dir(tmp_path_factory) -> Path:
+    """The real default model in ONNX Runtime's form (MatMulNBits; what GPU variants are made
+    from): the prepared one when it has that form, else converted from the wheel `make
+    default-model` keeps, with AMBER_KERNELS=ort (a CPU machine's default is the native form)."""
+    import json
+
+    from engine.convert import default_model
+    home = os.environ.get("AMBER_TEST_HOME")
+    if not home:
+        pytest.skip("AMBER_TEST_HOME is not set: the real default model is prepared by `make test`")
+    prepared = Path(home).expanduser().resolve() / "models" / DEFAULT_MODEL
+    marker = prepared / default_model.MARKER
+    if marker.is_file() and json.loads(marker.read_text()).get("kernels", "ort") == "ort":
+        return prepared
+    wheel = Path(home).expanduser().resolve() / "downloads" / default_model.WHEEL_FILE
+    if not wheel.is_file():
+        pytest.skip(f"no {default_model.WHEEL_FILE} under AMBER_TEST_HOME/downloads (make default-model keeps it)")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AMBER_KERNELS", "ort")
+        return default_model.ensure_default_model(model_dir=tmp_path_factory.mktemp("ort") / DEFAULT_MODEL,
+                                                  wheel=wheel)
+
+
 @pytest.fixture
 def run_cli(tmp_path):
     """run_cli(*args, env=None, timeout=120) -> CompletedProcess of `python -m engine ARGS`.

@@ -177,10 +177,10 @@ def _scratch_copy(model_dir: Path, dest: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_default_model_fp16_variant_agrees_with_float32(default_model_dir, tmp_path):
+def test_default_model_fp16_variant_agrees_with_float32(default_model_ort_dir, tmp_path):
     from bench.gpu_check import PROMPTS, chat_prompts, compare, exact_copy
     from engine.runtime.model import load_model
-    folder = _scratch_copy(default_model_dir, tmp_path / default_model_dir.name)
+    folder = _scratch_copy(default_model_ort_dir, tmp_path / default_model_ort_dir.name)
     fp16 = load_model(folder, provider="cpu", variant="fp16")
     assert fp16.variant == "fp16" and fp16.kv.dtype == np.float16
     exact = load_model(exact_copy(folder, tmp_path / "exact"), provider="cpu", variant="fp32")
