@@ -28,8 +28,8 @@ from .weights import Weight
 
 Kernels = Literal["native", "ort"]
 KERNELS: tuple[str, ...] = ("native", "ort")
-# The default form of new conversions when AMBER_KERNELS is unset: switch to "native" once the
-# measurements say so (it still falls back to "ort" without the library or with a GPU).
+# The default form of new conversions when AMBER_KERNELS is unset: native, since it decodes faster
+# in less memory at every measured shape (docs/BENCHMARKS.md); "ort" without the library or with a GPU.
 DEFAULT_KERNELS: Kernels = "native"
 ENV = native.ENV
 OP_DOMAIN = native.OP_DOMAIN
