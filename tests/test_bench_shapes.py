@@ -150,7 +150,8 @@ def test_onnx_kernel_bytes_of_a_converted_q4_k_m_model(tmp_path: Path) -> None:
                   overrides=(
         ("attn_v.weight", "Q6_K"), ("ffn_down.weight", "Q6_K"), ("token_embd.weight", "Q6_K")))
     write_tiny_gguf(tmp_path / "m.gguf", cfg)
-    folder = convert_gguf(tmp_path / "m.gguf", tmp_path / "conv", accuracy_level=FAST, gpu_variant=False)
+    folder = convert_gguf(tmp_path / "m.gguf", tmp_path / "conv", accuracy_level=FAST, gpu_variant=False,
+                          kernels="ort")   # the MatMulNBits forms
     g = onnx.load(str(folder / "model.onnx"), load_external_data=False)
     nbits = corrections = 0
     seen_blocks = set()

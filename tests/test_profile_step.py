@@ -27,7 +27,8 @@ def test_matmul_forms_of_a_real_decode_profile(tmp_path: Path) -> None:
     cfg = variant(TinyConfig(), wtype="Q4_K", tied=True, seed=40, n_embd=256, n_head=4, head_dim=64, n_ff=512,
                   overrides=(("attn_v.weight", "Q6_K"), ("ffn_down.weight", "Q6_K"), ("token_embd.weight", "Q6_K")))
     write_tiny_gguf(tmp_path / "m.gguf", cfg)
-    folder = convert_gguf(tmp_path / "m.gguf", tmp_path / "conv", accuracy_level=FAST, gpu_variant=False)
+    folder = convert_gguf(tmp_path / "m.gguf", tmp_path / "conv", accuracy_level=FAST, gpu_variant=False,
+                          kernels="ort")   # the MatMulNBits forms
     model = load_model(str(folder), provider="cpu", threads=1)
     out = tmp_path / "prof"
     out.mkdir()

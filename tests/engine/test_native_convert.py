@@ -430,4 +430,10 @@ def test_gpu_rule_of_the_chooser_is_the_runtimes(available, monkeypatch):
     import onnxruntime as ort
     from engine.runtime import providers
     monkeypatch.setattr(ort, "get_available_providers", lambda: list(available))
+    # with a CUDA device present the chooser follows the runtime's provider rule exactly...
+    monkeypatch.setattr(native_form, "cuda_device_count", lambda: 1)
     assert native_form.gpu_would_run() == (providers.wanted_providers("auto")[0] != providers.CPU)
+    # ...and without one, a listed CUDA provider (onnxruntime-gpu on a CPU-only machine) is no GPU
+    monkeypatch.setattr(native_form, "cuda_device_count", lambda: 0)
+    assert native_form.gpu_would_run() == (providers.wanted_providers("auto")[0] not in (providers.CPU,
+                                                                                          "CUDAExecutionProvider"))
