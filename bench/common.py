@@ -322,24 +322,31 @@ _SECTION = re.compile(r"<!-- bench:(?P<key>[\w-]+):start -->.*?<!-- bench:(?P=ke
 class _Doc:
     header: str
     sections: dict[str, str] = field(default_factory=dict)   # key -> rendered text
+    # key -> the hand-written text after that section, up to the next one (kept with it, never rewritten)
+    after: dict[str, str] = field(default_factory=dict)
 
 
 def _parse(text: str) -> _Doc:
     first = _SECTION.search(text)
     header = text[:first.start()].rstrip() + "\n" if first else (text.rstrip() + "\n" if text.strip() else HEADER)
     doc = _Doc(header)
-    for m in _SECTION.finditer(text):
+    matches = list(_SECTION.finditer(text))
+    for i, m in enumerate(matches):
         doc.sections[m.group("key")] = m.group(0)
+        stop = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        doc.after[m.group("key")] = text[m.end():stop].strip()
     return doc
 
 
 def write_section(section: Section, path: Path = BENCHMARKS_MD) -> None:
-    """Replaces (or adds) one section of the benchmarks file, keeping every other one as it was."""
+    """Replaces (or adds) one section of the benchmarks file, keeping every other one as it was,
+    and the hand-written text that follows any section where it is."""
     text = path.read_text(encoding="utf-8") if path.is_file() else HEADER
     doc = _parse(text)
     doc.sections[section.key] = section.render()
     keys = sorted(doc.sections, key=lambda k: (ORDER.get(k, 100), k))
-    out = doc.header.rstrip() + "\n\n" + "\n\n".join(doc.sections[k] for k in keys) + "\n"
+    parts = [doc.sections[k] + ("\n\n" + doc.after[k] if doc.after.get(k) else "") for k in keys]
+    out = doc.header.rstrip() + "\n\n" + "\n\n".join(parts) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(out, encoding="utf-8")
