@@ -12,26 +12,7 @@ int q32_handles(int type) { return q32_block_bytes(type) > 0; }
 int64_t q32_row_bytes(int type, int64_t k) { return k / 32 * q32_block_bytes(type); }
 int64_t q32_act_bytes(int type, int64_t k) { return q32_act_row_bytes(type, k / 32); }
 
-/* IEEE half -> float, portable (the scalar path runs on CPUs without F16C). */
-float q32_half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {   /* subnormal: normalise */
-            exp = 127 - 15 + 1;
-            while (!(man & 1024)) { man <<= 1; exp--; }
-            bits = sign | (exp << 23) | ((man & 1023) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+float q32_half_to_float(uint16_t h) { return amber_half_to_float(h); }
 
 /* Round to nearest, ties to even, for |v| <= 127.5; NaN -> 0 (no UB on hostile inputs). */
 static int8_t round_q(float v) {
