@@ -251,3 +251,29 @@ def test_zero_activations_give_zero(lib, typ, isa):
     y = np.full((m, n), np.nan, np.float32)
     assert gemm(lib, typ, act, m, raw, k, 0, n, y, n) == 0
     assert np.all(y == 0.0)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+def test_decode_rows_stream_across_rows_with_the_same_bits(lib, typ, isa):
+    """m = 1 reads the rows' super-blocks as one stream, 8 a reduction, so a reduction spans rows
+    when K is not 8 super-blocks (K = 1536 is 6: Qwen2.5-1.5B's width): every row, and every
+    sub-range [n0, n1) starting mid-stream, gives the oracle's value and the scalar path's bits."""
+    _use_isa(lib, isa)
+    rng = np.random.default_rng(typ + 77)
+    for nb in (3, 6, 7, 9):
+        k, n = nb * 256, 29
+        raw = random_blocks(typ, n * nb, rng)
+        x = rng.standard_normal((1, k)).astype(np.float32)
+        y = check_case(lib, typ, raw, x, n, k)
+        act = quantize(lib, typ, x)
+        assert lib.amber_set_isa(b"scalar") == 0
+        ys = np.full((1, n), np.nan, np.float32)
+        assert gemm(lib, typ, act, 1, raw, k, 0, n, ys, n) == 0
+        _use_isa(lib, isa)
+        np.testing.assert_array_equal(y, ys)
+        for n0, n1 in ((1, 2), (5, 6), (3, 28), (0, 29), (11, 20)):
+            part = np.full(n, np.float32(-5.0), np.float32)
+            assert gemm(lib, typ, act, 1, raw, k, n0, n1, part, n) == 0
+            np.testing.assert_array_equal(part[n0:n1], ys[0, n0:n1])
+            assert np.all(part[:n0] == -5.0) and np.all(part[n1:] == -5.0)
