@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--copies", type=int, default=0, help="extra copies of the weights (> L3: from DRAM)")
     ap.add_argument("--rounds", type=int, default=16)
     ap.add_argument("--against", help="another build of the kernels library to compare with")
+    ap.add_argument("--isa", help="force this ISA in both (scalar, avx2, avxvnni, avx512vnni)")
     args = ap.parse_args(argv)
     import engine.native as native
     from tests.support.native_op import random_rows
@@ -38,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     libs = {"this": lib}
     if args.against:
         libs["other"] = native.open_library(Path(args.against))
+    for one in libs.values():
+        if args.isa and one.amber_set_isa(args.isa.encode()) != 0:
+            print(f"this CPU lacks {args.isa}", file=sys.stderr)
+            return 2
     print(f"cpu: {cpu_model()}; ISA {lib.amber_isa().decode()}; one thread; {args.kib} KiB x "
           f"{args.copies + 1} a call; load average {os.getloadavg()[0]:.1f}")
     rng = np.random.default_rng(0)
