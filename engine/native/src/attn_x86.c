@@ -1,0 +1,260 @@
+/* ai.amber.Attention's SIMD primitives: AVX2+FMA+F16C (8 floats) and AVX-512 (16 floats).
+ * Compiled without -m flags: each function carries its own target attribute, and attn.c routes
+ * here only when dispatch.c's ISA says the CPU has it. float16 converts with F16C (vcvtph2ps /
+ * vcvtps2ph, round to nearest even, as the scalar path). */
+#include "attn.h"
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#include <math.h>
+
+#define T2 __attribute__((target("avx2,fma,f16c")))
+#define T5 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw")))
+
+/* exp(x) for x <= 0 (clamped at -87): 2^n * p(r), |r| <= ln2/2, p Taylor to r^6 (rel. err ~2e-7). */
+#define EXP_BODY(V, set1, max, mul, fmadd, fnmadd, round, cvt, add_i, slli, cast_f)                  \
+    x = max(x, set1(-87.0f));                                                                  \
+    V nf = round(mul(x, set1(1.44269504f)));                                                   \
+    V r = fnmadd(nf, set1(0.693145752f), x);                                                   \
+    r = fnmadd(nf, set1(1.42860677e-6f), r);                                                   \
+    V p = set1(1.0f / 720);                                                                    \
+    p = fmadd(p, r, set1(1.0f / 120));                                                         \
+    p = fmadd(p, r, set1(1.0f / 24));                                                          \
+    p = fmadd(p, r, set1(1.0f / 6));                                                           \
+    p = fmadd(p, r, set1(0.5f));                                                               \
+    p = fmadd(p, r, set1(1.0f));                                                               \
+    p = fmadd(p, r, set1(1.0f));                                                               \
+    return mul(p, cast_f(slli(add_i(cvt(nf), 127), 23)));
+
+static float exp1(float x) { return expf(x); }
+
+/* ---------------- AVX2 ---------------- */
+
+static inline T2 __m256 exp8(__m256 x) {
+#define R8(v) _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define ADD8(i, c) _mm256_add_epi32((i), _mm256_set1_epi32(c))
+    EXP_BODY(__m256, _mm256_set1_ps, _mm256_max_ps, _mm256_mul_ps, _mm256_fmadd_ps, _mm256_fnmadd_ps, R8,
+             _mm256_cvtps_epi32, ADD8, _mm256_slli_epi32, _mm256_castsi256_ps)
+#undef R8
+#undef ADD8
+}
+
+static inline T2 __m128 hsum4x8(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+    __m256 c = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
+    return _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+}
+
+static T2 void to_float8(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = _cvtsh_ss(src[i]);
+}
+
+static T2 void to_half8(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+static inline T2 float dot8(const float *q, const float *k, int64_t d) {
+    __m256 s = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8)
+        s = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), s);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_hadd_ps(h, h);
+    float r = _mm_cvtss_f32(_mm_hadd_ps(h, h));
+    for (; i < d; i++)
+        r += q[i] * k[i];
+    return r;
+}
+
+static T2 void dots8(const float *q, const float *k, int64_t n, int64_t d, float *out) {
+    int64_t j = 0;
+    if (d % 8 == 0)
+        for (; j + 4 <= n; j += 4) {
+            const float *k0 = k + j * d;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t i = 0; i < d; i += 8) {
+                __m256 x = _mm256_loadu_ps(q + i);
+                a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + i), a0);
+                a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + d + i), a1);
+                a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + 2 * d + i), a2);
+                a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + 3 * d + i), a3);
+            }
+            _mm_storeu_ps(out + j, hsum4x8(a0, a1, a2, a3));
+        }
+    for (; j < n; j++)
+        out[j] = dot8(q, k + j * d, d);
+}
+
+static T2 void accum8(float *acc, float c, const float *p, const float *v, int64_t n, int64_t d) {
+    int64_t i = 0;
+    __m256 cv = _mm256_set1_ps(c);
+    for (; i + 32 <= d; i += 32) {   /* 4 registers of the accumulator across all n keys */
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc + i), cv), a1 = _mm256_mul_ps(_mm256_loadu_ps(acc + i + 8), cv);
+        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(acc + i + 16), cv);
+        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(acc + i + 24), cv);
+        for (int64_t j = 0; j < n; j++) {
+            __m256 pj = _mm256_set1_ps(p[j]);
+            const float *vj = v + j * d + i;
+            a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj), a0);
+            a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8), a1);
+            a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 16), a2);
+            a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 24), a3);
+        }
+        _mm256_storeu_ps(acc + i, a0);
+        _mm256_storeu_ps(acc + i + 8, a1);
+        _mm256_storeu_ps(acc + i + 16, a2);
+        _mm256_storeu_ps(acc + i + 24, a3);
+    }
+    for (; i + 8 <= d; i += 8) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc + i), cv);
+        for (int64_t j = 0; j < n; j++)
+            a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * d + i), a0);
+        _mm256_storeu_ps(acc + i, a0);
+    }
+    for (; i < d; i++) {
+        float a = acc[i] * c;
+        for (int64_t j = 0; j < n; j++)
+            a += p[j] * v[j * d + i];
+        acc[i] = a;
+    }
+}
+
+static T2 float exp_sum8(float *s, int64_t n, float m) {
+    __m256 mv = _mm256_set1_ps(m), tot = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+        _mm256_storeu_ps(s + j, e);
+        tot = _mm256_add_ps(tot, e);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(tot), _mm256_extractf128_ps(tot, 1));
+    h = _mm_hadd_ps(h, h);
+    float r = _mm_cvtss_f32(_mm_hadd_ps(h, h));
+    for (; j < n; j++) {
+        s[j] = exp1(s[j] - m);
+        r += s[j];
+    }
+    return r;
+}
+
+static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8};
+const attn_ops *attn_ops_avx2(void) { return &AVX2; }
+
+/* ---------------- AVX-512 ---------------- */
+
+static inline T5 __m512 exp16(__m512 x) {
+#define R16(v) _mm512_roundscale_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define ADD16(i, c) _mm512_add_epi32((i), _mm512_set1_epi32(c))
+    EXP_BODY(__m512, _mm512_set1_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_fmadd_ps, _mm512_fnmadd_ps, R16,
+             _mm512_cvtps_epi32, ADD16, _mm512_slli_epi32, _mm512_castsi512_ps)
+#undef R16
+#undef ADD16
+}
+
+static inline T5 __m256 half512(__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+static T5 void to_float16(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = _cvtsh_ss(src[i]);
+}
+
+static T5 void to_half16(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++)
+        dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+static T5 void dots16(const float *q, const float *k, int64_t n, int64_t d, float *out) {
+    if (d % 16 != 0) {
+        dots8(q, k, n, d, out);
+        return;
+    }
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *k0 = k + j * d;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t i = 0; i < d; i += 16) {
+            __m512 x = _mm512_loadu_ps(q + i);
+            a0 = _mm512_fmadd_ps(x, _mm512_loadu_ps(k0 + i), a0);
+            a1 = _mm512_fmadd_ps(x, _mm512_loadu_ps(k0 + d + i), a1);
+            a2 = _mm512_fmadd_ps(x, _mm512_loadu_ps(k0 + 2 * d + i), a2);
+            a3 = _mm512_fmadd_ps(x, _mm512_loadu_ps(k0 + 3 * d + i), a3);
+        }
+        _mm_storeu_ps(out + j, hsum4x8(half512(a0), half512(a1), half512(a2), half512(a3)));
+    }
+    for (; j < n; j++)
+        out[j] = dot8(q, k + j * d, d);
+}
+
+static T5 void accum16(float *acc, float c, const float *p, const float *v, int64_t n, int64_t d) {
+    if (d % 16 != 0) {
+        accum8(acc, c, p, v, n, d);
+        return;
+    }
+    int64_t i = 0;
+    __m512 cv = _mm512_set1_ps(c);
+    for (; i + 64 <= d; i += 64) {
+        __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(acc + i), cv), a1 = _mm512_mul_ps(_mm512_loadu_ps(acc + i + 16), cv);
+        __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(acc + i + 32), cv);
+        __m512 a3 = _mm512_mul_ps(_mm512_loadu_ps(acc + i + 48), cv);
+        for (int64_t j = 0; j < n; j++) {
+            __m512 pj = _mm512_set1_ps(p[j]);
+            const float *vj = v + j * d + i;
+            a0 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj), a0);
+            a1 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16), a1);
+            a2 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 32), a2);
+            a3 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 48), a3);
+        }
+        _mm512_storeu_ps(acc + i, a0);
+        _mm512_storeu_ps(acc + i + 16, a1);
+        _mm512_storeu_ps(acc + i + 32, a2);
+        _mm512_storeu_ps(acc + i + 48, a3);
+    }
+    for (; i + 16 <= d; i += 16) {
+        __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(acc + i), cv);
+        for (int64_t j = 0; j < n; j++)
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_loadu_ps(v + j * d + i), a0);
+        _mm512_storeu_ps(acc + i, a0);
+    }
+}
+
+static T5 float exp_sum16(float *s, int64_t n, float m) {
+    __m512 mv = _mm512_set1_ps(m), tot = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv));
+        _mm512_storeu_ps(s + j, e);
+        tot = _mm512_add_ps(tot, e);
+    }
+    float r = _mm512_reduce_add_ps(tot);
+    if (j < n) {   /* the tail, masked */
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
+        _mm512_mask_storeu_ps(s + j, k, e);
+        r += _mm512_mask_reduce_add_ps(k, e);
+    }
+    return r;
+}
+
+static const attn_ops AVX512 = {to_float16, to_half16, dots16, accum16, exp_sum16};
+const attn_ops *attn_ops_avx512(void) { return &AVX512; }
+
+#else
+const attn_ops *attn_ops_avx2(void) { return 0; }
+const attn_ops *attn_ops_avx512(void) { return 0; }
+#endif
