@@ -14,6 +14,7 @@ from engine.base import paths
 from engine.base.oneline import one_line
 from engine.runtime.fingerprint import model_fingerprint
 from engine.runtime.graph_scan import op_types, read_graph
+from engine.native.attention import uses_attention
 from engine.runtime.native_ops import graph_is_native, unavailable_message, unavailable_reason
 from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
@@ -126,7 +127,8 @@ def _uses_gqa(graph: Path) -> bool:
         check_external_data(proto, graph)
     except ConfigError as exc:
         raise ModelLoadError(str(exc)) from None
-    return "GroupQueryAttention" in op_types(proto)
+    # ai.amber.Attention (native form, float16 KV) binds past and present as one buffer too
+    return "GroupQueryAttention" in op_types(proto) or uses_attention(proto)
 
 
 # The converter (and onnx with it) is imported only where a variant is made or looked at.

@@ -293,9 +293,11 @@ def _logits(folder: Path, ids: np.ndarray) -> np.ndarray:
     n_layers, kv, hd = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
     feed = {"input_ids": ids[None].astype(np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
             "position_ids": np.arange(len(ids), dtype=np.int64)[None]}
+    types = {i.name: i.type for i in sess.get_inputs()}   # float16 KV with ai.amber.Attention
     for i in range(n_layers):
         for kind in ("key", "value"):
-            feed[f"past_key_values.{i}.{kind}"] = np.zeros((1, kv, 0, hd), np.float32)
+            name = f"past_key_values.{i}.{kind}"
+            feed[name] = np.zeros((1, kv, 0, hd), np.float16 if types[name] == "tensor(float16)" else np.float32)
     return np.asarray(sess.run(["logits"], feed)[0], np.float64).reshape(-1)
 
 

@@ -197,7 +197,7 @@ int attn_task(const attn_args *a, int64_t t) {
         }
     memset(acc, 0, (size_t)(nr * d) * sizeof *acc);
     int64_t hi_all = past + s1;   /* keys [lo_all, hi_all) cover every row of the block */
-    int64_t lo_all = a->window >= 0 && past + s0 - a->window > 0 ? past + s0 - a->window : 0;
+    int64_t lo_all = a->window >= 0 && past + s0 - a->window + 1 > 0 ? past + s0 - a->window + 1 : 0;
     const uint16_t *kh = a->k_out + (b * a->hkv + h) * a->cap * d;
     const uint16_t *vh = a->v_out + (b * a->hkv + h) * a->cap * d;
     for (int64_t j0 = lo_all; j0 < hi_all; j0 += KB) {
@@ -206,7 +206,7 @@ int attn_task(const attn_args *a, int64_t t) {
         ops->to_float(vh + j0 * d, vf, n * d);
         for (int64_t r = 0; r < nr; r++) {
             int64_t p = past + s0 + r / g;   /* this row's position: keys [lo, p] */
-            int64_t lo = a->window >= 0 && p - a->window > 0 ? p - a->window : 0;
+            int64_t lo = a->window >= 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
             int64_t a0 = lo > j0 ? lo - j0 : 0, a1 = p + 1 - j0 < n ? p + 1 - j0 : n;
             if (a1 <= a0)
                 continue;

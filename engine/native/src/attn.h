@@ -4,7 +4,7 @@
  * total_b = seqlens_k[b] + 1 valid positions after this step, past_b = total_b - S before it;
  * the S new keys/values (rotated keys) are written at [past_b, total_b) of the float16 present
  * buffers (which may be the past buffers themselves), then each new query at position
- * p = past_b + s attends keys [lo, p] (lo = p - window with a sliding window, else 0).
+ * p = past_b + s attends keys [lo, p] (lo = p - window + 1 with a sliding window, as ORT's GQA; else 0).
  * Flash-style: an online softmax over blocks of keys, no score matrix. Not part of the public API.
  */
 #ifndef AMBER_ATTN_H
