@@ -104,3 +104,49 @@ def as_half(f: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def valid(c: Case, kv: np.ndarray) -> list[np.ndarray]:
     """Positions [0, total_b) of each sequence's KV (what both ops define)."""
     return [kv[i, :, :t] for i, t in enumerate(c.totals)]
+
+
+def numpy_reference(c: Case, f: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """GroupQueryAttention's semantics in float64 numpy (for shapes ORT's kernel refuses, such as
+    head sizes that are not a multiple of 16): out, present_key, present_value (float32 KV)."""
+    d, g = c.d, c.hq // c.hkv
+    q_all = f["query"].astype(np.float64)
+    if c.packed:
+        q, k, v = (q_all[..., :c.hq * d], q_all[..., c.hq * d:(c.hq + c.hkv) * d], q_all[..., (c.hq + c.hkv) * d:])
+    else:
+        q, k, v = q_all, f["key"].astype(np.float64), f["value"].astype(np.float64)
+    cap = max(c.cap, int(f["total_sequence_length"][0]))
+    pk = np.zeros((c.b, c.hkv, cap, d))
+    pv = np.zeros((c.b, c.hkv, cap, d))
+    out = np.zeros((c.b, c.s, c.hq * d))
+    scale = c.scale if c.scale is not None else 1 / np.sqrt(d)
+
+    def rope(x: np.ndarray, pos: int) -> np.ndarray:
+        if not c.rotary:
+            return x
+        half = f["cos_cache"].shape[1]
+        cos, sin = f["cos_cache"][pos].astype(np.float64), f["sin_cache"][pos].astype(np.float64)
+        y = x.copy()
+        y[:half] = x[:half] * cos - x[half:2 * half] * sin
+        y[half:2 * half] = x[half:2 * half] * cos + x[:half] * sin
+        return y
+
+    for b, total in enumerate(c.totals):
+        past = total - c.s
+        pk[b, :, :past] = f["past_key"][b, :, :past]
+        pv[b, :, :past] = f["past_value"][b, :, :past]
+        for s in range(c.s):
+            for h in range(c.hkv):
+                pk[b, h, past + s] = rope(k[b, s, h * d:(h + 1) * d], past + s)
+                pv[b, h, past + s] = v[b, s, h * d:(h + 1) * d]
+        for s in range(c.s):
+            p = past + s
+            lo = max(0, p - c.window + 1) if c.window >= 0 else 0
+            for hq in range(c.hq):
+                qv = rope(q[b, s, hq * d:(hq + 1) * d], p)
+                sc = pk[b, hq // g, lo:p + 1] @ qv * scale
+                if c.softcap:
+                    sc = c.softcap * np.tanh(sc / c.softcap)
+                w = np.exp(sc - sc.max())
+                out[b, s, hq * d:(hq + 1) * d] = (w / w.sum()) @ pv[b, hq // g, lo:p + 1]
+    return [out.astype(np.float32), pk.astype(np.float32), pv.astype(np.float32)]
