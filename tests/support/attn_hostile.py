@@ -59,7 +59,7 @@ CASES: dict[str, tuple[str, dict[str, Any], Callable[[Feeds], Feeds]]] = {
     "key_shape_wrong": ("key and value must be", {}, _edit(key=lambda k: k[:, :1].copy())),
     "head_dim_huge": ("out of range", {}, _edit(past_key=np.zeros((1, 2, 1, 2048), np.float16),
                                                 past_value=np.zeros((1, 2, 1, 2048), np.float16))),
-    "past_float32": ("past_key", {}, _edit(past_key=lambda v: v.astype(np.float32))),
+    "past_float32": ("expected: (tensor(float16))", {}, _edit(past_key=lambda v: v.astype(np.float32))),
     "query_float16": ("query", {"input_types": {"query": TensorProto.FLOAT16}},
                       _edit(query=lambda q: q.astype(np.float16))),
     "heads_not_multiple": ("num_heads = 3 and kv_num_heads = 2", {"attrs": {"num_heads": 3}}, _same),
