@@ -23,9 +23,19 @@ SUPPORTED_ATTRS = {"num_heads", "kv_num_heads", "do_rotary", "rotary_interleaved
                    "local_window_size", "softcap"}
 
 
+def env_enabled() -> bool:
+    """AMBER_NATIVE_ATTENTION is not "0"."""
+    return os.environ.get(ENV, "1").strip() != "0"
+
+
+def form(library: bool) -> str:
+    """The attention form new native conversions get: "amber" (this op) or "gqa"."""
+    return "amber" if library and env_enabled() else "gqa"
+
+
 def enabled() -> bool:
     """New native-form conversions use the op: the library loads and AMBER_NATIVE_ATTENTION != 0."""
-    if os.environ.get(ENV, "1").strip() == "0":
+    if not env_enabled():
         return False
     try:
         return bool(native.available())
