@@ -164,7 +164,8 @@ def test_long_prompts_are_not_cut_for_attention_scores(folders):
     from engine.runtime.runner import Runner
     _, amber, gqa = folders(BASE)
     big = type("Cache", (), {"capacity": 4096, "__len__": lambda self: 2000})()   # what chunk_len reads
-    r_amber, r_gqa = Runner(load_model(amber, provider="cpu", threads=1)), Runner(load_model(gqa, provider="cpu", threads=1))
+    r_amber = Runner(load_model(amber, provider="cpu", threads=1))
+    r_gqa = Runner(load_model(gqa, provider="cpu", threads=1))
     assert r_gqa.chunk_len(big, 2000) < runner_mod.PREFILL_CHUNK
     assert r_amber.chunk_len(big, 2000) == runner_mod.PREFILL_CHUNK
     r_amber._token_bytes = runner_mod.ACTIVATION_SCRATCH_BYTES // 100   # the activation bound: 64
