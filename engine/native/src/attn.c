@@ -10,6 +10,9 @@
 
 /* Keys per block of the online softmax: scores and converted keys/values stay in L1. */
 #define KB 64
+#if KB != KB_T
+#error "the block kernel takes KB_T keys"
+#endif
 /* Query vectors (rows x heads of one KV group) per attention task, at most. */
 #define MAX_ROWS 64
 
@@ -96,7 +99,7 @@ static float exp_sum_c(float *s, int64_t n, float m) {
     return sum;
 }
 
-static const attn_ops SCALAR = {to_float_c, to_half_c, dots_c, accum_c, exp_sum_c};
+static const attn_ops SCALAR = {to_float_c, to_half_c, dots_c, accum_c, exp_sum_c, NULL};
 
 const attn_ops *attn_ops_now(void) {
     enum amber_isa isa = amber_current_isa();
@@ -174,12 +177,17 @@ int attn_task(const attn_args *a, int64_t t) {
     int64_t s1 = s0 + qb < a->s ? s0 + qb : a->s, rows = s1 - s0, nr = rows * g;
     int64_t past = past_of(a, b);
     /* scratch: queries and accumulators [nr][d], max and sum [nr], keys and values [KB][d], scores */
-    size_t floats = (size_t)(2 * nr * d + 2 * nr + 2 * KB * d + KB);
+    size_t floats = (size_t)(2 * nr * d + 2 * nr + 2 * KB * d + KB + (nr >= 8 ? d * KB_T : 0));
     float *buf = malloc(floats * sizeof(float));
-    if (buf == NULL)
+    int64_t *ra = nr >= 8 ? malloc((size_t)(2 * nr) * sizeof *ra) : NULL;
+    if (buf == NULL || (nr >= 8 && ra == NULL)) {
+        free(buf);
+        free(ra);
         return -1;
+    }
     float *qs = buf, *acc = qs + nr * d, *mx = acc + nr * d, *sum = mx + nr, *kf = sum + nr, *vf = kf + KB * d;
-    float *sc = vf + KB * d;
+    float *sc = vf + KB * d, *kt = nr >= 8 ? sc + KB : NULL;
+    int64_t *ra0 = ra, *ra1 = ra != NULL ? ra + nr : NULL;
     /* row r = (s - s0) * g + head-in-group: its query rotated and scaled */
     for (int64_t s = s0; s < s1; s++)
         for (int64_t j = 0; j < g; j++) {
@@ -200,10 +208,30 @@ int attn_task(const attn_args *a, int64_t t) {
     int64_t lo_all = a->window >= 0 && past + s0 - a->window + 1 > 0 ? past + s0 - a->window + 1 : 0;
     const uint16_t *kh = a->k_out + (b * a->hkv + h) * a->cap * d;
     const uint16_t *vh = a->v_out + (b * a->hkv + h) * a->cap * d;
+    /* many query vectors: the transposed-keys block kernel (no horizontal sums), where there is one */
+    int blocked = ops->block != NULL && nr >= 8 && d % 16 == 0 && a->softcap == 0.0f && kt != NULL;
     for (int64_t j0 = lo_all; j0 < hi_all; j0 += KB) {
         int64_t n = hi_all - j0 < KB ? hi_all - j0 : KB;
         ops->to_float(kh + j0 * d, kf, n * d);
         ops->to_float(vh + j0 * d, vf, n * d);
+        if (blocked) {
+            for (int64_t i = 0; i < d; i++) {
+                float *row = kt + i * KB_T;
+                for (int64_t j = 0; j < n; j++)
+                    row[j] = kf[j * d + i];
+                for (int64_t j = n; j < KB_T; j++)
+                    row[j] = 0.0f;
+            }
+            for (int64_t r = 0; r < nr; r++) {
+                int64_t p = past + s0 + r / g;
+                int64_t lo = a->window >= 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+                ra0[r] = lo > j0 ? lo - j0 : 0;
+                ra1[r] = p + 1 - j0 < n ? p + 1 - j0 : n;
+            }
+            attn_block blk = {qs, acc, mx, sum, nr, d, n, kt, vf, ra0, ra1};
+            ops->block(&blk);
+            continue;
+        }
         for (int64_t r = 0; r < nr; r++) {
             int64_t p = past + s0 + r / g;   /* this row's position: keys [lo, p] */
             int64_t lo = a->window >= 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
@@ -235,5 +263,6 @@ int attn_task(const attn_args *a, int64_t t) {
                 o[i] = acc[r * d + i] * inv;
         }
     free(buf);
+    free(ra);
     return 0;
 }

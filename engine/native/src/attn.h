@@ -36,6 +36,19 @@ int64_t attn_q_block(const attn_args *a);                /* query rows per atten
 int64_t attn_tasks(const attn_args *a);
 int attn_task(const attn_args *a, int64_t t);            /* 0, or -1 when out of memory */
 
+/* One key block against many query vectors (prefill), all in float32: for each row r < nr with
+ * keys [a0[r], a1[r]) of the block valid (none when a1 <= a0), scores = q_r . k_j (kt is the
+ * block's keys transposed, [d][KB_T]), then the online softmax update of mx[r], sum[r] and
+ * acc[r][0:d] with the block's values vf [n][d]. */
+#define KB_T 64
+typedef struct {
+    const float *qs;
+    float *acc, *mx, *sum;
+    int64_t nr, d, n;
+    const float *kt, *vf;
+    const int64_t *a0, *a1;
+} attn_block;
+
 /* The SIMD primitives per ISA (attn.c has the scalar ones). */
 typedef struct {
     void (*to_float)(const uint16_t *src, float *dst, int64_t n);
@@ -46,6 +59,8 @@ typedef struct {
     void (*accum)(float *acc, float c, const float *p, const float *v, int64_t n, int64_t d);
     /* s[j] = exp(s[j] - m) for j < n; returns their sum */
     float (*exp_sum)(float *s, int64_t n, float m);
+    /* the whole block update for d % 16 == 0, no softcap (NULL: not at this ISA) */
+    void (*block)(const attn_block *b);
 } attn_ops;
 
 const attn_ops *attn_ops_avx2(void);     /* NULL when not compiled for x86-64 */

@@ -7,6 +7,7 @@
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define T2 __attribute__((target("avx2,fma,f16c")))
 #define T5 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw")))
@@ -144,7 +145,7 @@ static T2 float exp_sum8(float *s, int64_t n, float m) {
     return r;
 }
 
-static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8};
+static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8, NULL};
 const attn_ops *attn_ops_avx2(void) { return &AVX2; }
 
 /* ---------------- AVX-512 ---------------- */
@@ -251,7 +252,99 @@ static T5 float exp_sum16(float *s, int64_t n, float m) {
     return r;
 }
 
-static const attn_ops AVX512 = {to_float16, to_half16, dots16, accum16, exp_sum16};
+/* Scores of two query vectors against the block's 64 transposed keys: 8 accumulators, each step
+ * 4 loads of kt, 2 broadcasts, 8 FMAs (no horizontal sums). Then per row the masked online-softmax
+ * update, and the weighted values 64 dims at a time, both rows sharing every load of vf. */
+static T5 void block16(const attn_block *b) {
+    const int64_t d = b->d, n = b->n;
+    float p[2][KB_T] __attribute__((aligned(64)));
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t r0 = 0; r0 < b->nr; r0 += 2) {
+        const int64_t rows = r0 + 1 < b->nr ? 2 : 1, r1 = r0 + rows - 1;
+        const float *q0 = b->qs + r0 * d, *q1 = b->qs + r1 * d;
+        __m512 s0[4], s1[4];
+        for (int c = 0; c < 4; c++)
+            s0[c] = s1[c] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < d; i++) {
+            const float *k = b->kt + i * KB_T;
+            __m512 x0 = _mm512_set1_ps(q0[i]), x1 = _mm512_set1_ps(q1[i]);
+            for (int c = 0; c < 4; c++) {
+                __m512 kv = _mm512_loadu_ps(k + 16 * c);
+                s0[c] = _mm512_fmadd_ps(x0, kv, s0[c]);
+                s1[c] = _mm512_fmadd_ps(x1, kv, s1[c]);
+            }
+        }
+        float corr[2];
+        for (int64_t rr = 0; rr < rows; rr++) {
+            const int64_t r = r0 + rr, a0 = b->a0[r], a1 = b->a1[r];
+            __m512 *sv = rr == 0 ? s0 : s1;
+            corr[rr] = 1.0f;
+            if (a1 <= a0) {   /* no key of this block is visible to the row */
+                memset(p[rr], 0, sizeof p[rr]);
+                continue;
+            }
+            __mmask16 m[4];
+            float bm = -INFINITY;
+            for (int c = 0; c < 4; c++) {
+                __m512 j = _mm512_add_ps(iota, _mm512_set1_ps((float)(16 * c)));
+                m[c] = _mm512_cmp_ps_mask(j, _mm512_set1_ps((float)a0), _CMP_GE_OQ) &
+                       _mm512_cmp_ps_mask(j, _mm512_set1_ps((float)a1), _CMP_LT_OQ);
+                if (m[c]) {
+                    float cm = _mm512_mask_reduce_max_ps(m[c], sv[c]);
+                    bm = cm > bm ? cm : bm;
+                }
+            }
+            float nm = bm > b->mx[r] ? bm : b->mx[r];
+            corr[rr] = b->mx[r] == -INFINITY ? 0.0f : exp1(b->mx[r] - nm);
+            __m512 mv = _mm512_set1_ps(nm), tot = _mm512_setzero_ps();
+            for (int c = 0; c < 4; c++) {
+                __m512 e = _mm512_maskz_mov_ps(m[c], exp16(_mm512_sub_ps(sv[c], mv)));
+                _mm512_store_ps(p[rr] + 16 * c, e);
+                tot = _mm512_add_ps(tot, e);
+            }
+            b->sum[r] = b->sum[r] * corr[rr] + _mm512_reduce_add_ps(tot);
+            b->mx[r] = nm;
+        }
+        float *acc0 = b->acc + r0 * d, *acc1 = b->acc + r1 * d;
+        const __m512 c0 = _mm512_set1_ps(corr[0]), c1 = _mm512_set1_ps(rows == 2 ? corr[1] : corr[0]);
+        for (int64_t i0 = 0; i0 < d; i0 += 64) {
+            const int nv = d - i0 >= 64 ? 4 : (int)((d - i0) / 16);
+            __m512 a[4], e[4];
+            for (int v = 0; v < 4; v++) {
+                a[v] = v < nv ? _mm512_mul_ps(_mm512_loadu_ps(acc0 + i0 + 16 * v), c0) : _mm512_setzero_ps();
+                e[v] = v < nv ? _mm512_mul_ps(_mm512_loadu_ps(acc1 + i0 + 16 * v), c1) : _mm512_setzero_ps();
+            }
+            if (nv == 4) {
+                for (int64_t j = 0; j < n; j++) {
+                    const float *vj = b->vf + j * d + i0;
+                    __m512 w0 = _mm512_set1_ps(p[0][j]), w1 = _mm512_set1_ps(p[rows - 1][j]);
+                    for (int v = 0; v < 4; v++) {
+                        __m512 x = _mm512_loadu_ps(vj + 16 * v);
+                        a[v] = _mm512_fmadd_ps(w0, x, a[v]);
+                        e[v] = _mm512_fmadd_ps(w1, x, e[v]);
+                    }
+                }
+            } else {
+                for (int64_t j = 0; j < n; j++) {
+                    const float *vj = b->vf + j * d + i0;
+                    __m512 w0 = _mm512_set1_ps(p[0][j]), w1 = _mm512_set1_ps(p[rows - 1][j]);
+                    for (int v = 0; v < nv; v++) {
+                        __m512 x = _mm512_loadu_ps(vj + 16 * v);
+                        a[v] = _mm512_fmadd_ps(w0, x, a[v]);
+                        e[v] = _mm512_fmadd_ps(w1, x, e[v]);
+                    }
+                }
+            }
+            for (int v = 0; v < nv; v++) {
+                if (rows == 2)
+                    _mm512_storeu_ps(acc1 + i0 + 16 * v, e[v]);
+                _mm512_storeu_ps(acc0 + i0 + 16 * v, a[v]);
+            }
+        }
+    }
+}
+
+static const attn_ops AVX512 = {to_float16, to_half16, dots16, accum16, exp_sum16, block16};
 const attn_ops *attn_ops_avx512(void) { return &AVX512; }
 
 #else
