@@ -255,91 +255,133 @@ static T5 float exp_sum16(float *s, int64_t n, float m) {
 /* Scores of two query vectors against the block's 64 transposed keys: 8 accumulators, each step
  * 4 loads of kt, 2 broadcasts, 8 FMAs (no horizontal sums). Then per row the masked online-softmax
  * update, and the weighted values 64 dims at a time, both rows sharing every load of vf. */
+/* The online-softmax update of one row from its 64 scores in pr (overwritten with the
+ * probabilities; zeros outside [a0, a1)); returns the factor the row's accumulator takes. */
+static inline T5 float softmax_row(const attn_block *b, int64_t r, float *pr) {
+    const int64_t a0 = b->a0[r], a1 = b->a1[r];
+    if (a1 <= a0) {   /* no key of this block is visible to the row */
+        memset(pr, 0, KB_T * sizeof *pr);
+        return 1.0f;
+    }
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 lo = _mm512_set1_ps((float)a0), hi = _mm512_set1_ps((float)a1);
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    __mmask16 m[4];
+    for (int c = 0; c < 4; c++) {
+        const __m512 j = _mm512_add_ps(iota, _mm512_set1_ps((float)(16 * c)));
+        m[c] = _mm512_cmp_ps_mask(j, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(j, hi, _CMP_LT_OQ);
+        mx = _mm512_mask_max_ps(mx, m[c], mx, _mm512_load_ps(pr + 16 * c));
+    }
+    const float bm = _mm512_reduce_max_ps(mx);
+    const float nm = bm > b->mx[r] ? bm : b->mx[r];
+    const float corr = b->mx[r] == -INFINITY ? 0.0f : exp1(b->mx[r] - nm);
+    const __m512 mv = _mm512_set1_ps(nm);
+    __m512 tot = _mm512_setzero_ps();
+    for (int c = 0; c < 4; c++) {
+        const __m512 e = _mm512_maskz_mov_ps(m[c], exp16(_mm512_sub_ps(_mm512_load_ps(pr + 16 * c), mv)));
+        _mm512_store_ps(pr + 16 * c, e);
+        tot = _mm512_add_ps(tot, e);
+    }
+    b->sum[r] = b->sum[r] * corr + _mm512_reduce_add_ps(tot);
+    b->mx[r] = nm;
+    return corr;
+}
+
+/* Four query vectors per pass (the last pass repeats its last row and stores only the real ones):
+ * scores against the 64 transposed keys, 16 accumulators, each step 4 loads of kt + 4 broadcasts
+ * for 16 FMAs; then the softmax update per row; then the weighted values 64 dims at a time, the
+ * 4 rows sharing every load of vf (no horizontal sums anywhere). */
+#define FMA4(acc, x, v0, v1, v2, v3)                \
+    acc##0 = _mm512_fmadd_ps((x), (v0), acc##0);    \
+    acc##1 = _mm512_fmadd_ps((x), (v1), acc##1);    \
+    acc##2 = _mm512_fmadd_ps((x), (v2), acc##2);    \
+    acc##3 = _mm512_fmadd_ps((x), (v3), acc##3)
+#define ZERO4(acc) __m512 acc##0 = _mm512_setzero_ps(), acc##1 = acc##0, acc##2 = acc##0, acc##3 = acc##0
+#define STORE4(ptr, acc)                       \
+    _mm512_storeu_ps((ptr), acc##0);           \
+    _mm512_storeu_ps((ptr) + 16, acc##1);      \
+    _mm512_storeu_ps((ptr) + 32, acc##2);      \
+    _mm512_storeu_ps((ptr) + 48, acc##3)
+#define LOAD4(acc, ptr, c)                                              \
+    __m512 acc##0 = _mm512_mul_ps(_mm512_loadu_ps(ptr), (c));           \
+    __m512 acc##1 = _mm512_mul_ps(_mm512_loadu_ps((ptr) + 16), (c));    \
+    __m512 acc##2 = _mm512_mul_ps(_mm512_loadu_ps((ptr) + 32), (c));    \
+    __m512 acc##3 = _mm512_mul_ps(_mm512_loadu_ps((ptr) + 48), (c))
+
 static T5 void block16(const attn_block *b) {
     const int64_t d = b->d, n = b->n;
-    float p[2][KB_T] __attribute__((aligned(64)));
-    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    for (int64_t r0 = 0; r0 < b->nr; r0 += 2) {
-        const int64_t rows = r0 + 1 < b->nr ? 2 : 1, r1 = r0 + rows - 1;
-        const float *q0 = b->qs + r0 * d, *q1 = b->qs + r1 * d;
-        __m512 s0[4], s1[4];
-        for (int c = 0; c < 4; c++)
-            s0[c] = s1[c] = _mm512_setzero_ps();
+    float p[4][KB_T] __attribute__((aligned(64)));   /* scores, then probabilities, per row */
+    for (int64_t r0 = 0; r0 < b->nr; r0 += 4) {
+        const int64_t rows = b->nr - r0 < 4 ? b->nr - r0 : 4;
+        int64_t rr[4];
+        for (int k = 0; k < 4; k++)
+            rr[k] = r0 + (k < rows ? k : rows - 1);
+        const float *q0 = b->qs + rr[0] * d, *q1 = b->qs + rr[1] * d, *q2 = b->qs + rr[2] * d,
+                    *q3 = b->qs + rr[3] * d;
+        ZERO4(sa);
+        ZERO4(sb);
+        ZERO4(sc);
+        ZERO4(sd);
         for (int64_t i = 0; i < d; i++) {
             const float *k = b->kt + i * KB_T;
-            __m512 x0 = _mm512_set1_ps(q0[i]), x1 = _mm512_set1_ps(q1[i]);
-            for (int c = 0; c < 4; c++) {
-                __m512 kv = _mm512_loadu_ps(k + 16 * c);
-                s0[c] = _mm512_fmadd_ps(x0, kv, s0[c]);
-                s1[c] = _mm512_fmadd_ps(x1, kv, s1[c]);
-            }
+            const __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
+            const __m512 k2 = _mm512_loadu_ps(k + 32), k3 = _mm512_loadu_ps(k + 48);
+            FMA4(sa, _mm512_set1_ps(q0[i]), k0, k1, k2, k3);
+            FMA4(sb, _mm512_set1_ps(q1[i]), k0, k1, k2, k3);
+            FMA4(sc, _mm512_set1_ps(q2[i]), k0, k1, k2, k3);
+            FMA4(sd, _mm512_set1_ps(q3[i]), k0, k1, k2, k3);
         }
-        float corr[2];
-        for (int64_t rr = 0; rr < rows; rr++) {
-            const int64_t r = r0 + rr, a0 = b->a0[r], a1 = b->a1[r];
-            __m512 *sv = rr == 0 ? s0 : s1;
-            corr[rr] = 1.0f;
-            if (a1 <= a0) {   /* no key of this block is visible to the row */
-                memset(p[rr], 0, sizeof p[rr]);
-                continue;
+        STORE4(p[0], sa);
+        STORE4(p[1], sb);
+        STORE4(p[2], sc);
+        STORE4(p[3], sd);
+        float corr[4];
+        for (int k = 0; k < 4; k++)
+            corr[k] = k < rows ? softmax_row(b, rr[k], p[k]) : corr[rows - 1];
+        float *acc0 = b->acc + rr[0] * d, *acc1 = b->acc + rr[1] * d, *acc2 = b->acc + rr[2] * d,
+              *acc3 = b->acc + rr[3] * d;
+        const __m512 c0 = _mm512_set1_ps(corr[0]), c1 = _mm512_set1_ps(corr[1]);
+        const __m512 c2 = _mm512_set1_ps(corr[2]), c3 = _mm512_set1_ps(corr[3]);
+        const float *p0 = p[0], *p1 = p[rows > 1 ? 1 : 0], *p2 = p[rows > 2 ? 2 : rows - 1],
+                    *p3 = p[rows > 3 ? 3 : rows - 1];
+        int64_t i0 = 0;
+        for (; i0 + 64 <= d; i0 += 64) {
+            LOAD4(a, acc0 + i0, c0);
+            LOAD4(e, acc1 + i0, c1);
+            LOAD4(f, acc2 + i0, c2);
+            LOAD4(g, acc3 + i0, c3);
+            for (int64_t j = 0; j < n; j++) {
+                const float *vj = b->vf + j * d + i0;
+                const __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16);
+                const __m512 v2 = _mm512_loadu_ps(vj + 32), v3 = _mm512_loadu_ps(vj + 48);
+                FMA4(a, _mm512_set1_ps(p0[j]), v0, v1, v2, v3);
+                FMA4(e, _mm512_set1_ps(p1[j]), v0, v1, v2, v3);
+                FMA4(f, _mm512_set1_ps(p2[j]), v0, v1, v2, v3);
+                FMA4(g, _mm512_set1_ps(p3[j]), v0, v1, v2, v3);
             }
-            __mmask16 m[4];
-            float bm = -INFINITY;
-            for (int c = 0; c < 4; c++) {
-                __m512 j = _mm512_add_ps(iota, _mm512_set1_ps((float)(16 * c)));
-                m[c] = _mm512_cmp_ps_mask(j, _mm512_set1_ps((float)a0), _CMP_GE_OQ) &
-                       _mm512_cmp_ps_mask(j, _mm512_set1_ps((float)a1), _CMP_LT_OQ);
-                if (m[c]) {
-                    float cm = _mm512_mask_reduce_max_ps(m[c], sv[c]);
-                    bm = cm > bm ? cm : bm;
-                }
-            }
-            float nm = bm > b->mx[r] ? bm : b->mx[r];
-            corr[rr] = b->mx[r] == -INFINITY ? 0.0f : exp1(b->mx[r] - nm);
-            __m512 mv = _mm512_set1_ps(nm), tot = _mm512_setzero_ps();
-            for (int c = 0; c < 4; c++) {
-                __m512 e = _mm512_maskz_mov_ps(m[c], exp16(_mm512_sub_ps(sv[c], mv)));
-                _mm512_store_ps(p[rr] + 16 * c, e);
-                tot = _mm512_add_ps(tot, e);
-            }
-            b->sum[r] = b->sum[r] * corr[rr] + _mm512_reduce_add_ps(tot);
-            b->mx[r] = nm;
+            /* repeated rows alias a real one: store the real rows last-to-first so row rr[k]'s own
+             * values are the ones that stay (the repeats hold the same values anyway) */
+            STORE4(acc3 + i0, g);
+            STORE4(acc2 + i0, f);
+            STORE4(acc1 + i0, e);
+            STORE4(acc0 + i0, a);
         }
-        float *acc0 = b->acc + r0 * d, *acc1 = b->acc + r1 * d;
-        const __m512 c0 = _mm512_set1_ps(corr[0]), c1 = _mm512_set1_ps(rows == 2 ? corr[1] : corr[0]);
-        for (int64_t i0 = 0; i0 < d; i0 += 64) {
-            const int nv = d - i0 >= 64 ? 4 : (int)((d - i0) / 16);
-            __m512 a[4], e[4];
-            for (int v = 0; v < 4; v++) {
-                a[v] = v < nv ? _mm512_mul_ps(_mm512_loadu_ps(acc0 + i0 + 16 * v), c0) : _mm512_setzero_ps();
-                e[v] = v < nv ? _mm512_mul_ps(_mm512_loadu_ps(acc1 + i0 + 16 * v), c1) : _mm512_setzero_ps();
+        for (; i0 < d; i0 += 16) {   /* d % 64 of 16, 32 or 48 */
+            __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(acc0 + i0), c0);
+            __m512 e0 = _mm512_mul_ps(_mm512_loadu_ps(acc1 + i0), c1);
+            __m512 f0 = _mm512_mul_ps(_mm512_loadu_ps(acc2 + i0), c2);
+            __m512 g0 = _mm512_mul_ps(_mm512_loadu_ps(acc3 + i0), c3);
+            for (int64_t j = 0; j < n; j++) {
+                const __m512 v0 = _mm512_loadu_ps(b->vf + j * d + i0);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[j]), v0, a0);
+                e0 = _mm512_fmadd_ps(_mm512_set1_ps(p1[j]), v0, e0);
+                f0 = _mm512_fmadd_ps(_mm512_set1_ps(p2[j]), v0, f0);
+                g0 = _mm512_fmadd_ps(_mm512_set1_ps(p3[j]), v0, g0);
             }
-            if (nv == 4) {
-                for (int64_t j = 0; j < n; j++) {
-                    const float *vj = b->vf + j * d + i0;
-                    __m512 w0 = _mm512_set1_ps(p[0][j]), w1 = _mm512_set1_ps(p[rows - 1][j]);
-                    for (int v = 0; v < 4; v++) {
-                        __m512 x = _mm512_loadu_ps(vj + 16 * v);
-                        a[v] = _mm512_fmadd_ps(w0, x, a[v]);
-                        e[v] = _mm512_fmadd_ps(w1, x, e[v]);
-                    }
-                }
-            } else {
-                for (int64_t j = 0; j < n; j++) {
-                    const float *vj = b->vf + j * d + i0;
-                    __m512 w0 = _mm512_set1_ps(p[0][j]), w1 = _mm512_set1_ps(p[rows - 1][j]);
-                    for (int v = 0; v < nv; v++) {
-                        __m512 x = _mm512_loadu_ps(vj + 16 * v);
-                        a[v] = _mm512_fmadd_ps(w0, x, a[v]);
-                        e[v] = _mm512_fmadd_ps(w1, x, e[v]);
-                    }
-                }
-            }
-            for (int v = 0; v < nv; v++) {
-                if (rows == 2)
-                    _mm512_storeu_ps(acc1 + i0 + 16 * v, e[v]);
-                _mm512_storeu_ps(acc0 + i0 + 16 * v, a[v]);
-            }
+            _mm512_storeu_ps(acc3 + i0, g0);
+            _mm512_storeu_ps(acc2 + i0, f0);
+            _mm512_storeu_ps(acc1 + i0, e0);
+            _mm512_storeu_ps(acc0 + i0, a0);
         }
     }
 }
