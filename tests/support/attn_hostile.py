@@ -42,6 +42,9 @@ CASES: dict[str, tuple[str, dict[str, Any], Callable[[Feeds], Feeds]]] = {
     "total_huge": ("total_sequence_length = 2147483647 is out of range", {},
                    _edit(seqlens_k=np.array([2 ** 31 - 2], np.int32),
                          total_sequence_length=np.array([2 ** 31 - 1], np.int32))),
+    # an empty past buffer, a present grown by total_sequence_length: the "past" must not be read
+    "past_beyond_past_buffer": ("past_key holds 0", {"case": Case(s=2, totals=[10], cap=0)},
+                                _edit(total_sequence_length=np.array([10], np.int32))),
     "seqlens_wrong_count": ("seqlens_k holds 2 values", {}, _edit(seqlens_k=np.array([5, 5], np.int32))),
     "total_negative": ("total_sequence_length = -3", {}, _edit(total_sequence_length=np.array([-3], np.int32))),
     "total_two_values": ("must hold one value", {}, _edit(total_sequence_length=np.array([6, 6], np.int32))),

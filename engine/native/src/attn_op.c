@@ -274,6 +274,10 @@ static OrtStatus *compute(const attn_kernel *kn, OrtKernelContext *ctx) {
             return fail(api, ORT_CODE_INVALID_ARGUMENT,
                         "seqlens_k[%lld] = %d does not fit: %lld new tokens, %lld positions in the present KV",
                         (long long)i, seq[i], (long long)s, (long long)cap);
+        if (past > pcap)   /* the past is read from past_key: it must hold that many positions */
+            return fail(api, ORT_CODE_INVALID_ARGUMENT,
+                        "seqlens_k[%lld] = %d means %lld past positions, past_key holds %lld", (long long)i, seq[i],
+                        (long long)past, (long long)pcap);
         if (a.rot > 0 && tb > a.cos_rows)
             return fail(api, ORT_CODE_INVALID_ARGUMENT, "position %lld is beyond cos_cache's %lld rows",
                         (long long)(tb - 1), (long long)a.cos_rows);
