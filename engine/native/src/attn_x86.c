@@ -145,7 +145,130 @@ static T2 float exp_sum8(float *s, int64_t n, float m) {
     return r;
 }
 
-static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8, NULL};
+static inline T2 float hmax8(__m256 v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+/* The online-softmax update of one row (as softmax_row below, 8 lanes at a time). */
+static inline T2 float softmax_row8(const attn_block *b, int64_t r, float *pr) {
+    const int64_t a0 = b->a0[r], a1 = b->a1[r];
+    if (a1 <= a0) {
+        memset(pr, 0, KB_T * sizeof *pr);
+        return 1.0f;
+    }
+    const __m256 iota = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 lo = _mm256_set1_ps((float)a0), hi = _mm256_set1_ps((float)a1);
+    __m256 mx = ninf, valid[8];
+    for (int c = 0; c < 8; c++) {
+        const __m256 j = _mm256_add_ps(iota, _mm256_set1_ps((float)(8 * c)));
+        valid[c] = _mm256_and_ps(_mm256_cmp_ps(j, lo, _CMP_GE_OQ), _mm256_cmp_ps(j, hi, _CMP_LT_OQ));
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, _mm256_load_ps(pr + 8 * c), valid[c]));
+    }
+    const float bm = hmax8(mx);
+    const float nm = bm > b->mx[r] ? bm : b->mx[r];
+    const float corr = b->mx[r] == -INFINITY ? 0.0f : exp1(b->mx[r] - nm);
+    const __m256 mv = _mm256_set1_ps(nm);
+    __m256 tot = _mm256_setzero_ps();
+    for (int c = 0; c < 8; c++) {
+        const __m256 e = _mm256_and_ps(valid[c], exp8(_mm256_sub_ps(_mm256_load_ps(pr + 8 * c), mv)));
+        _mm256_store_ps(pr + 8 * c, e);
+        tot = _mm256_add_ps(tot, e);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(tot), _mm256_extractf128_ps(tot, 1));
+    h = _mm_hadd_ps(h, h);
+    b->sum[r] = b->sum[r] * corr + _mm_cvtss_f32(_mm_hadd_ps(h, h));
+    b->mx[r] = nm;
+    return corr;
+}
+
+/* The block update at AVX2 width (16 registers): two query vectors per pass; scores 32 keys at a
+ * time (8 accumulators), weighted values 32 dims at a time, both rows sharing each load. */
+static T2 void block8(const attn_block *b) {
+    const int64_t d = b->d, n = b->n;
+    float p[2][KB_T] __attribute__((aligned(32)));
+    for (int64_t r0 = 0; r0 < b->nr; r0 += 2) {
+        const int64_t rows = r0 + 1 < b->nr ? 2 : 1, r1 = r0 + rows - 1;
+        const float *q0 = b->qs + r0 * d, *q1 = b->qs + r1 * d;
+        for (int64_t h = 0; h < KB_T; h += 32) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, e0 = a0, e1 = a0, e2 = a0, e3 = a0;
+            for (int64_t i = 0; i < d; i++) {
+                const float *k = b->kt + i * KB_T + h;
+                const __m256 x0 = _mm256_set1_ps(q0[i]), x1 = _mm256_set1_ps(q1[i]);
+                const __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8);
+                const __m256 k2 = _mm256_loadu_ps(k + 16), k3 = _mm256_loadu_ps(k + 24);
+                a0 = _mm256_fmadd_ps(x0, k0, a0);
+                a1 = _mm256_fmadd_ps(x0, k1, a1);
+                a2 = _mm256_fmadd_ps(x0, k2, a2);
+                a3 = _mm256_fmadd_ps(x0, k3, a3);
+                e0 = _mm256_fmadd_ps(x1, k0, e0);
+                e1 = _mm256_fmadd_ps(x1, k1, e1);
+                e2 = _mm256_fmadd_ps(x1, k2, e2);
+                e3 = _mm256_fmadd_ps(x1, k3, e3);
+            }
+            _mm256_store_ps(p[0] + h, a0);
+            _mm256_store_ps(p[0] + h + 8, a1);
+            _mm256_store_ps(p[0] + h + 16, a2);
+            _mm256_store_ps(p[0] + h + 24, a3);
+            _mm256_store_ps(p[1] + h, e0);
+            _mm256_store_ps(p[1] + h + 8, e1);
+            _mm256_store_ps(p[1] + h + 16, e2);
+            _mm256_store_ps(p[1] + h + 24, e3);
+        }
+        const float c0s = softmax_row8(b, r0, p[0]);
+        const float c1s = rows == 2 ? softmax_row8(b, r1, p[1]) : c0s;
+        const float *p1 = p[rows - 1];
+        float *acc0 = b->acc + r0 * d, *acc1 = b->acc + r1 * d;
+        const __m256 c0 = _mm256_set1_ps(c0s), c1 = _mm256_set1_ps(c1s);
+        int64_t i0 = 0;
+        for (; i0 + 32 <= d; i0 += 32) {
+            __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + i0), c0), a1 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + i0 + 8), c0);
+            __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + i0 + 16), c0);
+            __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + i0 + 24), c0);
+            __m256 e0 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + i0), c1), e1 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + i0 + 8), c1);
+            __m256 e2 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + i0 + 16), c1);
+            __m256 e3 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + i0 + 24), c1);
+            for (int64_t j = 0; j < n; j++) {
+                const float *vj = b->vf + j * d + i0;
+                const __m256 w0 = _mm256_set1_ps(p[0][j]), w1 = _mm256_set1_ps(p1[j]);
+                const __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
+                const __m256 v2 = _mm256_loadu_ps(vj + 16), v3 = _mm256_loadu_ps(vj + 24);
+                a0 = _mm256_fmadd_ps(w0, v0, a0);
+                a1 = _mm256_fmadd_ps(w0, v1, a1);
+                a2 = _mm256_fmadd_ps(w0, v2, a2);
+                a3 = _mm256_fmadd_ps(w0, v3, a3);
+                e0 = _mm256_fmadd_ps(w1, v0, e0);
+                e1 = _mm256_fmadd_ps(w1, v1, e1);
+                e2 = _mm256_fmadd_ps(w1, v2, e2);
+                e3 = _mm256_fmadd_ps(w1, v3, e3);
+            }
+            if (rows == 2) {   /* acc1 is acc0 for a lone last row */
+                _mm256_storeu_ps(acc1 + i0, e0);
+                _mm256_storeu_ps(acc1 + i0 + 8, e1);
+                _mm256_storeu_ps(acc1 + i0 + 16, e2);
+                _mm256_storeu_ps(acc1 + i0 + 24, e3);
+            }
+            _mm256_storeu_ps(acc0 + i0, a0);
+            _mm256_storeu_ps(acc0 + i0 + 8, a1);
+            _mm256_storeu_ps(acc0 + i0 + 16, a2);
+            _mm256_storeu_ps(acc0 + i0 + 24, a3);
+        }
+        for (; i0 < d; i0 += 8) {   /* d % 32 of 8, 16 or 24 (d is a multiple of 16 here) */
+            __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + i0), c0), e0 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + i0), c1);
+            for (int64_t j = 0; j < n; j++) {
+                const __m256 v0 = _mm256_loadu_ps(b->vf + j * d + i0);
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[0][j]), v0, a0);
+                e0 = _mm256_fmadd_ps(_mm256_set1_ps(p1[j]), v0, e0);
+            }
+            if (rows == 2)
+                _mm256_storeu_ps(acc1 + i0, e0);
+            _mm256_storeu_ps(acc0 + i0, a0);
+        }
+    }
+}
+
+static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8, block8};
 const attn_ops *attn_ops_avx2(void) { return &AVX2; }
 
 /* ---------------- AVX-512 ---------------- */
