@@ -77,7 +77,12 @@ def is_current(model_dir: Path | None = None) -> bool:
         return False
     # a native folder made before ai.amber.Attention (float32 KV) is converted again once it can run
     return chosen != "native" or marker.get("kernels") != "native" or \
-        marker.get("attention", "gqa") == attention.form(library_available())
+        marker.get("attention", "gqa") == attention_form()
+
+
+def attention_form() -> str:
+    """The attention form ("amber" or "gqa") a native conversion of the default model gets here."""
+    return attention.form(library_available())
 
 
 def _download_wheel(dest: Path) -> Path:
