@@ -199,13 +199,16 @@ void q32_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64
     int64_t nb = k / 32, ab = q32_act_bytes(type, k), mp = 0;
     const uint8_t *a = act;
 #if Q32_HAVE_X86
-    if (m >= Q32_PACK_MIN_M && amber_current_isa() == ISA_AVX512VNNI) {
-        /* The packed path takes the first 16*floor(m/16) rows and whole groups of 16 columns
-         * from n0; the rest is tiled. So which arithmetic an output gets depends only on its row
+    const int isa = amber_current_isa();
+    if (m >= Q32_PACK_MIN_M && (isa == ISA_AVX512VNNI || isa == ISA_AVXVNNI || isa == ISA_AVX2)) {
+        /* The packed path takes the first 16*floor(m/16) rows and whole groups of 16 (AVX-512)
+         * or 8 (256-bit) columns from n0; the rest is tiled. So which arithmetic an output gets depends only on its row
          * and column positions modulo 16 and the call's bounds: splitting a call into row and
          * column tiles that are multiples of 16 (the op's 64 x 64) gives the same bits. */
         mp = m / Q32_PACK_MIN_M * Q32_PACK_MIN_M;
-        int64_t nd = q32_packed_avx512vnni(type, a, mp, w, nb, n0, n1, y, ldy);
+        int64_t nd = isa == ISA_AVX512VNNI ? q32_packed_avx512vnni(type, a, mp, w, nb, n0, n1, y, ldy)
+                     : isa == ISA_AVXVNNI  ? q32_packed_avxvnni(type, a, mp, w, nb, n0, n1, y, ldy)
+                                           : q32_packed_avx2(type, a, mp, w, nb, n0, n1, y, ldy);
         if (nd < n1)
             gemm_tiled(type, a, mp, w, nb, nd, n1, y, ldy);
     }
