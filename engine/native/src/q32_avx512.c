@@ -4,6 +4,8 @@
  * Layouts: q32_layout.h, as q32_x86.h; the same integer dot products and float32 accumulation as
  * there, summed in another order (bits differ from the 256-bit paths at float rounding). */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "q32_layout.h"
 #include "q32_tile.h"
@@ -149,8 +151,8 @@ INL __m256 lone256(const int type, const uint8_t *A, const uint8_t *a, int64_t n
 
 /* Weight rows n + j*nstep (j < nw <= 4) against mt <= 8 activation rows, segments [s0, s1). */
 INL void rows45r(const int type, const int mt, const int nw, const uint8_t *act, int64_t ab,
-                 const uint8_t *w, int64_t nb, int64_t n, int64_t nstep, int64_t s0, int64_t s1,
-                 float *y, int64_t ldy) {
+                 const uint8_t *sc, const uint8_t *w, int64_t nb, int64_t n, int64_t nstep, int64_t s0,
+                 int64_t s1, float *y, int64_t ldy) {
     const int bs = q32_block_bytes(type), np2 = mt / 2, odd = mt & 1, mn = q32_has_min(type);
     const int64_t np = (nb + 1) / 2, rb = nb * bs, rs = nstep * rb;
     const int64_t xsec = q32_act_x_off(nb), asec = xsec + np * 32;
@@ -177,11 +179,23 @@ INL void rows45r(const int type, const int mt, const int nw, const uint8_t *act,
             }
             if (np2 > 0) {
                 for (int i = 0; i < np2; i++) {
-                    const uint8_t *a0 = act + 2 * i * ab, *a1 = a0 + ab;
-                    const __m512i LO = join_i(a0 + qoff, a1 + qoff), HI = join_i(a0 + qoff + 32, a1 + qoff + 32);
-                    const __m512 DA = join_f(a0 + xoff, a1 + xoff);
-                    const __m512i BI = mn ? _mm512_setzero_si512() : join_i(a0 + aoff, a1 + aoff);
-                    const __m512 AX = mn ? join_f(a0 + aoff, a1 + aoff) : _mm512_setzero_ps();
+                    __m512i LO, HI, BI;
+                    __m512 DA, AX;
+                    if (sc) {   /* the same vectors, joined once per call (rp_join) */
+                        const uint8_t *v = sc + (i * (nb / 2) + p) * 256;
+                        LO = _mm512_load_si512((const void *)v);
+                        HI = _mm512_load_si512((const void *)(v + 64));
+                        DA = _mm512_load_ps((const void *)(v + 128));
+                        BI = mn ? _mm512_setzero_si512() : _mm512_load_si512((const void *)(v + 192));
+                        AX = mn ? _mm512_load_ps((const void *)(v + 192)) : _mm512_setzero_ps();
+                    } else {
+                        const uint8_t *a0 = act + 2 * i * ab, *a1 = a0 + ab;
+                        LO = join_i(a0 + qoff, a1 + qoff);
+                        HI = join_i(a0 + qoff + 32, a1 + qoff + 32);
+                        DA = join_f(a0 + xoff, a1 + xoff);
+                        BI = mn ? _mm512_setzero_si512() : join_i(a0 + aoff, a1 + aoff);
+                        AX = mn ? join_f(a0 + aoff, a1 + aoff) : _mm512_setzero_ps();
+                    }
                     for (int j = 0; j < nw; j++) {
                         __m512i D = _mm512_dpbusd_epi32(BI, Lz[j], LO);
                         D = _mm512_dpbusd_epi32(D, Hz[j], HI);
@@ -228,6 +242,34 @@ INL void rows45r(const int type, const int mt, const int nw, const uint8_t *act,
         for (int r = 0; r < mt; r++) y[r * ldy + n + j * nstep] = tot[j][r];
 }
 
+/* The row pairs' vectors of every whole pair of blocks, joined once for all the weight rows of a
+ * call: row pair i, pair p at (i * (nb/2) + p) * 256 bytes: LO, HI, d, bias or min term. NULL when
+ * there is nothing to join or no memory (the kernel then joins as it goes: the same values). */
+static uint8_t *rp_join(const int mt, const uint8_t *act, int64_t ab, int64_t nb, void **block) {
+    const int64_t npw = nb / 2, np = (nb + 1) / 2;
+    *block = NULL;
+    if (mt < 2 || npw == 0)
+        return NULL;
+    const int64_t xsec = q32_act_x_off(nb), asec = xsec + np * 32;
+    /* malloc + 63, aligned by hand (aligned_alloc is missing on some C runtimes) */
+    *block = malloc((size_t)(mt / 2) * (size_t)npw * 256 + 63);
+    if (*block == NULL)
+        return NULL;
+    uint8_t *sc = (uint8_t *)(((uintptr_t)*block + 63) & ~(uintptr_t)63);
+    for (int i = 0; i < mt / 2; i++) {
+        const uint8_t *a0 = act + 2 * i * ab, *a1 = a0 + ab;
+        for (int64_t p = 0; p < npw; p++) {
+            uint8_t *v = sc + (i * npw + p) * 256;
+            const int64_t src[4] = {p * 64, p * 64 + 32, xsec + p * 32, asec + p * 32};
+            for (int t = 0; t < 4; t++) {
+                memcpy(v + 64 * t, a0 + src[t], 32);
+                memcpy(v + 64 * t + 32, a1 + src[t], 32);
+            }
+        }
+    }
+    return sc;
+}
+
 /* Four weight rows a quarter of the range apart a step (mt <= 4; at mt 5..8 two rows half the
  * range apart): rows far apart are sequential streams the hardware prefetcher follows. */
 INL void kq45r_512(const int type, const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
@@ -235,20 +277,24 @@ INL void kq45r_512(const int type, const int mt, const uint8_t *act, int64_t ab,
     int64_t n = n0;
     const int64_t rbytes = nb * q32_block_bytes(type);
     const int64_t q = (n1 - n0) / 4;
+    /* worth joining when several weight rows reuse it (prefill tiles of a few rows do not) */
+    void *block = NULL;
+    const uint8_t *sc = n1 - n0 >= 8 ? rp_join(mt, act, ab, nb, &block) : NULL;
     if (mt <= 4 && q > 0 && q * rbytes >= 1024) {
         for (; n < n0 + q; n++)
-            rows45r(type, mt, 4, act, ab, w, nb, n, q, s0, s1, y, ldy);
+            rows45r(type, mt, 4, act, ab, sc, w, nb, n, q, s0, s1, y, ldy);
         n = n0 + 4 * q;
     }
     const int64_t h = (n1 - n) / 2;
     if (h * rbytes >= 4096) {
         const int64_t e = n + h;
         for (; n < e; n++)
-            rows45r(type, mt, 2, act, ab, w, nb, n, h, s0, s1, y, ldy);
+            rows45r(type, mt, 2, act, ab, sc, w, nb, n, h, s0, s1, y, ldy);
         n += h;
     }
     for (; n < n1; n++)
-        rows45r(type, mt, 1, act, ab, w, nb, n, 0, s0, s1, y, ldy);
+        rows45r(type, mt, 1, act, ab, sc, w, nb, n, 0, s0, s1, y, ldy);
+    free(block);
 }
 
 /* One pair of Q8_0 blocks (b, b+1) of nw weight rows (`rs` bytes apart) against mt activation
