@@ -424,7 +424,8 @@ def section(res: dict[str, Any]) -> Section:
         "",
         "The native form (the default on CPU machines since issue 18's kernels): ONE `ai.amber.GgufMatMul` "
         "over the GGUF's own blocks (engine/native; random blocks, 1 intra-op thread, median of single "
-        "calls in interleaved blocks; the weights are reused, so the small ones stay in the L3 where a decode step streams them). Below 16 rows the AVX-512 kernels "
+        "calls in interleaved blocks; the weights are reused, so the small ones stay in the L3 where a "
+        "decode step streams them). Below 16 rows the AVX-512 kernels "
         "decode each weight block once for all the rows: Q4_0/Q4_1/Q5_0/Q5_1 in the row-pair form (one "
         "8-lane int32 dot a row a pair of blocks, two rows a 512-bit register), Q8_0 with each row's "
         "16-lane terms built once for two weight rows; a row's bits are the same alone or batched.",
