@@ -74,11 +74,6 @@ INL void kq8_512(const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
     }
 }
 
-/* Q8_0 for 2..Q32_MT activation rows: weight rows n and n + nstep (nw <= 2) against every
- * activation row, each row's pre-expanded terms (16 lanes of bias and of d) built once for both
- * weight rows (kq8_512 builds them per weight row). The same float operations per output as
- * kq8_512, in the same order (pairs at 4i into acc0, at 4i+2 into acc1, a last pair into acc0,
- * the lone block, then acc0 + acc1): a row's bits are those of the row alone. */
 /* ---- Q4_0 Q4_1 Q5_0 Q5_1 at 1..8 rows: the row-pair form. Per pair of blocks (A, B) and
  * activation row, ONE 8-lane int32 vector sums the low- and high-nibble dot products (two
  * vpdpbusd into the same lanes: lanes 0-3 block A, 4-7 block B), so the float work (convert,
@@ -297,134 +292,6 @@ INL void kq45r_512(const int type, const int mt, const uint8_t *act, int64_t ab,
     free(block);
 }
 
-/* One pair of Q8_0 blocks (b, b+1) of nw weight rows (`rs` bytes apart) against mt activation
- * rows into acc[j * Q32_MT + r]. */
-INL void pair8m(const int mt, const int nw, const uint8_t *A0, int64_t rs, const uint8_t *act, int64_t ab,
-                const uint8_t *sc, int64_t nb, int64_t b, int64_t xo, int64_t dof, __m512 *acc) {
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    __m512i wz[2];
-    __m512 dw16[2];
-    for (int j = 0; j < nw; j++) {
-        const uint8_t *A = A0 + j * rs, *B = A + 34;
-        _mm_prefetch((const char *)(A + 1536), _MM_HINT_T0);
-        wz[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(A + 2))),
-                                   _mm256_loadu_si256((const __m256i *)(B + 2)), 1);
-        wz[j] = _mm512_xor_si512(wz[j], _mm512_set1_epi8((char)0x80));
-        __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(q32_ld16(A) | ((uint32_t)q32_ld16(B) << 16))));
-        dw16[j] = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(dw));
-    }
-    for (int r = 0; r < mt; r++) {
-        const uint8_t *a = act + r * ab;
-        __m512i bias;
-        __m512 da;
-        if (sc) {   /* the same lanes, expanded once per call (q8_expand) */
-            const uint8_t *v = sc + (r * (nb / 2) + b / 2) * 128;
-            bias = _mm512_load_si512((const void *)v);
-            da = _mm512_load_ps((const void *)(v + 64));
-        } else {
-            bias = _mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(a + xo + b * 4))));
-            da = _mm512_permutexvar_ps(
-                idx, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(a + dof + b * 4)))));
-        }
-        const __m512i q = _mm512_loadu_si512((const void *)(a + b * 32));
-        for (int j = 0; j < nw; j++) {
-            const __m512i D = _mm512_dpbusd_epi32(bias, wz[j], q);
-            acc[j * Q32_MT + r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), _mm512_mul_ps(dw16[j], da), acc[j * Q32_MT + r]);
-        }
-    }
-}
-
-/* Q8_0 for 2..Q32_MT activation rows: weight rows n and n + nstep (nw <= 2) against every
- * activation row, each row's 16-lane bias and scale built once for both weight rows (kq8_512
- * builds them per weight row). The same float operations per output as kq8_512, in the same
- * order (pairs at 4i into acc0, at 4i+2 into acc1, a last pair into acc0, the lone block, then
- * acc0 + acc1): a row's bits are those of the row alone. */
-INL void rows8_512(const int mt, const int nw, const uint8_t *act, int64_t ab, const uint8_t *sc,
-                   const uint8_t *w, int64_t nb, int64_t n, int64_t nstep, int64_t s0, int64_t s1, float *y,
-                   int64_t ldy) {
-    const int64_t rb = nb * 34, rs = nstep * rb;
-    const uint8_t *wr = w + n * rb;
-    const int64_t xo = q32_act_x_off(nb), dof = q32_act_d_off(nb);
-    float tot[2 * Q32_MT];
-    for (int j = 0; j < nw; j++)
-        for (int r = 0; r < mt; r++) tot[j * Q32_MT + r] = s0 > 0 ? y[r * ldy + n + j * nstep] : 0.f;
-    for (int64_t sg = s0; sg < s1; sg++) {
-        const int64_t b1 = Q32_SEG_END(sg, nb);
-        __m512 acc0[2 * Q32_MT], acc1[2 * Q32_MT];
-        for (int j = 0; j < nw; j++)
-            for (int r = 0; r < mt; r++) acc0[j * Q32_MT + r] = acc1[j * Q32_MT + r] = _mm512_setzero_ps();
-        int64_t b = sg * Q32_SEG;
-        for (; b + 3 < b1; b += 4) {
-            pair8m(mt, nw, wr + b * 34, rs, act, ab, sc, nb, b, xo, dof, acc0);
-            pair8m(mt, nw, wr + (b + 2) * 34, rs, act, ab, sc, nb, b + 2, xo, dof, acc1);
-        }
-        for (; b + 1 < b1; b += 2)
-            pair8m(mt, nw, wr + b * 34, rs, act, ab, sc, nb, b, xo, dof, acc0);
-        if (b < b1) {   /* a lone last block, as kq8_512 */
-            for (int j = 0; j < nw; j++) {
-                const uint8_t *A = wr + j * rs + b * 34;
-                __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(A + 2)), _mm256_set1_epi8((char)0x80));
-                float dw = _cvtsh_ss(q32_ld16(A));
-                for (int r = 0; r < mt; r++) {
-                    const uint8_t *a = act + r * ab;
-                    __m256i D = _mm256_set1_epi32((int)q32_ld32(a + xo + b * 4));
-                    D = _mm256_dpbusd_epi32(D, wu, _mm256_loadu_si256((const __m256i *)(a + b * 32)));
-                    __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(D), _mm256_set1_ps(dw * q32_ldf(a + dof + b * 4)));
-                    acc0[j * Q32_MT + r] = _mm512_add_ps(acc0[j * Q32_MT + r], _mm512_zextps256_ps512(t));
-                }
-            }
-        }
-        for (int j = 0; j < nw; j++)
-            for (int r = 0; r < mt; r++)
-                tot[j * Q32_MT + r] += _mm512_reduce_add_ps(_mm512_add_ps(acc0[j * Q32_MT + r], acc1[j * Q32_MT + r]));
-    }
-    for (int j = 0; j < nw; j++)
-        for (int r = 0; r < mt; r++) y[r * ldy + n + j * nstep] = tot[j * Q32_MT + r];
-}
-
-/* Each row's 16-lane bias and d of every whole pair of blocks, once per call: row r, pair p at
- * (r * (nb/2) + p) * 128 bytes. NULL when there are no pairs or no memory (pair8m then expands
- * them as it goes: the same values). */
-static uint8_t *q8_expand(const int mt, const uint8_t *act, int64_t ab, int64_t nb, void **block) {
-    const int64_t npw = nb / 2;
-    *block = NULL;
-    if (npw == 0)
-        return NULL;
-    *block = malloc((size_t)mt * (size_t)npw * 128 + 63);
-    if (*block == NULL)
-        return NULL;
-    uint8_t *sc = (uint8_t *)(((uintptr_t)*block + 63) & ~(uintptr_t)63);
-    const int64_t xo = q32_act_x_off(nb), dof = q32_act_d_off(nb);
-    for (int r = 0; r < mt; r++) {
-        const uint8_t *a = act + r * ab;
-        for (int64_t p = 0; p < npw; p++) {
-            uint8_t *v = sc + (r * npw + p) * 128;
-            for (int l = 0; l < 16; l++) {
-                memcpy(v + 4 * l, a + xo + (2 * p + l / 8) * 4, 4);
-                memcpy(v + 64 + 4 * l, a + dof + (2 * p + l / 8) * 4, 4);
-            }
-        }
-    }
-    return sc;
-}
-
-/* Q8_0 at 2..8 rows: two weight rows far apart a step at mt <= 4 (16 accumulators), else one. */
-INL void kq8m_512(const int mt, const uint8_t *act, int64_t ab, const uint8_t *w, int64_t nb,
-                  int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
-    int64_t n = n0;
-    const int64_t h = (n1 - n0) / 2;
-    void *block = NULL;
-    const uint8_t *sc = n1 - n0 >= 8 ? q8_expand(mt, act, ab, nb, &block) : NULL;
-    if (mt <= 4 && h > 0) {
-        for (; n < n0 + h; n++)
-            rows8_512(mt, 2, act, ab, sc, w, nb, n, h, s0, s1, y, ldy);
-        n = n0 + 2 * h;
-    }
-    for (; n < n1; n++)
-        rows8_512(mt, 1, act, ab, sc, w, nb, n, 0, s0, s1, y, ldy);
-    free(block);
-}
-
 #define MT_CASES(CALL)                                                                       \
     switch (mt) {                                                                            \
     case 1: CALL(1); break;                                                                  \
@@ -445,8 +312,7 @@ __attribute__((target(TGT512))) void q32_tile_avx512vnni(int type, const uint8_t
 #define K41(M) kq45r_512(T_Q4_1, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
 #define K50(M) kq45r_512(T_Q5_0, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
 #define K51(M) kq45r_512(T_Q5_1, M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
-#define K80(M) ((M) == 1 ? kq8_512(1, act, ab, w, nb, n0, n1, s0, s1, y, ldy) \
-                        : kq8m_512(M, act, ab, w, nb, n0, n1, s0, s1, y, ldy))
+#define K80(M) kq8_512(M, act, ab, w, nb, n0, n1, s0, s1, y, ldy)
     switch (type) {
     case T_Q4_0: MT_CASES(K40) break;
     case T_Q4_1: MT_CASES(K41) break;
