@@ -412,7 +412,8 @@ def section(res: dict[str, Any]) -> Section:
               [[m["label"], f"{m['raw']['ms_1']:.2f}", f"{m['raw']['ms_4']:.2f}", f"{m['raw']['ratio']:.2f}×"]
                for m in res["models"]]),
         "",
-        "Where the ceiling comes from: ONE `MatMulNBits` (block 32, accuracy level 4, as Amber's graphs "
+        "Where the ceiling came from in the ONNX Runtime form (`convert --kernels ort`, the default before "
+        "the native kernels): ONE `MatMulNBits` (block 32, accuracy level 4, as that form's graphs "
         "use; random weights) for 1 and 4 rows. A kernel bound by reading its weights would cost about "
         "the same for 4 rows; ONNX Runtime's costs nearly 4× for the layer matrices (it is bound by "
         "its arithmetic at these sizes), so a batched step saves mainly the per-step costs around the "
