@@ -427,9 +427,8 @@ def section(res: dict[str, Any]) -> Section:
         "over the GGUF's own blocks (engine/native; random blocks, 1 intra-op thread, median of single "
         "calls in interleaved blocks; the weights are reused, so the small ones stay in the L3 where a "
         "decode step streams them). Below 16 rows the AVX-512 kernels "
-        "decode each weight block once for all the rows (Q4_0/Q4_1/Q5_0/Q5_1 in the row-pair form: one "
-        "8-lane int32 dot a row a pair of blocks, two rows a 512-bit register); a row's bits are the "
-        "same alone or batched.",
+        "decode each weight block once for up to 8 rows and pay the int8 dot, conversion and scaling per "
+        "row (bound by those vector operations, not by memory); a row's bits are the same alone or batched.",
         "",
         table(["Matrix", "K × N, type", "1 row: µs", "2 rows: µs", "4 rows: µs", "4 rows ÷ 1 row"],
               [[m["label"], f"{m['k']} × {m['n']}, {m['type']}", f"{m['us_1']:.0f}", f"{m['us_2']:.0f}",
