@@ -166,7 +166,8 @@ def run_worker_model(folder: str, prompt_len: int, decode: int) -> dict[str, Any
     load = time.perf_counter() - start
     load_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024     # this fresh process's peak so far
     n_layers, kv, hd = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
-    past = {f"past_key_values.{i}.{k}": np.zeros((1, kv, 0, hd), np.float32)
+    kv_dtype = np.float16 if sess.get_inputs()[-1].type == "tensor(float16)" else np.float32  # ai.amber.Attention
+    past = {f"past_key_values.{i}.{k}": np.zeros((1, kv, 0, hd), kv_dtype)
             for i in range(n_layers) for k in ("key", "value")}
     names = ["logits"] + [n.replace("past_key_values", "present") for n in past]
     ids = np.random.default_rng(0).integers(300, cfg["vocab_size"] - 10, prompt_len)
@@ -395,7 +396,8 @@ def _teacher_forced_logits(folder: Path, ids: list[int]) -> Any:
     so.log_severity_level = 3
     sess = ort.InferenceSession(str(folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
     kv, hd = cfg["num_key_value_heads"], cfg["head_dim"]
-    past = {f"past_key_values.{i}.{k}": np.zeros((1, kv, 0, hd), np.float32)
+    kv_dtype = np.float16 if sess.get_inputs()[-1].type == "tensor(float16)" else np.float32  # ai.amber.Attention
+    past = {f"past_key_values.{i}.{k}": np.zeros((1, kv, 0, hd), kv_dtype)
             for i in range(cfg["num_hidden_layers"]) for k in ("key", "value")}
     names = ["logits"] + [n.replace("past_key_values", "present") for n in past]
     rows = []

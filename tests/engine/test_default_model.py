@@ -19,7 +19,8 @@ def _fake_ready(folder: Path) -> Path:
     kernels = default_model.choose_kernels()      # the form a conversion gets here: current
     (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": default_model.GGUF_SHA256,
                                                            "accuracy_level": default_model.FAST,
-                                                           "kernels": kernels, "kernels_chosen": kernels}))
+                                                           "kernels": kernels, "kernels_chosen": kernels,
+                                                           "attention": default_model.attention_form()}))
     return folder
 
 

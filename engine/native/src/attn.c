@@ -1,0 +1,268 @@
+/* ai.amber.Attention's core: the KV write, the flash-style attention, and the scalar primitives.
+ * The SIMD primitives are in attn_x86.c; attn_ops_now() picks them by dispatch.c's ISA. */
+#include "attn.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "family.h"
+
+/* Keys per block of the online softmax: scores and converted keys/values stay in L1. */
+#define KB 64
+#if KB != KB_T
+#error "the block kernel takes KB_T keys"
+#endif
+/* Query vectors (rows x heads of one KV group) per attention task, at most. */
+#define MAX_ROWS 64
+
+/* ---- scalar float16 <-> float32 (IEEE binary16, round to nearest even) ---- */
+
+static float h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else {   /* subnormal: normalize */
+        int e = -1;
+        do {
+            e++;
+            man <<= 1;
+        } while ((man & 0x400) == 0);
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint16_t f2h(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u)   /* inf or nan */
+        return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u)   /* rounds to >= 65520: inf */
+        return (uint16_t)(sign | 0x7c00);
+    if (ax < 0x38800000u) {  /* below the smallest normal: subnormal or zero */
+        if (ax < 0x33000000u)
+            return (uint16_t)sign;
+        uint32_t e = ax >> 23, man = (ax & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e;   /* 14..24 */
+        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t base = ((ax >> 13) - (112 << 10)) & 0xffff, rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (base & 1)))
+        base++;
+    return (uint16_t)(sign | base);
+}
+
+static void to_float_c(const uint16_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = h2f(src[i]);
+}
+
+static void to_half_c(const float *src, uint16_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = f2h(src[i]);
+}
+
+static void dots_c(const float *q, const float *k, int64_t n, int64_t d, float *out) {
+    for (int64_t j = 0; j < n; j++) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < d; i++)
+            s += q[i] * k[j * d + i];
+        out[j] = s;
+    }
+}
+
+static void accum_c(float *acc, float c, const float *p, const float *v, int64_t n, int64_t d) {
+    for (int64_t i = 0; i < d; i++)
+        acc[i] *= c;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < d; i++)
+            acc[i] += p[j] * v[j * d + i];
+}
+
+static float exp_sum_c(float *s, int64_t n, float m) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        s[j] = expf(s[j] - m);
+        sum += s[j];
+    }
+    return sum;
+}
+
+static const attn_ops SCALAR = {to_float_c, to_half_c, dots_c, accum_c, exp_sum_c, NULL};
+
+const attn_ops *attn_ops_now(void) {
+    enum amber_isa isa = amber_current_isa();
+    const attn_ops *ops = NULL;
+    if (isa == ISA_AVX512VNNI)
+        ops = attn_ops_avx512();
+    else if (isa != ISA_SCALAR)
+        ops = attn_ops_avx2();
+    return ops != NULL ? ops : &SCALAR;
+}
+
+/* ---- phase 1: the new keys (rotated) and values into the present buffers ---- */
+
+int64_t attn_kv_tasks(const attn_args *a) { return a->b * a->hkv; }
+
+static int64_t past_of(const attn_args *a, int64_t b) { return (int64_t)a->seqlens[b] + 1 - a->s; }
+
+/* x[0:rot] rotated by position pos (non-interleaved halves), into y; the rest copied. */
+static void rotate(const attn_args *a, const float *x, float *y, int64_t pos) {
+    int64_t half = a->rot / 2;
+    const float *c = a->cos + pos * half, *sn = a->sin + pos * half;
+    for (int64_t i = 0; i < half; i++) {
+        float x1 = x[i], x2 = x[i + half];
+        y[i] = x1 * c[i] - x2 * sn[i];
+        y[i + half] = x2 * c[i] + x1 * sn[i];
+    }
+    if (a->d > a->rot)
+        memcpy(y + a->rot, x + a->rot, (size_t)(a->d - a->rot) * sizeof *y);
+}
+
+void attn_kv_task(const attn_args *a, int64_t t) {
+    const attn_ops *ops = attn_ops_now();
+    int64_t b = t / a->hkv, h = t % a->hkv, d = a->d, past = past_of(a, b);
+    uint16_t *ko = a->k_out + (b * a->hkv + h) * a->cap * d;
+    uint16_t *vo = a->v_out + (b * a->hkv + h) * a->cap * d;
+    if (a->past_k != NULL) {   /* separate buffers: the valid past first, then zeros after the new */
+        const uint16_t *pk = a->past_k + (b * a->hkv + h) * a->past_cap * d;
+        const uint16_t *pv = a->past_v + (b * a->hkv + h) * a->past_cap * d;
+        memcpy(ko, pk, (size_t)(past * d) * 2);
+        memcpy(vo, pv, (size_t)(past * d) * 2);
+        int64_t total = past + a->s;
+        memset(ko + total * d, 0, (size_t)((a->cap - total) * d) * 2);
+        memset(vo + total * d, 0, (size_t)((a->cap - total) * d) * 2);
+    }
+    float tmp[1024];   /* d <= 1024 (attn_op.c checks) */
+    for (int64_t s = 0; s < a->s; s++) {
+        const float *k = a->k + (b * a->s + s) * a->kv_stride + h * d;
+        const float *v = a->v + (b * a->s + s) * a->kv_stride + h * d;
+        if (a->rot > 0) {
+            rotate(a, k, tmp, past + s);
+            ops->to_half(tmp, ko + (past + s) * d, d);
+        } else {
+            ops->to_half(k, ko + (past + s) * d, d);
+        }
+        ops->to_half(v, vo + (past + s) * d, d);
+    }
+}
+
+/* ---- phase 2: attention, one task per (sequence, KV head, block of new positions) ---- */
+
+int64_t attn_q_block(const attn_args *a) {
+    int64_t g = a->hq / a->hkv, rows = MAX_ROWS / g;
+    return rows < 1 ? 1 : rows;
+}
+
+int64_t attn_tasks(const attn_args *a) {
+    int64_t qb = attn_q_block(a);
+    return a->b * a->hkv * ((a->s + qb - 1) / qb);
+}
+
+int attn_task(const attn_args *a, int64_t t) {
+    const attn_ops *ops = attn_ops_now();
+    int64_t qb = attn_q_block(a), nqb = (a->s + qb - 1) / qb, d = a->d, g = a->hq / a->hkv;
+    int64_t b = t / (a->hkv * nqb), h = (t / nqb) % a->hkv, s0 = (t % nqb) * qb;
+    int64_t s1 = s0 + qb < a->s ? s0 + qb : a->s, rows = s1 - s0, nr = rows * g;
+    int64_t past = past_of(a, b);
+    /* scratch: queries and accumulators [nr][d], max and sum [nr], keys and values [KB][d], scores */
+    size_t floats = (size_t)(2 * nr * d + 2 * nr + 2 * KB * d + KB + (nr >= 8 ? d * KB_T : 0));
+    float *buf = malloc(floats * sizeof(float));
+    int64_t *ra = nr >= 8 ? malloc((size_t)(2 * nr) * sizeof *ra) : NULL;
+    if (buf == NULL || (nr >= 8 && ra == NULL)) {
+        free(buf);
+        free(ra);
+        return -1;
+    }
+    float *qs = buf, *acc = qs + nr * d, *mx = acc + nr * d, *sum = mx + nr, *kf = sum + nr, *vf = kf + KB * d;
+    float *sc = vf + KB * d, *kt = nr >= 8 ? sc + KB : NULL;
+    int64_t *ra0 = ra, *ra1 = ra != NULL ? ra + nr : NULL;
+    /* row r = (s - s0) * g + head-in-group: its query rotated and scaled */
+    for (int64_t s = s0; s < s1; s++)
+        for (int64_t j = 0; j < g; j++) {
+            int64_t r = (s - s0) * g + j;
+            const float *q = a->q + (b * a->s + s) * a->q_stride + (h * g + j) * d;
+            float *qr = qs + r * d;
+            if (a->rot > 0)
+                rotate(a, q, qr, past + s);
+            else
+                memcpy(qr, q, (size_t)d * sizeof *qr);
+            for (int64_t i = 0; i < d; i++)
+                qr[i] *= a->scale;
+            mx[r] = -INFINITY;
+            sum[r] = 0.0f;
+        }
+    memset(acc, 0, (size_t)(nr * d) * sizeof *acc);
+    int64_t hi_all = past + s1;   /* keys [lo_all, hi_all) cover every row of the block */
+    int64_t lo_all = a->window >= 0 && past + s0 - a->window + 1 > 0 ? past + s0 - a->window + 1 : 0;
+    const uint16_t *kh = a->k_out + (b * a->hkv + h) * a->cap * d;
+    const uint16_t *vh = a->v_out + (b * a->hkv + h) * a->cap * d;
+    /* many query vectors: the transposed-keys block kernel (no horizontal sums), where there is one */
+    int blocked = ops->block != NULL && nr >= 8 && d % 16 == 0 && a->softcap == 0.0f && kt != NULL;
+    for (int64_t j0 = lo_all; j0 < hi_all; j0 += KB) {
+        int64_t n = hi_all - j0 < KB ? hi_all - j0 : KB;
+        ops->to_float(kh + j0 * d, kf, n * d);
+        ops->to_float(vh + j0 * d, vf, n * d);
+        if (blocked) {
+            for (int64_t i = 0; i < d; i++) {
+                float *row = kt + i * KB_T;
+                for (int64_t j = 0; j < n; j++)
+                    row[j] = kf[j * d + i];
+                for (int64_t j = n; j < KB_T; j++)
+                    row[j] = 0.0f;
+            }
+            for (int64_t r = 0; r < nr; r++) {
+                int64_t p = past + s0 + r / g;
+                int64_t lo = a->window >= 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+                ra0[r] = lo > j0 ? lo - j0 : 0;
+                ra1[r] = p + 1 - j0 < n ? p + 1 - j0 : n;
+            }
+            attn_block blk = {qs, acc, mx, sum, nr, d, n, kt, vf, ra0, ra1};
+            ops->block(&blk);
+            continue;
+        }
+        for (int64_t r = 0; r < nr; r++) {
+            int64_t p = past + s0 + r / g;   /* this row's position: keys [lo, p] */
+            int64_t lo = a->window >= 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+            int64_t a0 = lo > j0 ? lo - j0 : 0, a1 = p + 1 - j0 < n ? p + 1 - j0 : n;
+            if (a1 <= a0)
+                continue;
+            int64_t m = a1 - a0;
+            ops->dots(qs + r * d, kf + a0 * d, m, d, sc);
+            if (a->softcap > 0.0f)
+                for (int64_t j = 0; j < m; j++)
+                    sc[j] = a->softcap * tanhf(sc[j] / a->softcap);
+            float bm = sc[0];
+            for (int64_t j = 1; j < m; j++)
+                bm = sc[j] > bm ? sc[j] : bm;
+            float nm = bm > mx[r] ? bm : mx[r];
+            float c = mx[r] == -INFINITY ? 0.0f : expf(mx[r] - nm);
+            float ps = ops->exp_sum(sc, m, nm);
+            sum[r] = sum[r] * c + ps;
+            mx[r] = nm;
+            ops->accum(acc + r * d, c, sc, vf + a0 * d, m, d);
+        }
+    }
+    for (int64_t s = s0; s < s1; s++)
+        for (int64_t j = 0; j < g; j++) {
+            int64_t r = (s - s0) * g + j;
+            float *o = a->out + (b * a->s + s) * a->hq * d + (h * g + j) * d;
+            float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+            for (int64_t i = 0; i < d; i++)
+                o[i] = acc[r * d + i] * inv;
+        }
+    free(buf);
+    free(ra);
+    return 0;
+}
