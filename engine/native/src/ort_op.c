@@ -5,9 +5,14 @@
  * scratch buffer, then [0, rows) x [0, N) is cut into tiles that ORT's intra-op thread pool runs.
  * Tile sizes depend only on the shapes, never on the thread count, and every output element is
  * written by exactly one tile: results are the same bits with 1 thread or many.
+ * Optional attribute epilogue (int, default 0 = none): 1 = SwiGLU. Then W holds the gate's F rows
+ * then the up's F rows (N = 2F, even) and Y is [..., F] = silu(X @ Wg.T) * (X @ Wu.T), silu(g) =
+ * g / (1 + expf(-g)): each tile computes its gate and up columns into a per-tile scratch with the
+ * same kernel calls, so the epilogue never changes the dot products, only skips 3 graph passes.
  * Everything a model file says is checked before it is used; a bad node gets an ORT error status
  * with a one-line message, never a read outside W.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +33,12 @@ typedef struct {
     int64_t k, n;        /* inputs and outputs of the matmul */
     int64_t row_bytes;   /* bytes of one W row */
     int64_t act_bytes;   /* bytes of one quantized X row */
+    int epilogue;        /* EPILOGUE_NONE or EPILOGUE_SWIGLU */
+    int64_t n_out;       /* Y's last dimension: n, or n / 2 with SwiGLU */
 } kernel_t;
+
+#define EPILOGUE_NONE 0
+#define EPILOGUE_SWIGLU 1
 
 static OrtStatus *fail(const void *api, int code, const char *fmt, ...) {
     char msg[320];
@@ -85,6 +95,17 @@ static OrtStatus *ORT_CALL create_kernel(const OrtCustomOpV17 *op, const void *a
     if (n > INT64_MAX / rb)
         return fail(api, ORT_CODE_INVALID_GRAPH, "N = %lld rows of %lld bytes overflow", (long long)n,
                     (long long)rb);
+    int64_t epilogue = EPILOGUE_NONE;   /* optional: absent means none (graphs made before it) */
+    if ((st = ORT_FN(api, KernelInfoGetAttribute_int64)(info, "epilogue", &epilogue)) != NULL) {
+        ORT_FN(api, ReleaseStatus)(st);
+        epilogue = EPILOGUE_NONE;
+    }
+    if (epilogue != EPILOGUE_NONE && epilogue != EPILOGUE_SWIGLU)
+        return fail(api, ORT_CODE_INVALID_GRAPH, "epilogue %lld is not supported (0 none, 1 swiglu)",
+                    (long long)epilogue);
+    if (epilogue == EPILOGUE_SWIGLU && n % 2 != 0)
+        return fail(api, ORT_CODE_INVALID_GRAPH, "epilogue swiglu needs an even N (gate rows then up rows), N = %lld",
+                    (long long)n);
     /* W is normally an initializer: check it now, so a bad file fails when the session is made */
     int is_constant = 0;
     const OrtValue *wv = NULL;
@@ -102,6 +123,8 @@ static OrtStatus *ORT_CALL create_kernel(const OrtCustomOpV17 *op, const void *a
     kern->n = n;
     kern->row_bytes = rb;
     kern->act_bytes = amber_act_bytes((int)type, k);
+    kern->epilogue = (int)epilogue;
+    kern->n_out = epilogue == EPILOGUE_SWIGLU ? n / 2 : n;
     if (kern->act_bytes <= 0) {
         free(kern);
         return fail(api, ORT_CODE_FAIL, "no activation layout for ggml_type %lld", (long long)type);
@@ -146,6 +169,43 @@ static void gemm_tile(void *user, size_t t) {
     if (amber_gemm_rows(kn->type, w->act + i0 * kn->act_bytes, i1 - i0, w->w, kn->k, n0, n1, w->y + i0 * kn->n,
                         kn->n) != 0)
         w->failed = 1;
+}
+
+/* SwiGLU tile: output columns [n0, n1) of F = n_out; gate rows [n0, n1) and up rows [F + n0, F + n1)
+ * go into a scratch tile, then y = silu(gate) * up. Same kernel calls, so the same dot products as
+ * the op without the epilogue; the tiling depends only on the shapes (thread-count independent). */
+static void swiglu_tile(void *user, size_t t) {
+    work_t *w = user;
+    const kernel_t *kn = w->kern;
+    int64_t f = kn->n_out;
+    int64_t mi = (int64_t)t / w->n_tiles, ni = (int64_t)t % w->n_tiles;
+    int64_t i0 = mi * w->m_blk, i1 = i0 + w->m_blk < w->m ? i0 + w->m_blk : w->m;
+    int64_t n0 = ni * w->n_blk, n1 = n0 + w->n_blk < f ? n0 + w->n_blk : f;
+    int64_t rows = i1 - i0, cols = n1 - n0;
+    float *g = malloc((size_t)(rows * cols * 2) * sizeof *g);   /* at most 64 x 64 x 2 floats */
+    if (g == NULL) {
+        w->failed = 1;
+        return;
+    }
+    float *u = g + rows * cols;
+    /* the kernels write y[i * ldy + n] for absolute n: point the scratch base n0 (F + n0) columns
+     * back, so column n0 lands at offset 0 (only columns in range are ever written) */
+    const uint8_t *act = w->act + i0 * kn->act_bytes;
+    if (amber_gemm_rows(kn->type, act, rows, w->w, kn->k, n0, n1, (float *)((uintptr_t)g - (uintptr_t)n0 * sizeof *g),
+                        cols) != 0 ||
+        amber_gemm_rows(kn->type, act, rows, w->w, kn->k, f + n0, f + n1,
+                        (float *)((uintptr_t)u - (uintptr_t)(f + n0) * sizeof *u), cols) != 0) {
+        w->failed = 1;
+        free(g);
+        return;
+    }
+    for (int64_t i = 0; i < rows; i++) {
+        const float *gi = g + i * cols, *ui = u + i * cols;
+        float *yi = w->y + (i0 + i) * f + n0;
+        for (int64_t j = 0; j < cols; j++)
+            yi[j] = gi[j] / (1.0f + expf(-gi[j])) * ui[j];
+    }
+    free(g);
 }
 
 /* Rows of W per tile: for few X rows (decode) 16..64 rows so both threads stay busy on small
@@ -243,7 +303,7 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
         return bad;
     }
     int64_t m = (int64_t)(xs.count / (size_t)kn->k);   /* rows of X: the element count is ORT's, exact */
-    xs.dims[xs.rank - 1] = kn->n;                      /* Y's shape: X's with N last */
+    xs.dims[xs.rank - 1] = kn->n_out;                  /* Y's shape: X's with N (F with SwiGLU) last */
     OrtValue *yv = NULL;
     float *y = NULL;
     void *xdata = NULL, *wdata = NULL;
@@ -265,8 +325,8 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     w.y = y;
     w.m = m;
     w.m_blk = 64;
-    w.n_blk = tile_rows_of_w(m, kn->n);
-    w.n_tiles = (kn->n + w.n_blk - 1) / w.n_blk;
+    w.n_blk = tile_rows_of_w(m, kn->n_out);
+    w.n_tiles = (kn->n_out + w.n_blk - 1) / w.n_blk;
     if ((uint64_t)m > SIZE_MAX / (uint64_t)kn->act_bytes)
         return fail(api, ORT_CODE_FAIL, "X has too many rows (%lld)", (long long)m);
     w.act = malloc((size_t)m * (size_t)kn->act_bytes);
@@ -275,7 +335,8 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     int64_t m_tiles = (m + w.m_blk - 1) / w.m_blk;
     st = run_parallel(api, ctx, quantize_block, (size_t)m_tiles, &w);
     if (st == NULL && !w.failed)
-        st = run_parallel(api, ctx, gemm_tile, (size_t)(m_tiles * w.n_tiles), &w);
+        st = run_parallel(api, ctx, kn->epilogue == EPILOGUE_SWIGLU ? swiglu_tile : gemm_tile,
+                          (size_t)(m_tiles * w.n_tiles), &w);
     free(w.act);
     if (st == NULL && w.failed)
         st = fail(api, ORT_CODE_FAIL, "the kernels rejected ggml_type %d with K = %lld", kn->type, (long long)kn->k);
