@@ -31,7 +31,8 @@ AMBER_API int64_t amber_act_bytes(int type, int64_t k);
 /* Quantizes one float32 row x[k] into out[amber_act_bytes(type, k)]; 0 or -1. */
 AMBER_API int amber_quantize_act(int type, const float *x, int64_t k, void *out);
 /* y[i * ldy + n] = dot(act row i, weight row n) for i < m, n0 <= n < n1; `act` holds m rows of
- * amber_act_bytes(type, k) bytes, `w` all N rows from row 0. 0 or -1. Thread-safe: callers split
+ * amber_act_bytes(type, k) bytes, `w` all N rows from row 0; ldy >= n1 - n0 when m > 1 (y may point
+ * n0 columns before a tile-sized buffer). 0 or -1. Thread-safe: callers split
  * [0, N) into ranges and run them in parallel. */
 AMBER_API int amber_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_t k,
                               int64_t n0, int64_t n1, float *y, int64_t ldy);
