@@ -7,12 +7,11 @@
  * written by exactly one tile: results are the same bits with 1 thread or many.
  * Optional attribute epilogue (int, default 0 = none): 1 = SwiGLU. Then W holds the gate's F rows
  * then the up's F rows (N = 2F, even) and Y is [..., F] = silu(X @ Wg.T) * (X @ Wu.T), silu(g) =
- * g / (1 + expf(-g)): each tile computes its gate and up columns into a per-tile scratch with the
+ * g / (1 + exp(-g)) (swiglu.c, vectorized): each tile computes its gate and up columns into a per-tile scratch with the
  * same kernel calls, so the epilogue never changes the dot products, only skips 3 graph passes.
  * Everything a model file says is checked before it is used; a bad node gets an ORT error status
  * with a one-line message, never a read outside W.
  */
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include "amber_kernels.h"
 #include "attn.h"
 #include "ort_abi.h"
+#include "swiglu.h"
 
 #define OP_NAME "GgufMatMul"
 #define OP_DOMAIN "ai.amber"
@@ -182,12 +182,13 @@ static void swiglu_tile(void *user, size_t t) {
     int64_t i0 = mi * w->m_blk, i1 = i0 + w->m_blk < w->m ? i0 + w->m_blk : w->m;
     int64_t n0 = ni * w->n_blk, n1 = n0 + w->n_blk < f ? n0 + w->n_blk : f;
     int64_t rows = i1 - i0, cols = n1 - n0;
-    float *g = malloc((size_t)(rows * cols * 2) * sizeof *g);   /* at most 64 x 64 x 2 floats */
-    if (g == NULL) {
+    /* m_blk and tile_rows_of_w are at most 64: 32 KiB on the stack, no allocation per tile */
+    float scratch[2 * 64 * 64];
+    if (rows > 64 || cols > 64) {
         w->failed = 1;
         return;
     }
-    float *u = g + rows * cols;
+    float *g = scratch, *u = scratch + rows * cols;
     /* the kernels write y[i * ldy + n] for absolute n: point the scratch base n0 (F + n0) columns
      * back, so column n0 lands at offset 0 (only columns in range are ever written) */
     const uint8_t *act = w->act + i0 * kn->act_bytes;
@@ -196,16 +197,10 @@ static void swiglu_tile(void *user, size_t t) {
         amber_gemm_rows(kn->type, act, rows, w->w, kn->k, f + n0, f + n1,
                         (float *)((uintptr_t)u - (uintptr_t)(f + n0) * sizeof *u), cols) != 0) {
         w->failed = 1;
-        free(g);
         return;
     }
-    for (int64_t i = 0; i < rows; i++) {
-        const float *gi = g + i * cols, *ui = u + i * cols;
-        float *yi = w->y + (i0 + i) * f + n0;
-        for (int64_t j = 0; j < cols; j++)
-            yi[j] = gi[j] / (1.0f + expf(-gi[j])) * ui[j];
-    }
-    free(g);
+    for (int64_t i = 0; i < rows; i++)
+        amber_silu_mul(g + i * cols, u + i * cols, w->y + (i0 + i) * f + n0, cols);
 }
 
 /* Rows of W per tile: for few X rows (decode) 16..64 rows so both threads stay busy on small
