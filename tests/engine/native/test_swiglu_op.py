@@ -51,7 +51,9 @@ def test_epilogue_equals_plain_op_then_swiglu(native_on, name):
     k, f = 512, 200   # F not a multiple of any tile: the last tile is ragged; up rows start mid-tile
     plain, fused = _models(t, k, f, rng)
     ps, fs = _session(plain), _session(fused)
-    for m in (1, 4, 64, 300):   # decode, the m = 2..15 paths, one 64-row tile, packed and ragged
+    # decode and m <= 8 (all 2F columns, then one silu pass), m = 9..15 (per-tile gate|up pairs),
+    # one 64-row tile, packed and ragged
+    for m in (1, 4, 8, 9, 64, 300):
         x = rng.standard_normal((m, k)).astype(np.float32)
         y = fs.run(None, {"X": x})[0]
         assert y.shape == (m, f) and y.dtype == np.float32
