@@ -63,7 +63,7 @@ def _other(node: onnx.NodeProto, name: str) -> str | None:
     """The Mul's input that is not `name` (None unless the node is a 2-input Mul using it once)."""
     if node.op_type != "Mul" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
         return None
-    a, b = node.input
+    a, b = str(node.input[0]), str(node.input[1])
     if a == name and b != name:
         return b
     if b == name and a != name:
