@@ -23,32 +23,19 @@ from pathlib import Path
 
 import numpy as np
 
-SRC = Path(__file__).resolve().parents[1] / "engine" / "native" / "src"
 TYPES = {"Q4_0": (2, 18), "Q4_1": (3, 20), "Q5_0": (6, 22), "Q5_1": (7, 24), "Q8_0": (8, 34)}
 SHAPES = ((2048, 8192), (8192, 2048))   # (K, N): a 1B-ish layer, both ways round
 POOL_BYTES = 160 << 20                  # > 4x this machine's 32 MiB L3
 
 
-def build_library(out_dir: Path) -> Path:
-    """The kernels library as `python -m engine.native.build` makes it, into out_dir."""
-    from engine.native import build as native_build
+def open_kernels(out_dir: Path) -> ctypes.CDLL:
+    """The kernels library as `python -m engine.native.build` makes it, built into out_dir and
+    bound by engine.native (the one ctypes binding)."""
+    from engine.native import build_and_open
 
-    lib = native_build.build(out_dir)
+    lib = build_and_open(out_dir)
     if lib is None:
-        raise SystemExit("bench_native_kernels: no C compiler (cc) found")
-    return lib
-
-
-def load(path: Path) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(path))
-    i64, vp = ctypes.c_int64, ctypes.c_void_p
-    lib.amber_act_bytes.argtypes = [ctypes.c_int, i64]
-    lib.amber_act_bytes.restype = i64
-    lib.amber_quantize_act.argtypes = [ctypes.c_int, vp, i64, vp]
-    lib.amber_gemm_rows.argtypes = [ctypes.c_int, vp, i64, vp, i64, i64, i64, vp, i64]
-    lib.amber_gemm_rows.restype = ctypes.c_int
-    lib.amber_isa.restype = ctypes.c_char_p
-    lib.amber_set_isa.argtypes = [ctypes.c_char_p]
+        raise SystemExit("no C compiler (cc) found")
     return lib
 
 
@@ -197,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
-        lib = load(build_library(Path(tmp)))
+        lib = open_kernels(Path(tmp))
         best_isa = lib.amber_isa().decode()
         isas = args.isa or [n for n in ("scalar", "avx2", "avxvnni", "avx512vnni")
                             if lib.amber_set_isa(n.encode()) == 0]

@@ -22,7 +22,6 @@ import ctypes
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,41 +30,21 @@ from typing import Callable
 
 import numpy as np
 
-SRC = Path(__file__).resolve().parent.parent / "engine" / "native" / "src"
 TYPES = {"Q4_K": (12, 144), "Q5_K": (13, 176), "Q6_K": (14, 210)}
 ISAS = ("scalar", "avx2", "avxvnni", "avx512vnni")
 SHAPES = ((2048, 8192), (8192, 2048))
 POOL_BYTES = 112 << 20     # > 3x a 32 MiB L3: the weights stream from DRAM
 
 
-def build_library(out: Path) -> Path:
-    """engine.native.build's library when that module exists, else the same sources with cc."""
-    try:
-        from engine.native import build as native_build
-        lib = native_build.build(out)
-        if lib is not None:
-            return Path(lib)
-    except ImportError:
-        pass
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise SystemExit("no C compiler")
-    lib = out / "libamber_kernels.so"
-    srcs = [str(p) for p in sorted(SRC.glob("*.c")) if p.name != "ort_op.c"]
-    subprocess.run([cc, "-O3", "-std=c11", "-fPIC", "-shared", "-I", str(SRC), *srcs, "-o", str(lib)], check=True)
+def open_kernels(out_dir: Path) -> ctypes.CDLL:
+    """The kernels library as `python -m engine.native.build` makes it, built into out_dir and
+    bound by engine.native (the one ctypes binding)."""
+    from engine.native import build_and_open
+
+    lib = build_and_open(out_dir)
+    if lib is None:
+        raise SystemExit("no C compiler (cc) found")
     return lib
-
-
-def load(lib_path: Path) -> ctypes.CDLL:
-    so = ctypes.CDLL(str(lib_path))
-    i64, vp = ctypes.c_int64, ctypes.c_void_p
-    so.amber_act_bytes.argtypes = [ctypes.c_int, i64]
-    so.amber_act_bytes.restype = i64
-    so.amber_quantize_act.argtypes = [ctypes.c_int, vp, i64, vp]
-    so.amber_gemm_rows.argtypes = [ctypes.c_int, vp, i64, vp, i64, i64, i64, vp, i64]
-    so.amber_isa.restype = ctypes.c_char_p
-    so.amber_set_isa.argtypes = [ctypes.c_char_p]
-    return so
 
 
 def random_weights(block: int, n: int, k: int, rng: np.random.Generator, typ: int) -> np.ndarray:
@@ -253,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds, block_s = (3, 0.002) if args.quick else (15, 0.004)
     tmp = Path(tempfile.mkdtemp(prefix="qk-bench-"))
     try:
-        so = load(build_library(tmp))
+        so = open_kernels(tmp)
         avail = [isa for isa in ISAS if so.amber_set_isa(isa.encode()) == 0]
         print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus) features: {' '.join(cpu_features())}")
         print(f"ISAs: {' '.join(avail)}; single thread; load average at start {os.getloadavg()}")

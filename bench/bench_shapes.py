@@ -311,8 +311,10 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
     extra_amber = [(AMBER_NATIVE, prepare_amber(gguf, "native")[0])] if kernels[1:2] == ["native"] else []
     sizes, _ = _child_bench("worker_bytes", {"gguf": str(gguf), "folder": str(folder)})
     if extra_amber:
+        # The bytes its kernels read: the stored count would take a table the graph decodes at load
+        # (the lookup's copy of a tied embedding) as read whole every token.
         from .weight_bytes import onnx_decode_bytes
-        sizes["native"] = onnx_decode_bytes(str(extra_amber[0][1]))
+        sizes["native"] = {**onnx_decode_bytes(str(extra_amber[0][1])), **onnx_kernel_bytes(str(extra_amber[0][1]))}
     cfg = json.loads((folder / "config.json").read_text())
     import random
     rng = random.Random(0)
@@ -403,8 +405,9 @@ def _score(m: dict[str, Any], bandwidth: float) -> None:
         nospin = m["engines"][AMBER_NOSPIN]["decode"][c0]["tokens_per_s"]
         share[AMBER_NOSPIN] = amber_bytes * nospin / bandwidth
     if AMBER_NATIVE in m["engines"] and "native" in sizes:
-        # The native form reads the GGUF's own blocks: its bytes are the native folder's decode bytes.
-        share[AMBER_NATIVE] = (sizes["native"]["decode_bytes"]
+        # The native form reads the GGUF's own blocks: its bytes are the native folder's, counted as
+        # Amber's are (kernel bytes; older results: the stored count).
+        share[AMBER_NATIVE] = (sizes["native"].get("kernel_bytes", sizes["native"]["decode_bytes"])
                                * m["engines"][AMBER_NATIVE]["decode"][c0]["tokens_per_s"] / bandwidth)
     m["bw_share"], m["bw_context"], m["bw_used"] = share, c0, bandwidth
     targets = {f"decode_{c}": ratios[f"decode_{c}"] >= TARGETS["decode"] for c in amber["decode"]}

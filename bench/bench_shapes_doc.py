@@ -168,6 +168,9 @@ def render(res: dict[str, Any]) -> str:
             if "kernel_bytes" in sizes["amber"]:
                 head += (f" (Amber's in the forms its kernels read, made at load: "
                          f"{sizes['amber']['kernel_bytes'] / MIB:.0f} MiB)")
+            if "kernel_bytes" in sizes.get("native", {}):
+                head += ("; Amber native (GGUF blocks, as its kernels read them): "
+                         f"{sizes['native']['kernel_bytes'] / MIB:.0f} MiB")
         if m.get("convert"):
             head += (f"; converted in {m['convert']['seconds']:.0f} s "
                      f"(peak RSS {m['convert']['peak_rss_bytes'] / MIB:.0f} MiB)")

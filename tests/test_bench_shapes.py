@@ -231,10 +231,46 @@ def test_native_column_is_scored_against_llama_and_against_the_ort_form(tmp_path
     assert model["ratios_native_vs_ort"]["decode_100"] == pytest.approx(1.5)
     assert model["ratios_native_vs_ort"]["rss"] == pytest.approx(200 / 300)
     bench_shapes._score(model, bandwidth=float(1 << 30))
-    assert model["bw_share"][bench_shapes.AMBER_NATIVE] == pytest.approx(90 * 30 / 1024)
+    assert model["bw_share"][bench_shapes.AMBER_NATIVE] == pytest.approx(90 * 30 / 1024)   # older results
+    sizes["native"]["kernel_bytes"] = 80 << 20      # what its kernels read, as Amber's column counts
+    bench_shapes._score(model, bandwidth=float(1 << 30))
+    assert model["bw_share"][bench_shapes.AMBER_NATIVE] == pytest.approx(80 * 30 / 1024)
     text = render({"models": [model], "threads": 2, "facts": {"date": "d", "cpu": "c", "logical_cores": 2,
                                                                 "memory_gib": 1, "os": "o", "python": "p", "ort": "r",
                                                                 "threads": 2, "load_avg": [1.0, 1.0, 1.0]}})
     assert "Amber's native kernels" in text and "1.50×" in text and "0.67×" in text
+    assert "Amber native (GGUF blocks, as its kernels read them): 80 MiB" in text
     with pytest.raises(ValueError, match="unknown --amber-kernels"):
         bench_shapes.run(kernels=["fast"], save=str(tmp_path / "r.json"))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_native_form_bytes_are_the_ggufs_matrices_once(tmp_path: Path, tied: bool) -> None:
+    """A real native conversion (GgufMatMul over the GGUF's rows; a Q6_K embedding the graph decodes
+    at load for its lookup): what a step reads is each matrix's GGUF bytes once, tied or not, and
+    the embedding's lookup table one row. The stored count takes the decoded lookup table whole
+    (the bug that put the native column's bandwidth share at 1.27x its bytes at 1B)."""
+    from gguf import GGUFReader
+
+    from engine import native
+    from engine.convert import FAST, convert_gguf
+    from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
+    if not native.supports(12):
+        pytest.skip("the native kernels are not built here")
+    cfg = variant(TinyConfig(), wtype="Q4_K", tied=tied, seed=41, n_embd=256, n_head=4, head_dim=64, n_ff=512,
+                  overrides=(("token_embd.weight", "Q6_K"),))
+    write_tiny_gguf(tmp_path / "m.gguf", cfg)
+    folder = convert_gguf(tmp_path / "m.gguf", tmp_path / "conv", accuracy_level=FAST, gpu_variant=False,
+                          kernels="native")
+    g = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    assert any(n.op_type == "GgufMatMul" for n in g.graph.node)
+    tensors = {t.name: t for t in GGUFReader(str(tmp_path / "m.gguf"), "r").tensors}
+    ends = ("token_embd.weight", "output.weight")
+    matrices = sum(int(t.n_bytes) for n, t in tensors.items() if len(t.shape) == 2 and n not in ends)
+    output = tensors["token_embd.weight" if tied else "output.weight"]
+    got = bench_shapes.onnx_kernel_bytes(str(folder))
+    assert got["unknown_tensors"] == 0
+    assert got["by_op"]["GgufMatMul"] == matrices + int(output.n_bytes)
+    stored = bench_shapes.onnx_decode_bytes(str(folder))["decode_bytes"]
+    emb_rows = int(tensors["token_embd.weight"].shape[-1])
+    assert stored - got["kernel_bytes"] >= int(tensors["token_embd.weight"].n_bytes) * (emb_rows - 1) // emb_rows

@@ -73,11 +73,27 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.amber_set_isa.restype = ctypes.c_int
 
 
+def open_library(path: Path) -> ctypes.CDLL:
+    """The library at `path` with the amber_kernels.h functions declared (the one ctypes binding
+    the engine, the tests and the benches share); OSError when it does not load."""
+    lib = ctypes.CDLL(str(path))
+    _declare(lib)
+    return lib
+
+
+def build_and_open(out_dir: Path) -> ctypes.CDLL | None:
+    """Compiles the current sources into out_dir as `python -m engine.native.build` does and opens
+    the result; None without a C compiler (BuildError when the sources do not compile)."""
+    from engine.native import build as _build  # noqa: PLC0415 - as in library_path
+
+    path = _build.build(out_dir)
+    return open_library(Path(path)) if path is not None else None
+
+
 @functools.lru_cache(maxsize=4)
 def _load(path: Path) -> ctypes.CDLL | None:
     try:
-        lib = ctypes.CDLL(str(path))
-        _declare(lib)
+        lib = open_library(path)
         lib.amber_isa()
         if not hasattr(lib, "RegisterCustomOps"):
             raise OSError("no RegisterCustomOps entry point")

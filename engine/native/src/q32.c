@@ -12,26 +12,7 @@ int q32_handles(int type) { return q32_block_bytes(type) > 0; }
 int64_t q32_row_bytes(int type, int64_t k) { return k / 32 * q32_block_bytes(type); }
 int64_t q32_act_bytes(int type, int64_t k) { return q32_act_row_bytes(type, k / 32); }
 
-/* IEEE half -> float, portable (the scalar path runs on CPUs without F16C). */
-float q32_half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {   /* subnormal: normalise */
-            exp = 127 - 15 + 1;
-            while (!(man & 1024)) { man <<= 1; exp--; }
-            bits = sign | (exp << 23) | ((man & 1023) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+float q32_half_to_float(uint16_t h) { return amber_half_to_float(h); }
 
 /* Round to nearest, ties to even, for |v| <= 127.5; NaN -> 0 (no UB on hostile inputs). */
 static int8_t round_q(float v) {
@@ -218,13 +199,16 @@ void q32_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64
     int64_t nb = k / 32, ab = q32_act_bytes(type, k), mp = 0;
     const uint8_t *a = act;
 #if Q32_HAVE_X86
-    if (m >= Q32_PACK_MIN_M && amber_current_isa() == ISA_AVX512VNNI) {
-        /* The packed path takes the first 16*floor(m/16) rows and whole groups of 16 columns
-         * from n0; the rest is tiled. So which arithmetic an output gets depends only on its row
+    const int isa = amber_current_isa();
+    if (m >= Q32_PACK_MIN_M && (isa == ISA_AVX512VNNI || isa == ISA_AVXVNNI || isa == ISA_AVX2)) {
+        /* The packed path takes the first 16*floor(m/16) rows and whole groups of 16 (AVX-512)
+         * or 8 (256-bit) columns from n0; the rest is tiled. So which arithmetic an output gets depends only on its row
          * and column positions modulo 16 and the call's bounds: splitting a call into row and
          * column tiles that are multiples of 16 (the op's 64 x 64) gives the same bits. */
         mp = m / Q32_PACK_MIN_M * Q32_PACK_MIN_M;
-        int64_t nd = q32_packed_avx512vnni(type, a, mp, w, nb, n0, n1, y, ldy);
+        int64_t nd = isa == ISA_AVX512VNNI ? q32_packed_avx512vnni(type, a, mp, w, nb, n0, n1, y, ldy)
+                     : isa == ISA_AVXVNNI  ? q32_packed_avxvnni(type, a, mp, w, nb, n0, n1, y, ldy)
+                                           : q32_packed_avx2(type, a, mp, w, nb, n0, n1, y, ldy);
         if (nd < n1)
             gemm_tiled(type, a, mp, w, nb, nd, n1, y, ldy);
     }

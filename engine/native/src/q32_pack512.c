@@ -18,69 +18,124 @@
 #define PK_SEG 32                      /* blocks a packed segment */
 #define PK_BLK (8 * 64 + 64 + 64)      /* a block's scratch: 8 code vectors, 16 d, 16 m */
 
-/* Where value j of block b sits in the activation row's q section (q32_layout.h). */
-INL int64_t act_q(const int type, int64_t nb, int64_t b, int j) {
-    if (type == T_Q8_0 || ((nb & 1) && b == nb - 1))
-        return b * 32 + j;
-    return (b >> 1) * 64 + (j < 16 ? (b & 1) * 16 + j : 32 + (b & 1) * 16 + (j - 16));
+/* 16x16 transpose of 32-bit elements: r[row] -> r[element] (as qk_pack512.c's). */
+INL void pk_transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int e = 0; e < 4; e++) {
+        const __m512i s0 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44), s1 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xEE);
+        const __m512i s2 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44), s3 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xEE);
+        t[e] = _mm512_shuffle_i32x4(s0, s2, 0x88);
+        t[4 + e] = _mm512_shuffle_i32x4(s0, s2, 0xDD);
+        t[8 + e] = _mm512_shuffle_i32x4(s1, s3, 0x88);
+        t[12 + e] = _mm512_shuffle_i32x4(s1, s3, 0xDD);
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
-/* Blocks [b0, b1) of the 16 rows from `wr` (rb bytes apart) into scr. */
+/* The 32 codes of block `blk` (dwords 0-7) and, when `two`, of the next block (dwords 8-15) of
+ * one row, as unsigned bytes in value order (Q8_0: biased by +128). */
+INL __m512i row_codes2(const int type, const uint8_t *blk, const int two) {
+    const int bs = q32_block_bytes(type);
+    if (type == T_Q8_0) {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        const __m256i b = two ? _mm256_loadu_si256((const __m256i *)(blk + bs + 2)) : _mm256_setzero_si256();
+        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), _mm512_set1_epi8((char)0x80));
+    }
+    const int qo = q32_qs_off(type);
+    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + qo)));
+    const __m256i b = two ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + bs + qo)))
+                          : _mm256_setzero_si256();
+    /* 128-bit lanes: low nibbles (values 0-15), high nibbles (16-31), the same for the next block */
+    __m512i v = _mm512_and_si512(_mm512_srlv_epi64(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1),
+                                                   _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
+                                 _mm512_set1_epi8(0x0F));
+    if (q32_is5(type)) {
+        const int ho = q32_qh_off(type);
+        const uint64_t hb = (uint64_t)q32_ld32(blk + ho) | (two ? (uint64_t)q32_ld32(blk + bs + ho) << 32 : 0);
+        v = _mm512_mask_add_epi8(v, (__mmask64)hb, v, _mm512_set1_epi8(0x10));
+    }
+    return v;
+}
+
+/* Blocks [b0, b1) of the 16 rows from `wr` (rb bytes apart) into scr: two blocks of all 16 rows
+ * decoded into 16 registers (one a row) and transposed in registers to one register per 4-code
+ * group (one row a lane). */
 INL void pack16(const int type, const uint8_t *wr, int64_t rb, int64_t b0, int64_t b1, uint8_t *scr) {
-    const int bs = q32_block_bytes(type), qo = q32_qs_off(type), ho = q32_qh_off(type);
-    __attribute__((aligned(64))) uint8_t codes[PK_ROWS * 32];
-    __attribute__((aligned(64))) uint16_t dh[PK_ROWS], mh[PK_ROWS];
-    const __m512i gidx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
-    for (int64_t b = b0; b < b1; b++) {
+    const int bs = q32_block_bytes(type);
+    for (int64_t b = b0; b < b1; b += 2) {
+        const int two = b + 1 < b1;
         uint8_t *out = scr + (b - b0) * PK_BLK;
-        for (int o = 0; o < PK_ROWS; o++) {
-            const uint8_t *blk = wr + o * rb + b * bs;
-            __m256i v;
-            if (type == T_Q8_0) {
-                v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
-            } else {
-                __m128i x = _mm_loadu_si128((const __m128i *)(blk + qo));
-                const __m128i m4 = _mm_set1_epi8(0x0F);
-                v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
-                if (q32_is5(type))
-                    v = _mm256_mask_add_epi8(v, (__mmask32)q32_ld32(blk + ho), v, _mm256_set1_epi8(0x10));
+        __m512i r[PK_ROWS];
+        for (int o = 0; o < PK_ROWS; o++) r[o] = row_codes2(type, wr + o * rb + b * bs, two);
+        pk_transpose16(r);
+        for (int g = 0; g < 8; g++) _mm512_storeu_si512((void *)(out + g * 64), r[g]);
+        if (two)
+            for (int g = 0; g < 8; g++) _mm512_storeu_si512((void *)(out + PK_BLK + g * 64), r[8 + g]);
+        for (int h = 0; h <= two; h++) {
+            __attribute__((aligned(64))) uint16_t dh[PK_ROWS], mh[PK_ROWS];
+            const uint8_t *bp = wr + (b + h) * bs;
+            for (int o = 0; o < PK_ROWS; o++) {
+                dh[o] = q32_ld16(bp + o * rb);
+                mh[o] = q32_has_min(type) ? q32_ld16(bp + o * rb + 2) : 0;
             }
-            _mm256_store_si256((__m256i *)(void *)(codes + o * 32), v);
-            dh[o] = q32_ld16(blk);
-            mh[o] = q32_has_min(type) ? q32_ld16(blk + 2) : 0;
+            uint8_t *ob = out + h * PK_BLK;
+            _mm512_storeu_ps((void *)(ob + 512), _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)dh)));
+            if (q32_has_min(type))
+                _mm512_storeu_ps((void *)(ob + 576), _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)mh)));
         }
-        /* dword g of each row's 32 codes -> one vector of 16 rows (a 16 x 8 dword transpose) */
-        for (int g = 0; g < 8; g++)
-            _mm512_storeu_si512((void *)(out + g * 64), _mm512_i32gather_epi32(gidx, (const void *)(codes + 4 * g), 4));
-        _mm512_storeu_ps((void *)(out + 512), _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)dh)));
-        if (q32_has_min(type))
-            _mm512_storeu_ps((void *)(out + 576), _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)mh)));
     }
 }
 
-/* mt activation rows x the 16 packed rows over blocks [b0, b1): y[r][n .. n+16) (+)= ... */
+/* mt activation rows x the 16 packed rows over blocks [b0, b1): y[r][n .. n+16) (+)= ...
+ * The mt rows' int32 dots run as mt independent vpdpbusd chains, 4-code group by group; the float
+ * operations and their order per output are those of one row alone (so any mt gives the same bits). */
 INL void dot16(const int type, const int mt, const uint8_t *act, int64_t ab, int64_t nb, int64_t b0,
                int64_t b1, const uint8_t *scr, int first, float *y, int64_t ldy) {
     const int off = type == T_Q8_0 ? 128 : q32_offset(type);
     __m512 acc[8];
     for (int r = 0; r < mt; r++)
         acc[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + r * ldy);
+    const uint8_t *as = act + q32_act_s_off(nb), *ad = act + q32_act_d_off(nb);
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *blk = scr + (b - b0) * PK_BLK;
-        __m512i W[8];
-        for (int g = 0; g < 8; g++) W[g] = _mm512_loadu_si512((const void *)(blk + g * 64));
+        /* where the block's values 0-15 and 16-31 sit in an activation row (act_q) */
+        int64_t lo, hi;
+        if (type == T_Q8_0 || ((nb & 1) && b == nb - 1)) {
+            lo = b * 32;
+            hi = lo + 16;
+        } else {
+            lo = (b >> 1) * 64 + (b & 1) * 16;
+            hi = lo + 32;
+        }
+        __m512i D[8];
+        for (int r = 0; r < mt; r++)
+            D[r] = _mm512_set1_epi32(-off * (int32_t)q32_ld32(as + r * ab + b * 4));
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m512i W = _mm512_loadu_si512((const void *)(blk + g * 64));
+            const int64_t qa = g < 4 ? lo + 4 * g : hi + 4 * (g - 4);
+#pragma GCC unroll 8
+            for (int r = 0; r < mt; r++)
+                D[r] = _mm512_dpbusd_epi32(D[r], W, _mm512_set1_epi32((int)q32_ld32(act + r * ab + qa)));
+        }
         const __m512 dw = _mm512_loadu_ps((const void *)(blk + 512));
-        const __m512 mw = q32_has_min(type) ? _mm512_loadu_ps((const void *)(blk + 576)) : _mm512_setzero_ps();
         for (int r = 0; r < mt; r++) {
-            const uint8_t *a = act + r * ab;
-            int32_t s = (int32_t)q32_ld32(a + q32_act_s_off(nb) + b * 4);
-            float da = q32_ldf(a + q32_act_d_off(nb) + b * 4);
-            __m512i D = _mm512_set1_epi32(-off * s);
-            for (int g = 0; g < 8; g++)
-                D = _mm512_dpbusd_epi32(D, W[g], _mm512_set1_epi32((int)q32_ld32(a + act_q(type, nb, b, 4 * g))));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc[r]);
-            if (q32_has_min(type))
-                acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(da * (float)s), acc[r]);
+            const float da = q32_ldf(ad + r * ab + b * 4);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[r]), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc[r]);
+            if (q32_has_min(type)) {
+                const int32_t s = (int32_t)q32_ld32(as + r * ab + b * 4);
+                acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps((const void *)(blk + 576)), _mm512_set1_ps(da * (float)s), acc[r]);
+            }
         }
     }
     for (int r = 0; r < mt; r++)

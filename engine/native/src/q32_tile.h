@@ -32,6 +32,12 @@ void q32_quant_block_scalar(const float *x, int8_t *q, float *d, int32_t *s);
 #define Q32_PACK_MIN_M 16
 int64_t q32_packed_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t nb,
                               int64_t n0, int64_t n1, float *y, int64_t ldy);
+/* The same at 256-bit width (q32_pack256.c): whole groups of 8 weight rows; the same bits as the
+ * AVX-512 packed path for the columns both pack. */
+int64_t q32_packed_avx2(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t nb,
+                        int64_t n0, int64_t n1, float *y, int64_t ldy);
+int64_t q32_packed_avxvnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t nb,
+                           int64_t n0, int64_t n1, float *y, int64_t ldy);
 void q32_quant_block_avx2(const float *x, int8_t *q, float *d, int32_t *s);
 void q32_tile_avx2(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w, int64_t nb,
                    int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy);

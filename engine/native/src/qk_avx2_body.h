@@ -210,6 +210,109 @@ QK_INL void QK_N(tile_q6k_)(const uint8_t *x, const uint8_t *act, int64_t ab, co
     for (int i = 0; i < mt; i++) out[i] = o[i];
 }
 
+/* m = 1 (decode) over rows [n0, n1): the rows' super-blocks as one stream, 4 a reduction whatever
+ * K is, each block's float tail added to its own row's sum in order: the same float operations as
+ * tile_q45k_ / tile_q6k_ at mt = 1 (same bits), without a padded last batch a row (see qk_avx512.c). */
+QK_INL void QK_N(rows1_)(const int type, const uint8_t *w, const uint8_t *act, int64_t nb, int64_t n0,
+                         int64_t n1, float *y) {
+    const int six = type == QK_Q6_K, five = type == QK_Q5_K;
+    const int64_t xb = six ? Q6K_BYTES : (five ? Q5K_BYTES : Q4K_BYTES);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b1 = _mm256_set1_epi8(1), b2 = _mm256_set1_epi8(2);
+    const __m256i m03 = _mm256_set1_epi8(0x03), m0c = _mm256_set1_epi8(0x0C), m30 = _mm256_set1_epi8(0x30),
+                  mc0 = _mm256_set1_epi8((char)0xC0);
+    const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    __m256i biv[4], bmv[4];
+    float bd[4], bdm[4], bda[4], acc = 0.f;
+    int nbat = 0;
+    int64_t row = n0, fb = 0;   /* the row, and its block, that the next flushed slot belongs to */
+    const uint8_t *x = w + n0 * nb * xb;
+    const int64_t total = (n1 - n0) * nb;
+    for (int64_t g = 0, b = 0; g < total; g++, x += xb) {
+        const uint8_t *a = act + b * Q8K_BYTES;
+        _mm_prefetch((const char *)x + QK_PF * xb, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * xb + 64, _MM_HINT_T1);
+        _mm_prefetch((const char *)x + QK_PF * xb + 128, _MM_HINT_T1);
+        __m256i isum = _mm256_setzero_si256();
+        if (six) {
+            _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 192, _MM_HINT_T1);
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + 192));
+            const __m256i s16 = _mm256_cvtepi8_epi16(sc8);
+            for (int h = 0; h < 2; h++) {
+                const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x + 64 * h));
+                const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x + 64 * h + 32));
+                const __m256i hv = _mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h));
+                __m256i q[4];
+                q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(hv, m03), 4));
+                q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(hv, m0c), 2));
+                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(hv, m30));
+                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                       _mm256_srli_epi16(_mm256_and_si256(hv, mc0), 2));
+                for (int gg = 0; gg < 4; gg++) {
+                    const __m128i pat = _mm_loadu_si128((const __m128i *)QK_Q6_SCALE_PAT[4 * h + gg]);
+                    const __m256i scv = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pat));
+                    const __m256i p = _mm256_maddubs_epi16(q[gg], _mm256_loadu_si256((const __m256i *)(a + Q8K_Q + 128 * h + 32 * gg)));
+                    isum = QK_DPWSSD(isum, p, scv);
+                }
+            }
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), s16);
+            biv[nbat] = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+            bd[nbat] = QK_N(half_)(x + 208);
+        } else {
+            const __m128i sm = QK_N(scales_)(x + 4);
+            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dupmins));
+            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+            const uint8_t *qs = x + (five ? 48 : 16);
+            __m256i qhv = five ? _mm256_loadu_si256((const __m256i *)(x + 16)) : _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if (five) {   /* as in tile_q45k_ */
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qhv, b1), 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(qhv, b2), 3));
+                    qhv = _mm256_srli_epi16(qhv, 2);
+                }
+                const __m256i slo = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0101 * (4 * j) + 0x0100)));
+                const __m256i shi = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0101 * (4 * j + 2) + 0x0100)));
+                const uint8_t *aj = a + Q8K_Q + 64 * j;
+                __m256i p = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)aj));
+                isum = QK_DPWSSD(isum, p, slo);
+                p = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(aj + 32)));
+                isum = QK_DPWSSD(isum, p, shi);
+            }
+            biv[nbat] = isum;
+            bmv[nbat] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
+            bd[nbat] = QK_N(half_)(x);
+            bdm[nbat] = QK_N(half_)(x + 2);
+        }
+        bda[nbat] = qk_act_d(a);
+        if (++b == nb)
+            b = 0;
+        if (++nbat == 4 || g == total - 1) {   /* the tail lane by lane, then each row's sum in order */
+            for (int c = nbat; c < 4; c++) {
+                biv[c] = bmv[c] = _mm256_setzero_si256();
+                bd[c] = bdm[c] = bda[c] = 0.f;
+            }
+            __m128 t = _mm_mul_ps(_mm_cvtepi32_ps(QK_N(sum4x8_)(biv)), _mm_loadu_ps(bd));
+            if (!six) {
+                const __m128 u = _mm_mul_ps(_mm_cvtepi32_ps(QK_N(sum4x8_)(bmv)), _mm_loadu_ps(bdm));
+                t = _mm_sub_ps(t, u);
+            }
+            t = _mm_mul_ps(t, _mm_loadu_ps(bda));
+            float tt[4];
+            _mm_storeu_ps(tt, t);
+            for (int c = 0; c < nbat; c++) {
+                acc = acc + tt[c];
+                if (++fb == nb) {
+                    y[row++] = acc;
+                    acc = 0.f;
+                    fb = 0;
+                }
+            }
+            nbat = 0;
+        }
+    }
+}
+
 /* One weight row against mt activation rows, mt a constant in each specialised copy. */
 static QK_TGT void QK_N(tile_)(int type, const uint8_t *x, const uint8_t *a, int64_t ab, int mt,
                                int64_t nb, float *out) {
@@ -244,6 +347,17 @@ QK_TGT void QK_N(qk_gemm_)(int type, const uint8_t *act, int64_t m, const uint8_
             n0 += tiles * 8;   /* the rest (< 8 rows) below */
     }
     const int64_t nb = k / QK_BLOCK, rb = nb * qk_block_bytes(type), ab = nb * Q8K_BYTES;
+    if (m == 1) {   /* decode: the rows' blocks as one stream */
+        if (n1 <= n0)
+            return;
+        if (type == QK_Q6_K)   /* constant types: each inlined copy is specialised */
+            QK_N(rows1_)(QK_Q6_K, w, act, nb, n0, n1, y);
+        else if (type == QK_Q5_K)
+            QK_N(rows1_)(QK_Q5_K, w, act, nb, n0, n1, y);
+        else
+            QK_N(rows1_)(QK_Q4_K, w, act, nb, n0, n1, y);
+        return;
+    }
     float out[QK_TILE];
     /* m > 1: a block of weight rows stays in cache while every activation tile passes over it */
     for (int64_t nblk = n0; nblk < n1; nblk += QK_ROW_BLOCK) {

@@ -31,23 +31,7 @@
 static inline float qk_half(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {   /* subnormal: normalise */
-            exp = 127 - 15 + 1;
-            while (!(man & 1024)) { man <<= 1; exp--; }
-            bits = sign | (exp << 23) | ((man & 1023) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return amber_half_to_float(h);
 }
 
 /* Every path (scalar, row layout, packed; every ISA) ends a super-block with exactly these float

@@ -24,7 +24,9 @@
 struct pk_sb {
     uint8_t lev[64][PR][4];    /* group g of 4 levels, row r */
     int32_t sc[16][PR];        /* sub-block scales (8 used by Q4_K/Q5_K) */
-    int32_t mn[8][PR];         /* Q4_K/Q5_K: sub-block mins */
+    int32_t mn[8][PR];         /* int16 pairs for vpdpwssd against the activation's bsums dword q:
+                                * Q4_K/Q5_K {min q, min q} (sub-block q spans bsums 2q, 2q+1);
+                                * Q6_K {scale 2q, scale 2q+1} (its -32 offset: 32 * sum sc * bsums) */
     float d[PR], dmin[PR];
 };
 
@@ -124,29 +126,37 @@ static QK_TGT void pk_pack(int type, const uint8_t *const *x, struct pk_sb *p) {
     _mm512_storeu_ps(p->d, _mm512_loadu_ps(dh));
     if (type == QK_Q6_K) {
         for (int j = 0; j < 16; j++) _mm512_storeu_si512((void *)p->sc[j], t[j]);
+        for (int q = 0; q < 8; q++)
+            _mm512_storeu_si512((void *)p->mn[q], _mm512_or_si512(_mm512_and_si512(t[2 * q], _mm512_set1_epi32(0xFFFF)),
+                                                                   _mm512_slli_epi32(t[2 * q + 1], 16)));
         _mm512_storeu_ps(p->dmin, _mm512_setzero_ps());   /* unused; never read uninitialised */
     } else {
         _mm512_storeu_ps(p->dmin, _mm512_loadu_ps(dm));
         for (int j = 0; j < 8; j++) {
             _mm512_storeu_si512((void *)p->sc[j], t[j]);
-            _mm512_storeu_si512((void *)p->mn[j], t[8 + j]);
+            _mm512_storeu_si512((void *)p->mn[j], _mm512_or_si512(t[8 + j], _mm512_slli_epi32(t[8 + j], 16)));
         }
     }
 }
 
 /* acc[i][0..15] += the super-block's dot of activation rows a[i] (Q8_K blocks) with the pack:
- * exact int32 sums per lane (Q6_K's -32 folded in per sub-block), then qk_tail45/qk_tail6's
- * float operations lane by lane. */
+ * exact int32 sums per lane, then qk_tail45/qk_tail6's float operations lane by lane. The
+ * bsums terms (Q4_K/Q5_K's mins, Q6_K's -32 offset) are 8 vpdpwssd per row against the raw bsums
+ * dwords; integer reassociation, so the int32 totals (and the bits) are those of the other paths. */
 QK_INL void pk_block(const struct pk_sb *p, const uint8_t *const *a, const int mt, const int q6,
                      float *acc) {
     const int ns = q6 ? 16 : 8, gps = q6 ? 4 : 8;   /* sub-blocks; 4-value groups a sub-block */
-    __m512i isum[PT], bsv[PT];
-    for (int i = 0; i < mt; i++) {
-        isum[i] = _mm512_setzero_si512();
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)(a[i] + Q8K_BSUMS));
-        /* Q6_K: 32 * bsums[j] (16 lanes); Q4_K/Q5_K: bsums[2j] + bsums[2j+1] (8 lanes) */
-        bsv[i] = q6 ? _mm512_slli_epi32(_mm512_cvtepi16_epi32(bs), 5)
-                    : _mm512_castsi256_si512(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)));
+    __m512i isum[PT], bsc[PT];
+    for (int i = 0; i < mt; i++) isum[i] = _mm512_setzero_si512();
+    for (int i = 0; i < mt; i++) bsc[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++) {
+        const __m512i mv = _mm512_loadu_si512((const void *)p->mn[q]);
+        for (int i = 0; i < mt; i++) {
+            int32_t v;
+            memcpy(&v, a[i] + Q8K_BSUMS + 4 * q, 4);
+            bsc[i] = _mm512_dpwssd_epi32(bsc[i], mv, _mm512_set1_epi32(v));
+        }
     }
     for (int j = 0; j < ns; j++) {
         __m512i isub[PT];
@@ -162,23 +172,17 @@ QK_INL void pk_block(const struct pk_sb *p, const uint8_t *const *a, const int m
             }
         }
         const __m512i scv = _mm512_loadu_si512((const void *)p->sc[j]);
-        for (int i = 0; i < mt; i++) {
-            if (q6)
-                isub[i] = _mm512_sub_epi32(isub[i], _mm512_permutexvar_epi32(_mm512_set1_epi32(j), bsv[i]));
+        for (int i = 0; i < mt; i++)
             isum[i] = _mm512_add_epi32(isum[i], _mm512_mullo_epi32(isub[i], scv));
-        }
     }
     const __m512 dv = _mm512_loadu_ps(p->d), dminv = _mm512_loadu_ps(p->dmin);
     for (int i = 0; i < mt; i++) {
         float *o = acc + (size_t)i * PR;
+        if (q6)
+            isum[i] = _mm512_sub_epi32(isum[i], _mm512_slli_epi32(bsc[i], 5));
         __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[i]), dv);
-        if (!q6) {
-            __m512i msum = _mm512_setzero_si512();
-            for (int j = 0; j < 8; j++)
-                msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(_mm512_loadu_si512((const void *)p->mn[j]),
-                                                                 _mm512_permutexvar_epi32(_mm512_set1_epi32(j), bsv[i])));
-            t = _mm512_sub_ps(t, _mm512_mul_ps(_mm512_cvtepi32_ps(msum), dminv));
-        }
+        if (!q6)
+            t = _mm512_sub_ps(t, _mm512_mul_ps(_mm512_cvtepi32_ps(bsc[i]), dminv));
         t = _mm512_mul_ps(t, _mm512_set1_ps(qk_act_d(a[i])));
         _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), t));
     }

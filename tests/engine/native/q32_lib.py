@@ -5,7 +5,6 @@ layout mistake on either side shows up as a mismatch against gguf-py's dequantiz
 """
 from __future__ import annotations
 
-import ctypes
 import shutil
 import subprocess
 from pathlib import Path
@@ -41,19 +40,9 @@ class Lib:
     """The library's C API with numpy arguments."""
 
     def __init__(self, path: Path) -> None:
-        lib = ctypes.CDLL(str(path))
-        i64, vp = ctypes.c_int64, ctypes.c_void_p
-        lib.amber_row_bytes.argtypes = [ctypes.c_int, i64]
-        lib.amber_row_bytes.restype = i64
-        lib.amber_act_bytes.argtypes = [ctypes.c_int, i64]
-        lib.amber_act_bytes.restype = i64
-        lib.amber_quantize_act.argtypes = [ctypes.c_int, vp, i64, vp]
-        lib.amber_quantize_act.restype = ctypes.c_int
-        lib.amber_gemm_rows.argtypes = [ctypes.c_int, vp, i64, vp, i64, i64, i64, vp, i64]
-        lib.amber_gemm_rows.restype = ctypes.c_int
-        lib.amber_isa.restype = ctypes.c_char_p
-        lib.amber_set_isa.argtypes = [ctypes.c_char_p]
-        lib.amber_set_isa.restype = ctypes.c_int
+        from engine.native import open_library
+
+        lib = open_library(path)
         self.c = lib
         self.best = self.isa()
 

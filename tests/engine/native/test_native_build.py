@@ -122,3 +122,18 @@ def test_a_bundle_without_sources_uses_its_one_shipped_library(native_lib, tmp_p
     # two libraries and no sources: which one is current is unknowable, so none is used
     shutil.copy(lib, shipped / f"{build.LIB_STEM}-0000000000000000{build.lib_suffix()}")
     assert native.library_path() is None
+
+
+def test_the_one_loader_binds_what_the_engine_tests_and_benches_call(native_lib, tmp_path):
+    lib = native.build_and_open(tmp_path / "out")
+    assert lib is not None
+    # Declared types: the 64-bit sizes and the status ints come back as Python ints, not truncated.
+    assert lib.amber_row_bytes(2, 1 << 33) == (1 << 33) // 32 * 18   # > 2^32: needs int64 restype
+    assert lib.amber_row_bytes(12, 256) == 144 and lib.amber_act_bytes(12, 256) == 292
+    assert lib.amber_set_isa(b"no-such-isa") != 0 and lib.amber_isa().decode() in (
+        "scalar", "avx2", "avxvnni", "avx512vnni")
+    assert native.open_library(Path(lib._name))._name == lib._name
+    bogus = tmp_path / "not-a-library.so"
+    bogus.write_bytes(b"\x7fELF but not really")
+    with pytest.raises(OSError):
+        native.open_library(bogus)

@@ -8,9 +8,6 @@ this machine, real blocks from them (CI lacks those files: that case skips, the 
 """
 from __future__ import annotations
 
-import ctypes
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +16,6 @@ import pytest
 gguf_quants = pytest.importorskip("gguf.quants")
 from gguf.constants import GGMLQuantizationType  # noqa: E402
 
-SRC = Path(__file__).resolve().parents[3] / "engine" / "native" / "src"
 Q4_K, Q5_K, Q6_K = 12, 13, 14
 BLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}
 ACT_BLOCK = 292   # float d, int8 q[256], int16 bsums[16]
@@ -31,41 +27,13 @@ REAL_GGUFS = (Path("/work/scratch/perf-bench/models/1b-Q4_K_M.gguf"),
 REAL_BLOCKS = 40 * 17   # N = 40 rows of K = 4352
 
 
-def _build(out: Path) -> Path:
-    try:
-        from engine.native import build as native_build
-    except ImportError:
-        native_build = None
-    if native_build is not None and hasattr(native_build, "build"):
-        lib = native_build.build(out)
-        if lib is None:
-            pytest.skip("no C compiler")
-        return Path(lib)
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler")
-    lib = out / "libamber_kernels.so"
-    srcs = [str(p) for p in sorted(SRC.glob("*.c")) if p.name != "ort_op.c"]
-    subprocess.run([cc, "-O3", "-std=c11", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
-                    "-I", str(SRC), *srcs, "-o", str(lib)], check=True)
-    return lib
-
-
 @pytest.fixture(scope="session")
 def lib(tmp_path_factory):
-    so = ctypes.CDLL(str(_build(tmp_path_factory.mktemp("qk-native"))))
-    i64, vp = ctypes.c_int64, ctypes.c_void_p
-    so.amber_row_bytes.argtypes = [ctypes.c_int, i64]
-    so.amber_row_bytes.restype = i64
-    so.amber_act_bytes.argtypes = [ctypes.c_int, i64]
-    so.amber_act_bytes.restype = i64
-    so.amber_quantize_act.argtypes = [ctypes.c_int, vp, i64, vp]
-    so.amber_quantize_act.restype = ctypes.c_int
-    so.amber_gemm_rows.argtypes = [ctypes.c_int, vp, i64, vp, i64, i64, i64, vp, i64]
-    so.amber_gemm_rows.restype = ctypes.c_int
-    so.amber_isa.restype = ctypes.c_char_p
-    so.amber_set_isa.argtypes = [ctypes.c_char_p]
-    so.amber_set_isa.restype = ctypes.c_int
+    from engine.native import build_and_open
+
+    so = build_and_open(tmp_path_factory.mktemp("qk-native"))
+    if so is None:
+        pytest.skip("no C compiler")
     best = so.amber_isa()
     yield so
     so.amber_set_isa(best)
@@ -283,3 +251,29 @@ def test_zero_activations_give_zero(lib, typ, isa):
     y = np.full((m, n), np.nan, np.float32)
     assert gemm(lib, typ, act, m, raw, k, 0, n, y, n) == 0
     assert np.all(y == 0.0)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+def test_decode_rows_stream_across_rows_with_the_same_bits(lib, typ, isa):
+    """m = 1 reads the rows' super-blocks as one stream, 8 a reduction, so a reduction spans rows
+    when K is not 8 super-blocks (K = 1536 is 6: Qwen2.5-1.5B's width): every row, and every
+    sub-range [n0, n1) starting mid-stream, gives the oracle's value and the scalar path's bits."""
+    _use_isa(lib, isa)
+    rng = np.random.default_rng(typ + 77)
+    for nb in (3, 6, 7, 9):
+        k, n = nb * 256, 29
+        raw = random_blocks(typ, n * nb, rng)
+        x = rng.standard_normal((1, k)).astype(np.float32)
+        y = check_case(lib, typ, raw, x, n, k)
+        act = quantize(lib, typ, x)
+        assert lib.amber_set_isa(b"scalar") == 0
+        ys = np.full((1, n), np.nan, np.float32)
+        assert gemm(lib, typ, act, 1, raw, k, 0, n, ys, n) == 0
+        _use_isa(lib, isa)
+        np.testing.assert_array_equal(y, ys)
+        for n0, n1 in ((1, 2), (5, 6), (3, 28), (0, 29), (11, 20)):
+            part = np.full(n, np.float32(-5.0), np.float32)
+            assert gemm(lib, typ, act, 1, raw, k, n0, n1, part, n) == 0
+            np.testing.assert_array_equal(part[n0:n1], ys[0, n0:n1])
+            assert np.all(part[:n0] == -5.0) and np.all(part[n1:] == -5.0)
