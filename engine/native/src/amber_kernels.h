@@ -42,6 +42,16 @@ AMBER_API const char *amber_isa(void);
  * name is unknown or this CPU lacks it. */
 AMBER_API int amber_set_isa(const char *name);
 
+/* y[i] = (g[i] * logistic(g[i])) * u[i] for i < n, bit for bit what ONNX Runtime's CPU EP gives for
+ * Sigmoid/Mul (QuickGelu alpha = 1, i.e. MlasComputeSilu) then Mul on this CPU: MLAS's AVX-512F SiLU
+ * kernel, else its FMA3 logistic (AVX2 + FMA), else its generic one. y may alias neither g nor u. */
+AMBER_API void amber_silu_mul(const float *g, const float *u, float *y, int64_t n);
+/* The MLAS kernel amber_silu_mul follows now: "avx512f", "fma3" or "generic". */
+AMBER_API const char *amber_silu_path(void);
+/* Forces one of those (tests cover each on one machine): 0, or -1 when unknown or beyond this CPU.
+ * A kernel other than the one ORT runs here gives other bits than ORT: tests only. */
+AMBER_API int amber_set_silu_path(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,9 +6,10 @@
  * Tile sizes depend only on the shapes, never on the thread count, and every output element is
  * written by exactly one tile: results are the same bits with 1 thread or many.
  * Optional attribute epilogue (int, default 0 = none): 1 = SwiGLU. Then W holds the gate's F rows
- * then the up's F rows (N = 2F, even) and Y is [..., F] = silu(X @ Wg.T) * (X @ Wu.T), silu(g) =
- * g / (1 + exp(-g)) (swiglu.c, vectorized): each tile computes its gate and up columns into a per-tile scratch with the
- * same kernel calls, so the epilogue never changes the dot products, only skips 3 graph passes.
+ * then the up's F rows (N = 2F, even) and Y is [..., F] = (g * logistic(g)) * u with g = X @ Wg.T,
+ * u = X @ Wu.T and ONNX Runtime's own logistic (swiglu.c): the same bits as the split graph
+ * (GgufMatMul N = 2F, Split, Sigmoid/Mul, Mul) it replaces. g and u come from exactly the kernel
+ * calls the op without the epilogue makes (same X rows, same column bounds; see compute()).
  * Everything a model file says is checked before it is used; a bad node gets an ORT error status
  * with a one-line message, never a read outside W.
  */
@@ -172,8 +173,9 @@ static void gemm_tile(void *user, size_t t) {
 }
 
 /* SwiGLU tile: output columns [n0, n1) of F = n_out; gate rows [n0, n1) and up rows [F + n0, F + n1)
- * go into a scratch tile, then y = silu(gate) * up. Same kernel calls, so the same dot products as
- * the op without the epilogue; the tiling depends only on the shapes (thread-count independent). */
+ * go into a scratch tile, then y = silu(gate) * up. compute() runs these tiles only when F is a
+ * multiple of the plain op's tile width, so both calls are tiles the plain op makes too: the same
+ * dot products bit for bit; the tiling depends only on the shapes (thread-count independent). */
 static void swiglu_tile(void *user, size_t t) {
     work_t *w = user;
     const kernel_t *kn = w->kern;
@@ -320,16 +322,23 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     w.y = y;
     w.m = m;
     w.m_blk = 64;
-    /* SwiGLU with few X rows (decode): the plain tiling over all 2F rows into a small buffer, then
-     * one silu pass. Per-tile gate|up pairs read W as two short streams, which measured ~1-2 %
-     * slower at m = 1 with W out of cache; the buffer is m x 2F floats (39 KB at m = 1, F = 4864). */
-    int whole = kn->epilogue == EPILOGUE_SWIGLU && m <= 8;
+    /* SwiGLU: per-tile gate|up pairs only where each pair is two tiles of the plain op's own tiling
+     * (F a multiple of its tile width): the kernels' arithmetic for a column depends on the call's
+     * bounds (the packed paths take whole groups of 8 or 16 columns from n0), so other bounds would
+     * give other bits than the split graph. Otherwise, and with few X rows (decode: per-tile pairs
+     * read W as two short streams, ~1-2 % slower at m = 1 with W out of cache), the plain tiling over
+     * all 2F rows into a buffer of m x 2F floats (39 KB at m = 1, F = 4864), then one silu pass. */
+    int64_t plain_blk = tile_rows_of_w(m, kn->n);
+    int whole = kn->epilogue == EPILOGUE_SWIGLU &&
+                (m <= 8 || kn->n_out % plain_blk != 0 || tile_rows_of_w(m, kn->n_out) != plain_blk);
     int64_t tiled_n = whole ? kn->n : kn->n_out;
     w.n_blk = tile_rows_of_w(m, tiled_n);
     w.n_tiles = (tiled_n + w.n_blk - 1) / w.n_blk;
     float *both = NULL;
     if (whole) {
-        both = malloc((size_t)m * (size_t)kn->n * sizeof *both);   /* m <= 8, n <= 2^40 checked: ok */
+        if ((uint64_t)m > (uint64_t)(SIZE_MAX / sizeof *both) / (uint64_t)kn->n)
+            return fail(api, ORT_CODE_FAIL, "X has too many rows (%lld)", (long long)m);
+        both = malloc((size_t)m * (size_t)kn->n * sizeof *both);
         if (both == NULL)
             return fail(api, ORT_CODE_FAIL, "out of memory for %lld x %lld outputs", (long long)m, (long long)kn->n);
         w.y = both;

@@ -1,7 +1,8 @@
 """GgufMatMul's SwiGLU epilogue (epilogue=1) through a real InferenceSession: W holds gate rows then
 up rows, Y = silu(X Wg) * (X Wu). The reference is the same op without the epilogue (the int8
-activation product, exact against the kernels' C API), then silu * up in float64; thread counts
-give identical bits; bad epilogue attributes fail when the session is made."""
+activation product, exact against the kernels' C API), then silu * up in float64, within MLAS's
+logistic error (the epilogue follows ORT's own kernel bit for bit: test_swiglu_bits.py); thread
+counts give identical bits; bad epilogue attributes fail when the session is made."""
 from __future__ import annotations
 
 import os
@@ -35,6 +36,17 @@ def _swiglu64(y: np.ndarray) -> np.ndarray:
         return g / (1.0 + np.exp(-g)) * u
 
 
+def _assert_swiglu(y: np.ndarray, plain: np.ndarray) -> None:
+    """y within MLAS's logistic error of float64 silu(gate) * up from the plain [.., 2F] output: the
+    rational approximation is within 2e-7 absolute of the logistic (measured 1.96e-7 on [-40, 40]),
+    so |error| <= 2.5e-7 |g u| plus float32 rounding of the products."""
+    f = plain.shape[-1] // 2
+    ref = _swiglu64(plain)
+    gu = np.abs(plain[..., :f].astype(np.float64) * plain[..., f:])
+    assert np.abs(ref).max() > 0.1   # not trivially zero
+    assert (np.abs(y - ref) <= 2.5e-7 * gu + 1e-6 * np.abs(ref) + 1e-30).all()
+
+
 def _models(t: int, k: int, f: int, rng: np.random.Generator, x_rank: int = 2) -> tuple[bytes, bytes]:
     rows = random_rows(t, 2 * f, k, rng)
     plain = gguf_matmul_model(rows, ggml_type=t, k=k, n=2 * f, x_rank=x_rank)
@@ -57,10 +69,7 @@ def test_epilogue_equals_plain_op_then_swiglu(native_on, name):
         x = rng.standard_normal((m, k)).astype(np.float32)
         y = fs.run(None, {"X": x})[0]
         assert y.shape == (m, f) and y.dtype == np.float32
-        ref = _swiglu64(ps.run(None, {"X": x})[0])
-        assert np.abs(ref).max() > 0.1   # not trivially zero
-        # same dot products; only float32 expf / division / product rounding differ
-        np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-6 * np.abs(ref).max())
+        _assert_swiglu(y, ps.run(None, {"X": x})[0])
 
 
 def test_epilogue_keeps_leading_dims(native_on):
@@ -70,7 +79,7 @@ def test_epilogue_keeps_leading_dims(native_on):
     x = rng.standard_normal((2, 3, k)).astype(np.float32)
     y = _session(fused).run(None, {"X": x})[0]
     assert y.shape == (2, 3, f)
-    np.testing.assert_allclose(y, _swiglu64(_session(plain).run(None, {"X": x})[0]), rtol=2e-6, atol=1e-6)
+    _assert_swiglu(y, _session(plain).run(None, {"X": x})[0])
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K"])
