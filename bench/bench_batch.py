@@ -170,6 +170,48 @@ def matmul_rows(blocks: int = 3, per_block: int = 100) -> list[dict[str, Any]]:
     return out
 
 
+# (label, K, N, GGML type): the same matrices in the native form's GGUF types (the default model's
+# layers are Q4_1, its lm_head Q8_0; the 0.5B shape here is Q4_0).
+NATIVE_MATMULS = (("135M gate+up", 576, 3072, 3), ("135M down", 1536, 576, 3), ("135M lm_head", 576, 49152, 8),
+                  ("0.5B gate+up", 896, 9728, 2), ("0.5B down", 4864, 896, 2))
+GGML_NAMES = {2: "Q4_0", 3: "Q4_1", 8: "Q8_0"}
+
+
+def native_matmul_rows(blocks: int = 3, per_block: int = 100) -> list[dict[str, Any]]:
+    """µs of one ai.amber.GgufMatMul (the native form's op, engine/native) for 1, 2 and 4 rows,
+    random GGUF blocks, one intra-op thread, alternating blocks in one process, the median of the
+    calls timed one by one; [] without the native library."""
+    import numpy as np
+
+    from engine import native
+    if native.library_path() is None:
+        return []
+    from bench.bench_native_op import _session
+    from tests.support.native_op import gguf_matmul_model, random_rows
+    out = []
+    for label, k, n, t in NATIVE_MATMULS:
+        rng = np.random.default_rng(0)
+        # one thread: the kernel's own cost by rows, less at the mercy of a loaded machine's scheduler
+        sess = _session(gguf_matmul_model(random_rows(t, n, k, rng), ggml_type=t, k=k, n=n, x_rank=2), 1, True)
+        feeds = {m: {"X": rng.standard_normal((m, k)).astype(np.float32)} for m in (1, 2, 4)}
+        times: dict[int, list[float]] = {1: [], 2: [], 4: []}
+        for m in feeds:
+            sess.run(None, feeds[m])
+        reps = max(5, per_block * 3072 // n)
+        for _ in range(blocks):
+            for m in feeds:
+                for _ in range(reps):   # each call timed alone: a preemption spoils one sample, not a block
+                    t0 = time.perf_counter()
+                    sess.run(None, feeds[m])
+                    times[m].append((time.perf_counter() - t0) * 1e6)
+        us = {m: statistics.median(v) for m, v in times.items()}
+        out.append({"label": label, "k": k, "n": n, "type": GGML_NAMES[t], "us_1": us[1], "us_2": us[2],
+                    "us_4": us[4], "ratio": us[4] / us[1]})
+        print(f"batch: GgufMatMul {label} {k}x{n} {GGML_NAMES[t]}: 1 row {us[1]:.0f} us, 2 rows {us[2]:.0f} us, "
+              f"4 rows {us[4]:.0f} us ({us[4] / us[1]:.2f}x)", flush=True)
+    return out
+
+
 def _prompts(mgr: Any, n: int) -> list[list[int]]:
     """Distinct prompts of similar length (no shared prefix: each session prefills its own)."""
     return [mgr.generator.encode_prompt(common.pseudo_text(PROMPT_WORDS, seed=100 + i)) for i in range(n)]
@@ -320,6 +362,7 @@ def run(quick: bool = False, shapes: list[str] | None = None) -> dict[str, Any]:
         rs = server["4_batched"] / server["1_batched"]
         targets["server_4_clients_vs_1"] = {"ratio": rs, "target": TARGET, "met": rs >= TARGET}
     return {"models": models, "targets": targets, "server": server, "matmuls": matmul_rows(1 if quick else 3),
+            "native_matmuls": native_matmul_rows(1 if quick else 3),
             "features": cpu_features(),
             "facts": common.machine_facts(), "load_before": load_before, "quick": quick}
 
@@ -369,7 +412,8 @@ def section(res: dict[str, Any]) -> Section:
               [[m["label"], f"{m['raw']['ms_1']:.2f}", f"{m['raw']['ms_4']:.2f}", f"{m['raw']['ratio']:.2f}×"]
                for m in res["models"]]),
         "",
-        "Where the ceiling comes from: ONE `MatMulNBits` (block 32, accuracy level 4, as Amber's graphs "
+        "Where the ceiling came from in the ONNX Runtime form (`convert --kernels ort`, the default before "
+        "the native kernels): ONE `MatMulNBits` (block 32, accuracy level 4, as that form's graphs "
         "use; random weights) for 1 and 4 rows. A kernel bound by reading its weights would cost about "
         "the same for 4 rows; ONNX Runtime's costs nearly 4× for the layer matrices (it is bound by "
         "its arithmetic at these sizes), so a batched step saves mainly the per-step costs around the "
@@ -378,6 +422,17 @@ def section(res: dict[str, Any]) -> Section:
         table(["Matrix", "K × N, bits", "1 row: µs", "4 rows: µs", "4 rows ÷ 1 row"],
               [[m["label"], f"{m['k']} × {m['n']}, {m['bits']}", f"{m['us_1']:.0f}", f"{m['us_4']:.0f}",
                 f"{m['ratio']:.2f}×"] for m in res.get("matmuls", [])]),
+        "",
+        "The native form (the default on CPU machines since issue 18's kernels): ONE `ai.amber.GgufMatMul` "
+        "over the GGUF's own blocks (engine/native; random blocks, 1 intra-op thread, median of single "
+        "calls in interleaved blocks; the weights are reused, so the small ones stay in the L3 where a "
+        "decode step streams them). Below 16 rows the AVX-512 kernels "
+        "decode each weight block once for up to 8 rows and pay the int8 dot, conversion and scaling per "
+        "row (bound by those vector operations, not by memory); a row's bits are the same alone or batched.",
+        "",
+        table(["Matrix", "K × N, type", "1 row: µs", "2 rows: µs", "4 rows: µs", "4 rows ÷ 1 row"],
+              [[m["label"], f"{m['k']} × {m['n']}, {m['type']}", f"{m['us_1']:.0f}", f"{m['us_2']:.0f}",
+                f"{m['us_4']:.0f}", f"{m['ratio']:.2f}×"] for m in res.get("native_matmuls", [])]),
         "",
         common.facts_line(facts, res.get("load_before"),
                           f"CPU features: {res.get('features') or 'unknown'}."

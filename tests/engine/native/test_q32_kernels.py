@@ -280,3 +280,26 @@ def test_small_decode_batches_match_rows_alone(lib, isas, name):
                 np.testing.assert_array_equal(y[:, j], together[:, j])
             for i in range(m):
                 np.testing.assert_array_equal(lib.matmul(qtype, act[i:i + 1], w, k, n)[0], together[i])
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+def test_every_decode_batch_size_matches_rows_alone(lib, isas, name):
+    """m = 2..15 (the multi-row paths, below the packed prefill): every row has the bits of the
+    row alone, for weight-row ranges that take the paired paths and odd leftovers, and in every
+    column range (how the op's threads split N)."""
+    qtype = Q32_TYPES[name]
+    rng = np.random.default_rng(29)
+    k, n = 32 * 67, 37   # 2 K segments, odd blocks (the lone block); 37 rows: pairs + a leftover
+    w = random_blocks(qtype, n, k, rng)
+    x = rng.standard_normal((15, k)).astype(np.float32)
+    act_all = lib.quantize(qtype, x)
+    for isa in isas:
+        lib.set_isa(isa)
+        alone = np.stack([lib.matmul(qtype, act_all[i:i + 1], w, k, n)[0] for i in range(15)])
+        for m in range(2, 16):
+            act = np.ascontiguousarray(act_all[:m])
+            np.testing.assert_array_equal(lib.matmul(qtype, act, w, k, n), alone[:m], err_msg=f"{isa} m={m}")
+            for c0, c1 in ((0, 18), (18, 37), (5, 6)):
+                y = np.zeros((m, n), np.float32)
+                assert lib.gemm(qtype, act, w, k, c0, c1, y, n) == 0
+                np.testing.assert_array_equal(y[:, c0:c1], alone[:m, c0:c1], err_msg=f"{isa} m={m} cols {c0}:{c1}")
