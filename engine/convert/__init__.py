@@ -21,6 +21,7 @@ from engine.native.attention import uses_attention
 
 from .native_form import OP_DOMAIN as NATIVE_DOMAIN
 from .native_form import Kernels, check_kernels, choose_kernels, native_weight
+from .native_swiglu import uses_swiglu
 from .tokenizer import build_tokenizer_files, eos_token_ids
 from .variants import VARIANT_DIR, build_variant
 from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
@@ -241,6 +242,7 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
         onnx.save_model(model, tmp / MODEL_FILE)
         native = any(o.domain == NATIVE_DOMAIN for o in model.opset_import)   # some matrix kept raw
         attention = "amber" if uses_attention(model) else "gqa"           # ai.amber.Attention, float16 KV
+        swiglu = "fused" if uses_swiglu(model) else "split"              # GgufMatMul's SwiGLU epilogue
         del model
         if cancel is not None and cancel.is_set():
             raise ConversionCancelled()
@@ -265,6 +267,7 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
             "source": src_path.name, "source_bytes": src_path.stat().st_size, "weights": weights,
             "architecture": spec.architecture, "name": spec.name, "accuracy_level": accuracy_level,
             "kernels": "native" if native else "ort", "attention": attention,
+            "swiglu": swiglu,
             "seconds": round(time.perf_counter() - started, 2),
             "sizes": size_report(src, writer.bytes_by_tag)})
         _fsync_tree(tmp)

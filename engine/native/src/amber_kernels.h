@@ -31,7 +31,8 @@ AMBER_API int64_t amber_act_bytes(int type, int64_t k);
 /* Quantizes one float32 row x[k] into out[amber_act_bytes(type, k)]; 0 or -1. */
 AMBER_API int amber_quantize_act(int type, const float *x, int64_t k, void *out);
 /* y[i * ldy + n] = dot(act row i, weight row n) for i < m, n0 <= n < n1; `act` holds m rows of
- * amber_act_bytes(type, k) bytes, `w` all N rows from row 0. 0 or -1. Thread-safe: callers split
+ * amber_act_bytes(type, k) bytes, `w` all N rows from row 0; ldy >= n1 - n0 when m > 1 (y may point
+ * n0 columns before a tile-sized buffer). 0 or -1. Thread-safe: callers split
  * [0, N) into ranges and run them in parallel. */
 AMBER_API int amber_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_t k,
                               int64_t n0, int64_t n1, float *y, int64_t ldy);
@@ -40,6 +41,16 @@ AMBER_API const char *amber_isa(void);
 /* Forces a narrower instruction set (tests cover each path on one machine): 0, or -1 when the
  * name is unknown or this CPU lacks it. */
 AMBER_API int amber_set_isa(const char *name);
+
+/* y[i] = (g[i] * logistic(g[i])) * u[i] for i < n, bit for bit what ONNX Runtime's CPU EP gives for
+ * Sigmoid/Mul (QuickGelu alpha = 1, i.e. MlasComputeSilu) then Mul on this CPU: MLAS's AVX-512F SiLU
+ * kernel, else its FMA3 logistic (AVX2 + FMA), else its generic one. y may alias neither g nor u. */
+AMBER_API void amber_silu_mul(const float *g, const float *u, float *y, int64_t n);
+/* The MLAS kernel amber_silu_mul follows now: "avx512f", "fma3" or "generic". */
+AMBER_API const char *amber_silu_path(void);
+/* Forces one of those (tests cover each on one machine): 0, or -1 when unknown or beyond this CPU.
+ * A kernel other than the one ORT runs here gives other bits than ORT: tests only. */
+AMBER_API int amber_set_silu_path(const char *name);
 
 #ifdef __cplusplus
 }

@@ -96,7 +96,8 @@ int amber_quantize_act(int type, const float *x, int64_t k, void *out) {
 int amber_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_t k,
                     int64_t n0, int64_t n1, float *y, int64_t ldy) {
     if (!valid(type, k) || act == NULL || w == NULL || y == NULL || m < 0 || n0 < 0 || n1 < n0 ||
-        (m > 1 && ldy < n1))
+        (m > 1 && ldy < n1 - n0))   /* rows of the [n0, n1) tile must not overlap (ort_op.c's
+                                        SwiGLU scratch tiles have ldy = n1 - n0) */
         return -1;
     if (m == 0 || n0 == n1)
         return 0;

@@ -5,6 +5,11 @@
  * scratch buffer, then [0, rows) x [0, N) is cut into tiles that ORT's intra-op thread pool runs.
  * Tile sizes depend only on the shapes, never on the thread count, and every output element is
  * written by exactly one tile: results are the same bits with 1 thread or many.
+ * Optional attribute epilogue (int, default 0 = none): 1 = SwiGLU. Then W holds the gate's F rows
+ * then the up's F rows (N = 2F, even) and Y is [..., F] = (g * logistic(g)) * u with g = X @ Wg.T,
+ * u = X @ Wu.T and ONNX Runtime's own logistic (swiglu.c): the same bits as the split graph
+ * (GgufMatMul N = 2F, Split, Sigmoid/Mul, Mul) it replaces. g and u come from exactly the kernel
+ * calls the op without the epilogue makes (same X rows, same column bounds; see compute()).
  * Everything a model file says is checked before it is used; a bad node gets an ORT error status
  * with a one-line message, never a read outside W.
  */
@@ -16,6 +21,7 @@
 #include "amber_kernels.h"
 #include "attn.h"
 #include "ort_abi.h"
+#include "swiglu.h"
 
 #define OP_NAME "GgufMatMul"
 #define OP_DOMAIN "ai.amber"
@@ -28,7 +34,12 @@ typedef struct {
     int64_t k, n;        /* inputs and outputs of the matmul */
     int64_t row_bytes;   /* bytes of one W row */
     int64_t act_bytes;   /* bytes of one quantized X row */
+    int epilogue;        /* EPILOGUE_NONE or EPILOGUE_SWIGLU */
+    int64_t n_out;       /* Y's last dimension: n, or n / 2 with SwiGLU */
 } kernel_t;
+
+#define EPILOGUE_NONE 0
+#define EPILOGUE_SWIGLU 1
 
 static OrtStatus *fail(const void *api, int code, const char *fmt, ...) {
     char msg[320];
@@ -85,6 +96,17 @@ static OrtStatus *ORT_CALL create_kernel(const OrtCustomOpV17 *op, const void *a
     if (n > INT64_MAX / rb)
         return fail(api, ORT_CODE_INVALID_GRAPH, "N = %lld rows of %lld bytes overflow", (long long)n,
                     (long long)rb);
+    int64_t epilogue = EPILOGUE_NONE;   /* optional: absent means none (graphs made before it) */
+    if ((st = ORT_FN(api, KernelInfoGetAttribute_int64)(info, "epilogue", &epilogue)) != NULL) {
+        ORT_FN(api, ReleaseStatus)(st);
+        epilogue = EPILOGUE_NONE;
+    }
+    if (epilogue != EPILOGUE_NONE && epilogue != EPILOGUE_SWIGLU)
+        return fail(api, ORT_CODE_INVALID_GRAPH, "epilogue %lld is not supported (0 none, 1 swiglu)",
+                    (long long)epilogue);
+    if (epilogue == EPILOGUE_SWIGLU && n % 2 != 0)
+        return fail(api, ORT_CODE_INVALID_GRAPH, "epilogue swiglu needs an even N (gate rows then up rows), N = %lld",
+                    (long long)n);
     /* W is normally an initializer: check it now, so a bad file fails when the session is made */
     int is_constant = 0;
     const OrtValue *wv = NULL;
@@ -102,6 +124,8 @@ static OrtStatus *ORT_CALL create_kernel(const OrtCustomOpV17 *op, const void *a
     kern->n = n;
     kern->row_bytes = rb;
     kern->act_bytes = amber_act_bytes((int)type, k);
+    kern->epilogue = (int)epilogue;
+    kern->n_out = epilogue == EPILOGUE_SWIGLU ? n / 2 : n;
     if (kern->act_bytes <= 0) {
         free(kern);
         return fail(api, ORT_CODE_FAIL, "no activation layout for ggml_type %lld", (long long)type);
@@ -120,6 +144,7 @@ typedef struct {
     uint8_t *act;
     const uint8_t *w;
     float *y;
+    float *both;               /* SwiGLU: the m x 2F gate|up outputs (NULL without the epilogue) */
     int64_t m;                 /* rows of X */
     int64_t m_blk, n_blk;      /* a tile: m_blk rows of X by n_blk rows of W */
     int64_t n_tiles;           /* tiles across N */
@@ -146,6 +171,32 @@ static void gemm_tile(void *user, size_t t) {
     if (amber_gemm_rows(kn->type, w->act + i0 * kn->act_bytes, i1 - i0, w->w, kn->k, n0, n1, w->y + i0 * kn->n,
                         kn->n) != 0)
         w->failed = 1;
+}
+
+/* SwiGLU tile: output columns [n0, n1) of F = n_out; gate rows [n0, n1) and up rows [F + n0, F + n1)
+ * go into the call's m x 2F buffer, then y = silu(gate) * up. compute() runs these tiles only when F is a
+ * multiple of the plain op's tile width, so both calls are tiles the plain op makes too: the same
+ * dot products bit for bit; the tiling depends only on the shapes (thread-count independent). */
+static void swiglu_tile(void *user, size_t t) {
+    work_t *w = user;
+    const kernel_t *kn = w->kern;
+    int64_t f = kn->n_out, ld = kn->n;
+    int64_t mi = (int64_t)t / w->n_tiles, ni = (int64_t)t % w->n_tiles;
+    int64_t i0 = mi * w->m_blk, i1 = i0 + w->m_blk < w->m ? i0 + w->m_blk : w->m;
+    int64_t n0 = ni * w->n_blk, n1 = n0 + w->n_blk < f ? n0 + w->n_blk : f;
+    int64_t rows = i1 - i0, cols = n1 - n0;
+    /* the tile's gate columns [n0, n1) and up columns [F + n0, F + n1) land in their places of the
+     * call's m x 2F buffer (the kernels write y[i * ldy + n] for absolute n), then silu * up goes to
+     * Y: tiles of any height (tile_rows_of_x), no scratch of their own */
+    float *both = w->both + i0 * ld;
+    const uint8_t *act = w->act + i0 * kn->act_bytes;
+    if (amber_gemm_rows(kn->type, act, rows, w->w, kn->k, n0, n1, both, ld) != 0 ||
+        amber_gemm_rows(kn->type, act, rows, w->w, kn->k, f + n0, f + n1, both, ld) != 0) {
+        w->failed = 1;
+        return;
+    }
+    for (int64_t i = 0; i < rows; i++)
+        amber_silu_mul(both + i * ld + n0, both + i * ld + f + n0, w->y + (i0 + i) * f + n0, cols);
 }
 
 /* Rows of W per tile: for few X rows (decode) 16..64 rows so both threads stay busy on small
@@ -255,7 +306,7 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
         return bad;
     }
     int64_t m = (int64_t)(xs.count / (size_t)kn->k);   /* rows of X: the element count is ORT's, exact */
-    xs.dims[xs.rank - 1] = kn->n;                      /* Y's shape: X's with N last */
+    xs.dims[xs.rank - 1] = kn->n_out;                  /* Y's shape: X's with N (F with SwiGLU) last */
     OrtValue *yv = NULL;
     float *y = NULL;
     void *xdata = NULL, *wdata = NULL;
@@ -277,17 +328,47 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     w.y = y;
     w.m = m;
     w.m_blk = tile_rows_of_x(m, kn->act_bytes);
-    w.n_blk = tile_rows_of_w(m, kn->n);
-    w.n_tiles = (kn->n + w.n_blk - 1) / w.n_blk;
-    if ((uint64_t)m > SIZE_MAX / (uint64_t)kn->act_bytes)
+    /* SwiGLU: per-tile gate|up pairs only where each pair is two tiles of the plain op's own tiling
+     * (F a multiple of its tile width): the kernels' arithmetic for a column depends on the call's
+     * bounds (the packed paths take whole groups of 8 or 16 columns from n0), so other bounds would
+     * give other bits than the split graph. Otherwise, and with few X rows (decode: per-tile pairs
+     * read W as two short streams, ~1-2 % slower at m = 1 with W out of cache), the plain tiling over
+     * all 2F rows into a buffer of m x 2F floats (39 KB at m = 1, F = 4864), then one silu pass. */
+    int64_t plain_blk = tile_rows_of_w(m, kn->n);
+    int whole = kn->epilogue == EPILOGUE_SWIGLU &&
+                (m <= 8 || kn->n_out % plain_blk != 0 || tile_rows_of_w(m, kn->n_out) != plain_blk);
+    int64_t tiled_n = whole ? kn->n : kn->n_out;
+    w.n_blk = tile_rows_of_w(m, tiled_n);
+    w.n_tiles = (tiled_n + w.n_blk - 1) / w.n_blk;
+    float *both = NULL;
+    if (kn->epilogue == EPILOGUE_SWIGLU) {   /* gate|up outputs of every row: both paths write here */
+        if ((uint64_t)m > (uint64_t)(SIZE_MAX / sizeof *both) / (uint64_t)kn->n)
+            return fail(api, ORT_CODE_FAIL, "X has too many rows (%lld)", (long long)m);
+        both = malloc((size_t)m * (size_t)kn->n * sizeof *both);
+        if (both == NULL)
+            return fail(api, ORT_CODE_FAIL, "out of memory for %lld x %lld outputs", (long long)m, (long long)kn->n);
+        w.both = both;
+        if (whole)
+            w.y = both;
+    }
+    if ((uint64_t)m > SIZE_MAX / (uint64_t)kn->act_bytes) {
+        free(both);
         return fail(api, ORT_CODE_FAIL, "X has too many rows (%lld)", (long long)m);
+    }
     w.act = malloc((size_t)m * (size_t)kn->act_bytes);
-    if (w.act == NULL)
+    if (w.act == NULL) {
+        free(both);
         return fail(api, ORT_CODE_FAIL, "out of memory for %lld quantized rows", (long long)m);
+    }
     int64_t m_tiles = (m + w.m_blk - 1) / w.m_blk;
     st = run_parallel(api, ctx, quantize_block, (size_t)m_tiles, &w);
     if (st == NULL && !w.failed)
-        st = run_parallel(api, ctx, gemm_tile, (size_t)(m_tiles * w.n_tiles), &w);
+        st = run_parallel(api, ctx, kn->epilogue == EPILOGUE_SWIGLU && !whole ? swiglu_tile : gemm_tile,
+                          (size_t)(m_tiles * w.n_tiles), &w);
+    if (whole && st == NULL && !w.failed)
+        for (int64_t i = 0; i < m; i++)
+            amber_silu_mul(both + i * kn->n, both + i * kn->n + kn->n_out, y + i * kn->n_out, kn->n_out);
+    free(both);
     free(w.act);
     if (st == NULL && w.failed)
         st = fail(api, ORT_CODE_FAIL, "the kernels rejected ggml_type %d with K = %lld", kn->type, (long long)kn->k);
