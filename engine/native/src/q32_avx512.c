@@ -17,6 +17,28 @@ INL __m512 bcast256(const uint8_t *p) {
     return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)(const void *)p)));
 }
 
+/* _mm512_reduce_add_ps's tree as GCC's header spells it (halves, quarters, then pairs), written out so
+ * the transposed form below gives each row the same bits whatever the compiler's own tree is. */
+INL float hsum512(__m512 v) {
+    __m256 t3 = _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)),
+                              _mm512_castps512_ps256(v));
+    __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
+}
+
+/* hsum512 of four vectors at once, {hsum(v0), hsum(v1), hsum(v2), hsum(v3)}: the same additions of
+ * the same lanes, done for four rows per instruction (decode ends every short row with one). */
+INL __m128 hsum512x4(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+    __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0xEE), _mm512_shuffle_f32x4(v0, v1, 0x44));
+    __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0xEE), _mm512_shuffle_f32x4(v2, v3, 0x44));
+    /* lane i of u: quarter-sums of row i */
+    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0xDD), _mm512_shuffle_f32x4(s01, s23, 0x88));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2)));
+    u = _mm512_add_ps(u, _mm512_movehdup_ps(u));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
+}
+
 /* A pair's codes of one weight row: zmm = A lo|B lo|A hi|B hi (B = A + bs); its d (and m) per lane. */
 INL __m512i codes512(const int type, const uint8_t *A, __m512 *dw, __m512 *mw) {
     const int bs = q32_block_bytes(type), qo = q32_qs_off(type), ho = q32_qh_off(type);
@@ -122,9 +144,16 @@ INL void rows45_512(const int type, const int mt, const int nw, const uint8_t *a
                 }
             }
         }
-        for (int j = 0; j < nw; j++)
-            for (int r = 0; r < mt; r++)
-                tot[j * Q32_MT + r] += _mm512_reduce_add_ps(acc[j * Q32_MT + r]);
+        if (mt == 1 && nw == 4) {
+            __m128 h = hsum512x4(acc[0], acc[Q32_MT], acc[2 * Q32_MT], acc[3 * Q32_MT]);
+            float hs[4];
+            _mm_storeu_ps(hs, h);
+            for (int j = 0; j < 4; j++) tot[j * Q32_MT] += hs[j];
+        } else {
+            for (int j = 0; j < nw; j++)
+                for (int r = 0; r < mt; r++)
+                    tot[j * Q32_MT + r] += hsum512(acc[j * Q32_MT + r]);
+        }
     }
     for (int j = 0; j < nw; j++)
         for (int r = 0; r < mt; r++) y[r * ldy + n + j * nstep] = tot[j * Q32_MT + r];
@@ -175,8 +204,81 @@ INL void pair8(const int mt, const uint8_t *A, const uint8_t *act, int64_t ab, i
     }
 }
 
+/* Decode (one activation row): pair8 for four weight rows `rs` bytes apart. The activation's part
+ * (codes, bias, d) is loaded once for the four; each row's d pair is widened by one vpermw of a
+ * 64-byte load (d of A at byte 0, of B at byte 34) instead of two scalar loads and a permute.
+ * Per row the same integers, products and fused adds as pair8, so the same bits. */
+INL void pair8_m1x4(const uint8_t *A, int64_t rs, const uint8_t *act, int64_t b, int64_t nb, __m512 *acc) {
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i widx = _mm512_setr_epi32(0, 0, 0, 0, 0x110011, 0x110011, 0x110011, 0x110011,
+                                           0, 0, 0, 0, 0, 0, 0, 0);   /* words: 0 x8, 17 x8 */
+    const __m512i bias = _mm512_permutexvar_epi32(
+        idx, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(act + q32_act_x_off(nb) + b * 4))));
+    const __m512i q = _mm512_loadu_si512((const void *)(act + b * 32));
+    const __m512 da = _mm512_permutexvar_ps(
+        idx, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(act + q32_act_d_off(nb) + b * 4)))));
+    for (int j = 0; j < 4; j++) {
+        const uint8_t *Aj = A + j * rs;
+        _mm_prefetch((const char *)(Aj + 1536), _MM_HINT_T0);   /* as in pair512: 4 streams */
+        __m512i wz = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(Aj + 2))),
+                                        _mm256_loadu_si256((const __m256i *)(Aj + 36)), 1);
+        wz = _mm512_xor_si512(wz, _mm512_set1_epi8((char)0x80));
+        __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(
+            _mm512_permutexvar_epi16(widx, _mm512_loadu_si512((const void *)Aj))));
+        __m512i D = _mm512_dpbusd_epi32(bias, wz, q);
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), _mm512_mul_ps(dw, da), acc[j]);
+    }
+}
+
+/* Decode: weight rows n + j*nstep (j < 4) over segments [s0, s1), the loop and lanes of kq8_512's
+ * row loop (pairs b, b+2 into two accumulators, then a pair, then a lone block) and its reduction
+ * tree, four rows at a time: the same bits as one row at a time. */
+INL void rows8_m1x4(const uint8_t *act, const uint8_t *w, int64_t nb, int64_t n, int64_t nstep,
+                    int64_t s0, int64_t s1, float *y) {
+    const int64_t rb = nb * 34, rs = nstep * rb;
+    const uint8_t *wr = w + n * rb;
+    __m128 tot = s0 > 0 ? _mm_setr_ps(y[n], y[n + nstep], y[n + 2 * nstep], y[n + 3 * nstep]) : _mm_setzero_ps();
+    for (int64_t sg = s0; sg < s1; sg++) {
+        const int64_t b1 = Q32_SEG_END(sg, nb);
+        __m512 acc0[4], acc1[4];
+        for (int j = 0; j < 4; j++) acc0[j] = acc1[j] = _mm512_setzero_ps();
+        int64_t b = sg * Q32_SEG;
+        for (; b + 3 < b1; b += 4) {
+            pair8_m1x4(wr + b * 34, rs, act, b, nb, acc0);
+            pair8_m1x4(wr + (b + 2) * 34, rs, act, b + 2, nb, acc1);
+        }
+        for (; b + 1 < b1; b += 2)
+            pair8_m1x4(wr + b * 34, rs, act, b, nb, acc0);
+        if (b < b1) {   /* a lone last block: kq8_512's code for each row */
+            __m256i D0 = _mm256_set1_epi32((int)q32_ld32(act + q32_act_x_off(nb) + b * 4));
+            __m256i av = _mm256_loadu_si256((const __m256i *)(act + b * 32));
+            float da = q32_ldf(act + q32_act_d_off(nb) + b * 4);
+            for (int j = 0; j < 4; j++) {
+                const uint8_t *A = wr + j * rs + b * 34;
+                __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(A + 2)), _mm256_set1_epi8((char)0x80));
+                __m256i D = _mm256_dpbusd_epi32(D0, wu, av);
+                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(D), _mm256_set1_ps(_cvtsh_ss(q32_ld16(A)) * da));
+                acc0[j] = _mm512_add_ps(acc0[j], _mm512_zextps256_ps512(t));
+            }
+        }
+        tot = _mm_add_ps(tot, hsum512x4(_mm512_add_ps(acc0[0], acc1[0]), _mm512_add_ps(acc0[1], acc1[1]),
+                                        _mm512_add_ps(acc0[2], acc1[2]), _mm512_add_ps(acc0[3], acc1[3])));
+    }
+    float t[4];
+    _mm_storeu_ps(t, tot);
+    for (int j = 0; j < 4; j++) y[n + j * nstep] = t[j];
+}
+
 INL void kq8_512(const int mt, const uint8_t *act, int64_t ab, const uint8_t *w, int64_t nb,
                  int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
+    if (mt == 1 && (n1 - n0) / 4 > 0) {
+        /* four rows a quarter of the tile apart (four sequential streams, as kq45_512), the rest
+         * one at a time below */
+        const int64_t q = (n1 - n0) / 4;
+        for (int64_t n = n0; n < n0 + q; n++)
+            rows8_m1x4(act, w, nb, n, q, s0, s1, y);
+        n0 += 4 * q;
+    }
     const int64_t rb = nb * 34;
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *wr = w + n * rb;
@@ -206,7 +308,7 @@ INL void kq8_512(const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
                 }
             }
             for (int r = 0; r < mt; r++)
-                tot[r] += _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+                tot[r] += hsum512(_mm512_add_ps(acc0[r], acc1[r]));
         }
         for (int r = 0; r < mt; r++)
             y[r * ldy + n] = tot[r];
