@@ -159,6 +159,93 @@ INL void rows45_512(const int type, const int mt, const int nw, const uint8_t *a
         for (int r = 0; r < mt; r++) y[r * ldy + n + j * nstep] = tot[j * Q32_MT + r];
 }
 
+/* Decode (one activation row): pair512 for four weight rows `rs` bytes apart. The four rows' block
+ * scales (d and m of A and B: 16 halves) are gathered by two vpermt2w into one vector, widened once
+ * and multiplied by the activation's d once; each row then takes its lanes with one permute (two
+ * with a min). Per row the same integers, products and fused adds as pair512, so the same bits. */
+INL void pair512_m1x4(const int type, const uint8_t *A, int64_t rs, const uint8_t *a, int64_t qoff,
+                      int64_t xoff, int64_t auxoff, __m512 *acc) {
+    const int bs = q32_block_bytes(type), hb = bs / 2;   /* B's d (and m) in 16-bit words from A */
+    __m512i z[4];
+    __m256i sw[4];
+    for (int j = 0; j < 4; j++) {
+        const uint8_t *Aj = A + j * rs;
+        _mm_prefetch((const char *)(Aj + 1536), _MM_HINT_T0);   /* as pair512 */
+        __m512 dw_unused, mw_unused;
+        z[j] = codes512(type, Aj, &dw_unused, &mw_unused);
+        sw[j] = _mm256_loadu_si256((const __m256i *)(const void *)Aj);   /* a pair is >= 36 bytes */
+    }
+    /* words 4j..4j+3 = {dA, mA, dB, mB} of row j (mA, mB: whatever follows d without a min) */
+    const __m256i i01 = _mm256_setr_epi16(0, 1, (short)hb, (short)(hb + 1), 16, 17, (short)(16 + hb), (short)(17 + hb),
+                                          0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i i23 = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 1, (short)hb, (short)(hb + 1), 16, 17,
+                                          (short)(16 + hb), (short)(17 + hb));
+    const __m256i h16 = _mm256_mask_mov_epi16(_mm256_permutex2var_epi16(sw[0], i01, sw[1]), (__mmask16)0xFF00,
+                                              _mm256_permutex2var_epi16(sw[2], i23, sw[3]));
+    const __m512 v = _mm512_cvtph_ps(h16);
+    /* the activation's d of A and B ({dA x4, dB x4}) at lanes 4j and 4j+2 */
+    const __m512 dexp = _mm512_castps256_ps512(_mm256_loadu_ps((const float *)(a + xoff)));
+    const __m512 prod = _mm512_mul_ps(v, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4), dexp));
+    const __m512i q = _mm512_loadu_si512((const void *)(a + qoff));
+    const __m512i bias = q32_has_min(type) ? _mm512_setzero_si512()
+                                           : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(a + auxoff)));
+    const __m512 aux = q32_has_min(type) ? _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)(a + auxoff)))
+                                         : _mm512_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        const int e = 4 * j;
+        const __m512 sc = _mm512_permutexvar_ps(
+            _mm512_setr_epi32(e, e, e, e, e + 2, e + 2, e + 2, e + 2, e, e, e, e, e + 2, e + 2, e + 2, e + 2), prod);
+        __m512i D = _mm512_dpbusd_epi32(bias, z[j], q);
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), sc, acc[j]);
+        if (q32_has_min(type)) {
+            const __m512 mw = _mm512_permutexvar_ps(
+                _mm512_setr_epi32(e + 1, e + 1, e + 1, e + 1, e + 3, e + 3, e + 3, e + 3, e + 1, e + 1, e + 1, e + 1,
+                                  e + 3, e + 3, e + 3, e + 3), v);
+            acc[j] = _mm512_fmadd_ps(mw, aux, acc[j]);
+        }
+    }
+}
+
+/* Decode: rows45_512 at mt = 1, nw = 4 with pair512_m1x4 and one reduction for the four rows. */
+INL void rows45_m1x4(const int type, const uint8_t *act, const uint8_t *w, int64_t nb, int64_t n, int64_t nstep,
+                     int64_t s0, int64_t s1, float *y) {
+    const int bs = q32_block_bytes(type), qo = q32_qs_off(type), ho = q32_qh_off(type);
+    const int64_t np = (nb + 1) / 2, rb = nb * bs, rs = nstep * rb;
+    const int64_t xsec = q32_act_x_off(nb), asec = xsec + np * 32;
+    const uint8_t *wr = w + n * rb;
+    __m128 tot = s0 > 0 ? _mm_setr_ps(y[n], y[n + nstep], y[n + 2 * nstep], y[n + 3 * nstep]) : _mm_setzero_ps();
+    for (int64_t sg = s0; sg < s1; sg++) {
+        const int64_t b1 = Q32_SEG_END(sg, nb), pe = (b1 - (b1 == nb && (nb & 1))) / 2;
+        __m512 acc[4];
+        for (int j = 0; j < 4; j++) acc[j] = _mm512_setzero_ps();
+        for (int64_t p = sg * Q32_SEG / 2; p < pe; p++)
+            pair512_m1x4(type, wr + 2 * p * bs, rs, act, p * 64, xsec + p * 32, asec + p * 32, acc);
+        if (b1 == nb && (nb & 1)) {   /* the lone last block: rows45_512's code */
+            const int64_t xo = xsec + (np - 1) * 32, ao = asec + (np - 1) * 32;
+            for (int j = 0; j < 4; j++) {
+                const uint8_t *A = wr + j * rs + (nb - 1) * bs;
+                __m128i x = _mm_loadu_si128((const __m128i *)(A + qo));
+                const __m128i m4 = _mm_set1_epi8(0x0F);
+                __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+                if (q32_is5(type))
+                    wv = _mm256_mask_add_epi8(wv, (__mmask32)q32_ld32(A + ho), wv, _mm256_set1_epi8(0x10));
+                __m256 dw = _mm256_set1_ps(_cvtsh_ss(q32_ld16(A)));
+                __m256 mw = _mm256_set1_ps(q32_has_min(type) ? _cvtsh_ss(q32_ld16(A + 2)) : 0.f);
+                __m256i D = q32_has_min(type) ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(act + ao));
+                D = _mm256_dpbusd_epi32(D, wv, _mm256_loadu_si256((const __m256i *)(act + (nb - 1) * 32)));
+                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(D), _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(act + xo))));
+                if (q32_has_min(type))
+                    t = _mm256_fmadd_ps(mw, _mm256_loadu_ps((const float *)(act + ao)), t);
+                acc[j] = _mm512_add_ps(acc[j], _mm512_zextps256_ps512(t));
+            }
+        }
+        tot = _mm_add_ps(tot, hsum512x4(acc[0], acc[1], acc[2], acc[3]));
+    }
+    float t[4];
+    _mm_storeu_ps(t, tot);
+    for (int j = 0; j < 4; j++) y[n + j * nstep] = t[j];
+}
+
 INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, const uint8_t *w,
                   int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy) {
     /* two weight rows a step (16 accumulators at mt = 8), row n with row n + h: two rows far
@@ -169,8 +256,12 @@ INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, 
      * vector loaded once for four weight rows; the rows stay a quarter of the tile apart */
     const int64_t q = (n1 - n0) / 4;
     if (mt <= 2 && q > 0 && q * nb * q32_block_bytes(type) >= 1024) {
-        for (; n < n0 + q; n++)
-            rows45_512(type, mt, 4, act, ab, w, nb, n, q, s0, s1, y, ldy);
+        for (; n < n0 + q; n++) {
+            if (mt == 1)
+                rows45_m1x4(type, act, w, nb, n, q, s0, s1, y);
+            else
+                rows45_512(type, mt, 4, act, ab, w, nb, n, q, s0, s1, y, ldy);
+        }
         n = n0 + 4 * q;
     }
     const int64_t h = (n1 - n) / 2;
