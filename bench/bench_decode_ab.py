@@ -5,7 +5,8 @@ build of Amber's op library (this worktree's, and e.g. main's sources built into
 the same model folder and token ids. At each context (`--ctx`) each session gets its own KV cache
 filled with the same prompt, then `--rounds` interleaved rounds (the order alternates) of `--steps`
 greedy decode steps (each round truncates the cache back to the prompt): medians of tok/s, the
-ratio, and whether both builds chose the same tokens with the same logits bits.
+ratio, and whether both builds chose the same tokens with the same logits bits. With `--threads 1`
+the time is this thread's CPU time (a shared machine: descheduled time is left out).
 """
 from __future__ import annotations
 
@@ -35,18 +36,18 @@ def _runner(model_dir: str, lib: Path, threads: int) -> Runner:
     return Runner(dataclasses.replace(model, session=sess))
 
 
-def _decode(runner: Runner, cache, ctx: int, first: int, steps: int) -> tuple[float, list[int], np.ndarray]:
+def _decode(runner: Runner, cache, ctx: int, first: int, steps: int, clock) -> tuple[float, list[int], np.ndarray]:
     """`steps` greedy steps after the first `ctx` positions; seconds, the tokens, the last logits."""
     cache.truncate(ctx)
     tok, toks = first, []
-    start = time.perf_counter()
+    start = clock()
     logits = np.zeros(1, np.float32)
     for _ in range(steps):
         logits = runner.forward(cache, [tok])
         assert logits is not None
         tok = int(np.argmax(logits))
         toks.append(tok)
-    return time.perf_counter() - start, toks, logits
+    return clock() - start, toks, logits
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,10 +78,12 @@ def main(argv: list[str] | None = None) -> int:
             r.forward(c, ids)
             caches[name] = c
         times: dict[str, list[float]] = {n: [] for n in runners}
+        # one thread runs in this thread: its CPU time leaves out the time other processes hold the core
+        clock = time.thread_time if a.threads == 1 else time.perf_counter
         outs: dict[str, tuple[list[int], np.ndarray]] = {}
         for rd in range(a.rounds):
             for name in (list(runners) if rd % 2 == 0 else list(runners)[::-1]):
-                sec, toks, logits = _decode(runners[name], caches[name], ctx, ids[-1], a.steps)
+                sec, toks, logits = _decode(runners[name], caches[name], ctx, ids[-1], a.steps, clock)
                 times[name].append(sec)
                 outs[name] = (toks, logits)
         tps = {n: a.steps / statistics.median(v) for n, v in times.items()}
