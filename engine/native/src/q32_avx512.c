@@ -296,28 +296,39 @@ INL void pair8(const int mt, const uint8_t *A, const uint8_t *act, int64_t ab, i
 }
 
 /* Decode (one activation row): pair8 for four weight rows `rs` bytes apart. The activation's part
- * (codes, bias, d) is loaded once for the four; each row's d pair is widened by one vpermw of a
- * 64-byte load (d of A at byte 0, of B at byte 34) instead of two scalar loads and a permute.
- * Per row the same integers, products and fused adds as pair8, so the same bits. */
+ * (codes, bias, d) is loaded once for the four; the four rows' d of A and B (8 halves: words 0 and
+ * 17 of each row's pair) are gathered by two vpermt2w, widened and multiplied by the activation's d
+ * once, and each row takes its two products with one permute. Per row the same integers, products
+ * and fused adds as pair8, so the same bits. */
 INL void pair8_m1x4(const uint8_t *A, int64_t rs, const uint8_t *act, int64_t b, int64_t nb, __m512 *acc) {
     const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i widx = _mm512_setr_epi32(0, 0, 0, 0, 0x110011, 0x110011, 0x110011, 0x110011,
-                                           0, 0, 0, 0, 0, 0, 0, 0);   /* words: 0 x8, 17 x8 */
     const __m512i bias = _mm512_permutexvar_epi32(
         idx, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(act + q32_act_x_off(nb) + b * 4))));
     const __m512i q = _mm512_loadu_si512((const void *)(act + b * 32));
-    const __m512 da = _mm512_permutexvar_ps(
-        idx, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(act + q32_act_d_off(nb) + b * 4)))));
+    const __m128 da2 = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(act + q32_act_d_off(nb) + b * 4)));
+    __m512i wz[4], sw[4];
     for (int j = 0; j < 4; j++) {
         const uint8_t *Aj = A + j * rs;
         _mm_prefetch((const char *)(Aj + 1536), _MM_HINT_T0);   /* as in pair512: 4 streams */
-        __m512i wz = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(Aj + 2))),
-                                        _mm256_loadu_si256((const __m256i *)(Aj + 36)), 1);
-        wz = _mm512_xor_si512(wz, _mm512_set1_epi8((char)0x80));
-        __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(
-            _mm512_permutexvar_epi16(widx, _mm512_loadu_si512((const void *)Aj))));
-        __m512i D = _mm512_dpbusd_epi32(bias, wz, q);
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), _mm512_mul_ps(dw, da), acc[j]);
+        wz[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(Aj + 2))),
+                                   _mm256_loadu_si256((const __m256i *)(Aj + 36)), 1);
+        wz[j] = _mm512_xor_si512(wz[j], _mm512_set1_epi8((char)0x80));
+        sw[j] = _mm512_loadu_si512((const void *)Aj);   /* a pair is 68 bytes */
+    }
+    /* words 2j, 2j+1 = d of A, d of B of row j */
+    const __m512i i01 = _mm512_setr_epi32(0x110000, 0x310020, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i i23 = _mm512_setr_epi32(0, 0, 0x110000, 0x310020, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i h8 = _mm512_mask_mov_epi16(_mm512_permutex2var_epi16(sw[0], i01, sw[1]), (__mmask32)0xF0,
+                                             _mm512_permutex2var_epi16(sw[2], i23, sw[3]));
+    const __m256 v = _mm256_cvtph_ps(_mm512_castsi512_si128(h8));
+    /* lanes 2j: dA * the activation's dA, 2j+1: dB * its dB */
+    const __m256 prod = _mm256_mul_ps(v, _mm256_permutexvar_ps(_mm256_setr_epi32(0, 1, 0, 1, 0, 1, 0, 1),
+                                                               _mm256_castps128_ps256(da2)));
+    for (int j = 0; j < 4; j++) {
+        const __m512 sc = _mm512_permutexvar_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(2 * j)),
+                                                _mm512_castps256_ps512(prod));
+        __m512i D = _mm512_dpbusd_epi32(bias, wz[j], q);
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), sc, acc[j]);
     }
 }
 
