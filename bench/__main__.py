@@ -53,7 +53,7 @@ def _generic_section(key: str, title: str, res: dict[str, Any], targets: dict[st
 
 
 def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
-             quants: str = "Q4_K_M,Q4_0,Q8_0", amber_kernels: str = "ort") -> dict[str, Any] | None:
+             quants: str = "Q4_K_M,Q4_0,Q8_0", amber_kernels: str = "") -> dict[str, Any] | None:
     start = time.perf_counter()
     load_before = common.load_average()
     print(f"== {name} (load average {load_before:.2f}) ==", flush=True)
@@ -71,7 +71,7 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
     elif name == "compare" and shapes != "tiny":   # issue 18: real sizes, only under --shapes
         mod = importlib.import_module("bench.bench_shapes")
         res = mod.run(quick=quick, shapes=shapes.split(","), quants=quants.split(","),
-                      kernels=amber_kernels.split(","))
+                      kernels=[k for k in amber_kernels.split(",") if k] or None)
         section = mod.section(res)
     elif name == "memory":      # `--shapes 135m,/converted/folder,...`; `make bench`: the default model
         mod = importlib.import_module("bench.bench_memory")
@@ -169,9 +169,10 @@ def main(argv: list[str] | None = None) -> int:
                              "default: the 135M model)")
     parser.add_argument("--quants", default="Q4_K_M,Q4_0,Q8_0",
                         help="compare --shapes: the llama.cpp quantizations of the random-weight shapes")
-    parser.add_argument("--amber-kernels", default="ort",
-                        help="compare --shapes: Amber's conversions to measure, comma-separated: ort (ONNX "
-                             "Runtime's MatMulNBits), native (Amber's GgufMatMul kernels); the first is 'Amber'")
+    parser.add_argument("--amber-kernels", default="",
+                        help="compare --shapes: Amber's conversions to measure, comma-separated: native (Amber's "
+                             "GgufMatMul kernels, what new conversions get), ort (ONNX Runtime's MatMulNBits); "
+                             "the first is 'Amber' and scored (default: the form new conversions get here)")
     args = parser.parse_args(argv)
     if args.benches == ["deps"]:
         return deps()

@@ -31,6 +31,7 @@ from typing import Any
 from . import common
 from .common import Section, median, ok
 from .weight_bytes import gguf_decode_bytes, onnx_decode_bytes, onnx_kernel_bytes, worker_bandwidth  # noqa: F401 (workers)
+from engine.convert.native_form import DEFAULT_KERNELS
 
 FTYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15}      # llama_ftype values
 LABELS = {"135m": "SmolLM2-135M (default model)", "0.5b": "Qwen2.5-0.5B shape", "1b": "Llama-3.2-1B shape",
@@ -53,7 +54,12 @@ LLAMA_SPIN = ("llama.cpp FA on, spinning", {"flash_attn": True}, {})
 QUIET_LOAD = 3.0
 AMBER_NOSPIN = "Amber, ORT spinning off"   # an experiment: not the engine's path unless it adopts it
 AMBER_KERNELS = ("ort", "native")          # --amber-kernels: Amber's conversions measured side by side
-AMBER_NATIVE = "Amber native"              # the native form's column when "ort" is measured too
+AMBER_NATIVE = "Amber native"              # the native form's column when "ort" is scored
+AMBER_ORT = "Amber ORT form"               # the ORT form's column when "native" (the default) is scored
+# A second Amber conversion measured beside the scored one: its column, its ratios to llama.cpp's
+# best, and its ratios to the scored column (keys of a stored result).
+SECOND = {"native": (AMBER_NATIVE, "ratios_native", "ratios_native_vs_ort"),
+          "ort": (AMBER_ORT, "ratios_ort", "ratios_ort_vs_native")}
 
 
 def plan(shape: str, quick: bool) -> dict[str, Any]:
@@ -302,19 +308,21 @@ def _best(configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Path,
                   kernels: list[str] | None = None) -> dict[str, Any]:
     """Both engines on one model, interleaved fresh processes; ratios and targets. `kernels`: the
-    Amber conversions to run, the first named "Amber" (scored), a second "native" one as AMBER_NATIVE."""
+    Amber conversions to run, the first named "Amber" (scored), a second one under its SECOND name."""
     p = plan(shape, quick)
     gguf = prepare_gguf(shape, quant)
-    kernels = kernels or ["ort"]
+    kernels = kernels or [DEFAULT_KERNELS]
     folder, conv = prepare_amber(gguf, kernels[0])
-    # "--amber-kernels ort,native": the native form as a second Amber column (the first is scored).
-    extra_amber = [(AMBER_NATIVE, prepare_amber(gguf, "native")[0])] if kernels[1:2] == ["native"] else []
+    # "--amber-kernels native,ort": the other form as a second Amber column (the first is scored).
+    second = kernels[1] if len(kernels) > 1 and kernels[1] != kernels[0] else None
+    extra_amber = [(SECOND[second][0], prepare_amber(gguf, second)[0])] if second else []
     sizes, _ = _child_bench("worker_bytes", {"gguf": str(gguf), "folder": str(folder)})
     if extra_amber:
         # The bytes its kernels read: the stored count would take a table the graph decodes at load
         # (the lookup's copy of a tied embedding) as read whole every token.
         from .weight_bytes import onnx_decode_bytes
-        sizes["native"] = {**onnx_decode_bytes(str(extra_amber[0][1])), **onnx_kernel_bytes(str(extra_amber[0][1]))}
+        sizes[str(second)] = {**onnx_decode_bytes(str(extra_amber[0][1])),
+                              **onnx_kernel_bytes(str(extra_amber[0][1]))}
     cfg = json.loads((folder / "config.json").read_text())
     import random
     rng = random.Random(0)
@@ -380,10 +388,11 @@ def measure_model(shape: str, quant: str, quick: bool, bandwidth: float, tmp: Pa
     res["ratios"] = ratios
     if AMBER_NOSPIN in res["engines"]:
         res["ratios_nospin"] = _ratios(res["engines"][AMBER_NOSPIN], best)
-    if AMBER_NATIVE in res["engines"]:
-        res["ratios_native"] = _ratios(res["engines"][AMBER_NATIVE], best)
-        # The native form against the ORT form, the same figures: its speed-up (or memory change).
-        res["ratios_native_vs_ort"] = _ratios(res["engines"][AMBER_NATIVE], _as_best(amber))
+    for name, key, vs_key in SECOND.values():
+        if name in res["engines"]:
+            res[key] = _ratios(res["engines"][name], best)
+            # The second form against the scored one, the same figures: its speed-up (or memory change).
+            res[vs_key] = _ratios(res["engines"][name], _as_best(amber))
     _score(res, bandwidth)
     print(f"shapes: {label}: Amber ÷ llama.cpp (best per figure) "
           + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
@@ -404,11 +413,12 @@ def _score(m: dict[str, Any], bandwidth: float) -> None:
     if AMBER_NOSPIN in m["engines"]:
         nospin = m["engines"][AMBER_NOSPIN]["decode"][c0]["tokens_per_s"]
         share[AMBER_NOSPIN] = amber_bytes * nospin / bandwidth
-    if AMBER_NATIVE in m["engines"] and "native" in sizes:
-        # The native form reads the GGUF's own blocks: its bytes are the native folder's, counted as
-        # Amber's are (kernel bytes; older results: the stored count).
-        share[AMBER_NATIVE] = (sizes["native"].get("kernel_bytes", sizes["native"]["decode_bytes"])
-                               * m["engines"][AMBER_NATIVE]["decode"][c0]["tokens_per_s"] / bandwidth)
+    for form, (name, _, _) in SECOND.items():
+        if name in m["engines"] and form in sizes:
+            # The second form's bytes are its own folder's, counted as Amber's are (kernel bytes;
+            # older results: the stored count).
+            share[name] = (sizes[form].get("kernel_bytes", sizes[form]["decode_bytes"])
+                           * m["engines"][name]["decode"][c0]["tokens_per_s"] / bandwidth)
     m["bw_share"], m["bw_context"], m["bw_used"] = share, c0, bandwidth
     targets = {f"decode_{c}": ratios[f"decode_{c}"] >= TARGETS["decode"] for c in amber["decode"]}
     if "prefill_2048" in ratios:
@@ -458,7 +468,7 @@ def _ratios(amber: dict[str, Any], best: dict[str, Any]) -> dict[str, float]:
 def run(quick: bool = False, shapes: list[str] | None = None, quants: list[str] | None = None,
         save: str | None = None, kernels: list[str] | None = None) -> dict[str, Any]:
     import tempfile
-    kernels = [k.strip() for k in (kernels or ["ort"]) if k.strip()]
+    kernels = [k.strip() for k in (kernels or [DEFAULT_KERNELS]) if k.strip()]
     bad = [k for k in kernels if k not in AMBER_KERNELS]
     if bad or not kernels:
         raise ValueError(f"unknown --amber-kernels {', '.join(bad)} (choose from {', '.join(AMBER_KERNELS)})")

@@ -117,7 +117,12 @@ def render(res: dict[str, Any]) -> str:
         "memory bandwidth; Amber's bytes in the forms its kernels read, made at load). Speeds: Amber's tok/s ÷ "
         "llama.cpp's (higher is better for Amber); peak RSS and load "
         "time: Amber's bytes or seconds ÷ llama.cpp's (lower is better).")
-    out = [intro, "", targets_line, "", summary_table(models, TARGETS), ""]
+    forms = sorted({str((m.get("kernels") or ["ort"])[0]) for m in models if "ratios" in m})
+    scored = ("**Scored column:** \"Amber\" is the conversion "
+              + " / ".join(f"`--amber-kernels {f}`" for f in forms)
+              + (" (Amber's native kernels, what a new conversion gets on a CPU with the kernel library)"
+                 if forms == ["native"] else ""))
+    out = [intro, "", targets_line, "", scored + ".", "", summary_table(models, TARGETS), ""]
     met = [v for m in models for v in m.get("targets", {}).values()]
     if met:
         out += [f"Targets met: {sum(met)} of {len(met)}.", ""]
@@ -127,13 +132,19 @@ def render(res: dict[str, Any]) -> str:
                 "(`session.intra_op.allow_spinning = 0`, the counterpart of llama.cpp's OMP_WAIT_POLICY=PASSIVE), "
                 "same ratios against the same llama.cpp figures:", "",
                 summary_table(models, TARGETS, "ratios_nospin", AMBER_NOSPIN), ""]
-    if any("ratios_native" in m for m in models):
-        from .bench_shapes import AMBER_NATIVE
-        out += ["**Amber's native kernels** (`--amber-kernels ort,native`: the GGUF's blocks read by Amber's "
-                "`ai.amber.GgufMatMul` op instead of ONNX Runtime's MatMulNBits), the same ratios against the "
-                "same llama.cpp figures:", "", summary_table(models, TARGETS, "ratios_native", AMBER_NATIVE), "",
-                "Native form ÷ ORT form, same run (speeds: higher is better for native; RSS, load: lower):", "",
-                _plain_ratios(models, "ratios_native_vs_ort"), ""]
+    from .bench_shapes import SECOND
+    for form, (name, key, vs_key) in SECOND.items():
+        if not any(key in m for m in models):
+            continue
+        other = "ORT form" if form == "native" else "native form"
+        what = ("the GGUF's blocks read by Amber's `ai.amber.GgufMatMul` op instead of ONNX Runtime's MatMulNBits"
+                if form == "native" else "ONNX Runtime's MatMulNBits over repacked weights, the form Amber falls "
+                "back to without its kernel library or on a GPU")
+        order = "ort,native" if form == "native" else "native,ort"
+        out += [f"**{name}** (`--amber-kernels {order}`: {what}), the same ratios against the same llama.cpp "
+                "figures:", "", summary_table(models, TARGETS, key, name), "",
+                f"{name.removeprefix('Amber ')} ÷ {other}, same run (speeds: higher is better for the {form} form; "
+                "RSS, load: lower):", "", _plain_ratios(models, vs_key), ""]
     out += ["- 4 sessions generating together, aggregate decode ÷ one session (target ≥ 2.5×): measured by "
             "`python -m bench batch` (bench/bench_batch.py), not this bench — see \"Concurrent chats (issue 18)\".",
             ""]
@@ -168,9 +179,10 @@ def render(res: dict[str, Any]) -> str:
             if "kernel_bytes" in sizes["amber"]:
                 head += (f" (Amber's in the forms its kernels read, made at load: "
                          f"{sizes['amber']['kernel_bytes'] / MIB:.0f} MiB)")
-            if "kernel_bytes" in sizes.get("native", {}):
-                head += ("; Amber native (GGUF blocks, as its kernels read them): "
-                         f"{sizes['native']['kernel_bytes'] / MIB:.0f} MiB")
+            for form, what in (("native", "Amber native (GGUF blocks, as its kernels read them)"),
+                               ("ort", "Amber ORT form (as MatMulNBits reads it)")):
+                if "kernel_bytes" in sizes.get(form, {}):
+                    head += f"; {what}: {sizes[form]['kernel_bytes'] / MIB:.0f} MiB"
         if m.get("convert"):
             head += (f"; converted in {m['convert']['seconds']:.0f} s "
                      f"(peak RSS {m['convert']['peak_rss_bytes'] / MIB:.0f} MiB)")

@@ -238,10 +238,41 @@ def test_native_column_is_scored_against_llama_and_against_the_ort_form(tmp_path
     text = render({"models": [model], "threads": 2, "facts": {"date": "d", "cpu": "c", "logical_cores": 2,
                                                                 "memory_gib": 1, "os": "o", "python": "p", "ort": "r",
                                                                 "threads": 2, "load_avg": [1.0, 1.0, 1.0]}})
-    assert "Amber's native kernels" in text and "1.50×" in text and "0.67×" in text
+    assert "**Amber native** (`--amber-kernels ort,native`" in text and "1.50×" in text and "0.67×" in text
     assert "Amber native (GGUF blocks, as its kernels read them): 80 MiB" in text
     with pytest.raises(ValueError, match="unknown --amber-kernels"):
         bench_shapes.run(kernels=["fast"], save=str(tmp_path / "r.json"))
+
+
+def test_ort_form_as_the_second_column_when_native_is_scored() -> None:
+    """--amber-kernels native,ort (the default form scored): the ORT form's column gets its own ratios,
+    share and table, and the scored column says which conversion it is."""
+    def eng(p: float, d: float, rss: int) -> dict:
+        return {"prefill": {"2048": {"tokens_per_s": p}}, "decode": {"100": {"tokens_per_s": d}},
+                "peak_rss_bytes": rss, "load_s": 1.0}
+    sizes = {"amber": {"decode_bytes": 90 << 20}, "ort": {"decode_bytes": 100 << 20, "kernel_bytes": 120 << 20},
+             "llama": {"decode_bytes": 90 << 20}, "gguf_file_bytes": 90 << 20, "onnx_file_bytes": 90 << 20}
+    ort_form = eng(100.0, 20.0, 300 << 20)
+    model = {"shape": "135m", "quant": "Q4_1", "label": "SmolLM2-135M", "plan": {}, "sizes": sizes,
+             "kernels": ["native", "ort"],
+             "engines": {"Amber": eng(80.0, 30.0, 200 << 20), bench_shapes.AMBER_ORT: ort_form,
+                         "llama.cpp FA on": eng(50.0, 25.0, 250 << 20)}}
+    best = model["best"] = bench_shapes._best({"llama.cpp FA on": model["engines"]["llama.cpp FA on"]})
+    model["ratios"] = bench_shapes._ratios(model["engines"]["Amber"], best)
+    name, key, vs_key = bench_shapes.SECOND["ort"]
+    model[key] = bench_shapes._ratios(ort_form, best)
+    model[vs_key] = bench_shapes._ratios(ort_form, bench_shapes._as_best(model["engines"]["Amber"]))
+    assert model[vs_key]["decode_100"] == pytest.approx(20 / 30)
+    bench_shapes._score(model, bandwidth=float(1 << 30))
+    assert model["bw_share"][name] == pytest.approx(120 * 20 / 1024)
+    assert model["bw_share"]["Amber"] == pytest.approx(90 * 30 / 1024)
+    text = render({"models": [model], "threads": 2, "facts": {"date": "d", "cpu": "c", "logical_cores": 2,
+                                                                "memory_gib": 1, "os": "o", "python": "p", "ort": "r",
+                                                                "threads": 2, "load_avg": [1.0, 1.0, 1.0]}})
+    assert "\"Amber\" is the conversion `--amber-kernels native`" in text
+    assert "**Amber ORT form** (`--amber-kernels native,ort`" in text and "0.67×" in text
+    assert "Amber ORT form (as MatMulNBits reads it): 120 MiB" in text
+    assert "**Amber native**" not in text
 
 
 @pytest.mark.parametrize("tied", [True, False])
