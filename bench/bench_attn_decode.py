@@ -3,10 +3,11 @@
 By hand, not part of `make bench` (issue 18, task dec135). A one-node graph of the default model's
 attention (9 query heads, 3 KV heads, head size 64, float16 KV) at each context (`--ctx`), one new
 token (past and present bound to one buffer, as the engine binds them); `--layers` copies of the
-past KV (the model's 30 layers: ~23 MB at ctx 1000, from L3 as in a real step) taken in turn. One session per build of the op library (this worktree's and e.g.
-main's), the same inputs, interleaved rounds: median µs per call, the ratio, and whether the two
-builds' outputs are the same bits. With one thread the time is this thread's CPU time (the
-machine is shared: descheduled time is left out).
+past KV (the model's 30 layers: ~23 MB at ctx 1000, from L3 as in a real step) taken in turn. One
+session per build of the op library (this worktree's and e.g. main's), the same inputs,
+interleaved rounds: median µs per call, the ratio, and whether the two builds' outputs are the
+same bits. With one thread the time is this thread's CPU time (the machine is shared:
+descheduled time is left out).
 """
 from __future__ import annotations
 
