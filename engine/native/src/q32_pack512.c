@@ -2,8 +2,9 @@
  * decoded per K segment into a scratch with one output per lane (lane o = row n+o, 4 codes a
  * lane), so one vpdpbusd does 4 values x 16 outputs against one broadcast activation dword, the
  * block's exact int32 dot needs no horizontal sum, and the float tail (convert, d_w*d_a, FMA) is
- * paid once per 16 outputs instead of once per output. GGUF's W is not changed: the scratch lives
- * on the stack for one call. */
+ * paid once per 16 outputs instead of once per output. Weight rows go in pairs of packs (32
+ * outputs, dot32) so each activation dword is broadcast once for two vpdpbusd (one pack: dot16,
+ * for a last group of 16). GGUF's W is not changed: the scratch lives on the stack for one call. */
 #include <stdint.h>
 
 #include "q32_layout.h"
@@ -142,11 +143,106 @@ INL void dot16(const int type, const int mt, const uint8_t *act, int64_t ab, int
         _mm512_storeu_ps(y + r * ldy, acc[r]);
 }
 
+/* Where block b's values 0-15 (*lo) and 16-31 (*hi) sit in an activation row (act_q). */
+INL void act_lohi(const int type, int64_t nb, int64_t b, int64_t *lo, int64_t *hi) {
+    if (type == T_Q8_0 || ((nb & 1) && b == nb - 1)) {
+        *lo = b * 32;
+        *hi = *lo + 16;
+    } else {
+        *lo = (b >> 1) * 64 + (b & 1) * 16;
+        *hi = *lo + 32;
+    }
+}
+
+/* dot16 for two packs at once (32 outputs: scratch sa for y[.. n .. n+16), sb for n+16 ..):
+ * mt <= PK_RT activation rows, each activation dword broadcast once for both packs' vpdpbusd and
+ * each packed code vector used by all mt rows. Per output the same int32 block dot and the same
+ * float operations in the same order as dot16: the same bits. */
+#define PK_RT 6
+INL void dot32(const int type, const int mt, const uint8_t *act, int64_t ab, int64_t nb, int64_t b0,
+               int64_t b1, const uint8_t *sa, const uint8_t *sb, int first, float *y, int64_t ldy) {
+    const int off = type == T_Q8_0 ? 128 : q32_offset(type);
+    __m512 acc0[PK_RT], acc1[PK_RT];
+    const uint8_t *ar[PK_RT];
+    for (int r = 0; r < mt; r++) {
+        ar[r] = act + r * ab;
+        acc0[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + r * ldy);
+        acc1[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + r * ldy + 16);
+    }
+    const int64_t so = q32_act_s_off(nb), dof = q32_act_d_off(nb);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *ba = sa + (b - b0) * PK_BLK, *bb = sb + (b - b0) * PK_BLK;
+        int64_t lo, hi;
+        act_lohi(type, nb, b, &lo, &hi);
+        __m512i D0[PK_RT], D1[PK_RT];
+        for (int r = 0; r < mt; r++) {
+            D0[r] = _mm512_set1_epi32(-off * (int32_t)q32_ld32(ar[r] + so + b * 4));
+            D1[r] = D0[r];
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m512i WA = _mm512_loadu_si512((const void *)(ba + g * 64));
+            const __m512i WB = _mm512_loadu_si512((const void *)(bb + g * 64));
+            const int64_t qa = g < 4 ? lo + 4 * g : hi + 4 * (g - 4);
+#pragma GCC unroll 8
+            for (int r = 0; r < mt; r++) {
+                const __m512i A = _mm512_set1_epi32((int)q32_ld32(ar[r] + qa));
+                D0[r] = _mm512_dpbusd_epi32(D0[r], WA, A);
+                D1[r] = _mm512_dpbusd_epi32(D1[r], WB, A);
+            }
+        }
+        const __m512 dwa = _mm512_loadu_ps((const void *)(ba + 512)), dwb = _mm512_loadu_ps((const void *)(bb + 512));
+        for (int r = 0; r < mt; r++) {
+            const float da = q32_ldf(ar[r] + dof + b * 4);
+            acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D0[r]), _mm512_mul_ps(dwa, _mm512_set1_ps(da)), acc0[r]);
+            acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D1[r]), _mm512_mul_ps(dwb, _mm512_set1_ps(da)), acc1[r]);
+            if (q32_has_min(type)) {
+                const __m512 ds = _mm512_set1_ps(da * (float)(int32_t)q32_ld32(ar[r] + so + b * 4));
+                acc0[r] = _mm512_fmadd_ps(_mm512_loadu_ps((const void *)(ba + 576)), ds, acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(_mm512_loadu_ps((const void *)(bb + 576)), ds, acc1[r]);
+            }
+        }
+    }
+    for (int r = 0; r < mt; r++) {
+        _mm512_storeu_ps(y + r * ldy, acc0[r]);
+        _mm512_storeu_ps(y + r * ldy + 16, acc1[r]);
+    }
+}
+
+/* dot32 over rows [0, m) in tiles of PK_RT (the last one shorter). */
+_Static_assert(PK_RT == 6, "dot32_rows has remainder cases 1-5");
+INL void dot32_rows(const int type, const uint8_t *act, int64_t m, int64_t ab, int64_t nb, int64_t b0,
+                    int64_t b1, const uint8_t *sa, const uint8_t *sb, float *y, int64_t ldy) {
+    const int first = b0 == 0;
+    int64_t i = 0;
+    for (; i + PK_RT <= m; i += PK_RT)
+        dot32(type, PK_RT, act + i * ab, ab, nb, b0, b1, sa, sb, first, y + i * ldy, ldy);
+    const uint8_t *a = act + i * ab;
+    float *yy = y + i * ldy;
+    switch (m - i) {
+    case 0: break;
+    case 1: dot32(type, 1, a, ab, nb, b0, b1, sa, sb, first, yy, ldy); break;
+    case 2: dot32(type, 2, a, ab, nb, b0, b1, sa, sb, first, yy, ldy); break;
+    case 3: dot32(type, 3, a, ab, nb, b0, b1, sa, sb, first, yy, ldy); break;
+    case 4: dot32(type, 4, a, ab, nb, b0, b1, sa, sb, first, yy, ldy); break;
+    default: dot32(type, 5, a, ab, nb, b0, b1, sa, sb, first, yy, ldy); break;
+    }
+}
+
 INL int64_t packed(const int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t nb,
                    int64_t n0, int64_t n1, float *y, int64_t ldy) {
-    __attribute__((aligned(64))) uint8_t scr[PK_SEG * PK_BLK];
+    __attribute__((aligned(64))) uint8_t scr[2 * PK_SEG * PK_BLK];
     const int64_t rb = nb * q32_block_bytes(type), ab = q32_act_row_bytes(type, nb);
     int64_t n = n0;
+    /* pairs of packs: 32 weight rows a segment against every activation row */
+    for (; n + 2 * PK_ROWS <= n1; n += 2 * PK_ROWS) {
+        for (int64_t b0 = 0; b0 < nb; b0 += PK_SEG) {
+            int64_t b1 = nb - b0 < PK_SEG ? nb : b0 + PK_SEG;
+            pack16(type, w + n * rb, rb, b0, b1, scr);
+            pack16(type, w + (n + PK_ROWS) * rb, rb, b0, b1, scr + PK_SEG * PK_BLK);
+            dot32_rows(type, act, m, ab, nb, b0, b1, scr, scr + PK_SEG * PK_BLK, y + n, ldy);
+        }
+    }
     for (; n + PK_ROWS <= n1; n += PK_ROWS) {
         for (int64_t b0 = 0; b0 < nb; b0 += PK_SEG) {
             int64_t b1 = nb - b0 < PK_SEG ? nb : b0 + PK_SEG;

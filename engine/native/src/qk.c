@@ -23,6 +23,12 @@ int64_t qk_act_bytes(int type, int64_t k) {
 void qk_quantize_act(int type, const float *x, int64_t k, void *out) {
     (void)type;
     uint8_t *o = out;
+#ifdef QK_X86
+    if (amber_current_isa() != ISA_SCALAR) {   /* the same bytes (qk_quant_x86.c) */
+        qk_quantize_act_avx2(x, k, o);
+        return;
+    }
+#endif
     for (int64_t b = 0; b < k / QK_BLOCK; b++, x += QK_BLOCK, o += Q8K_BYTES) {
         float amax = 0.f;
         for (int i = 0; i < QK_BLOCK; i++) {

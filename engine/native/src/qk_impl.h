@@ -89,6 +89,8 @@ void qk_gemm_avxvnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, 
                      int64_t n0, int64_t n1, float *y, int64_t ldy);
 void qk_gemm_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                         int64_t n0, int64_t n1, float *y, int64_t ldy);
+/* qk_quant_x86.c: qk_quantize_act's bytes at AVX2 width. */
+void qk_quantize_act_avx2(const float *x, int64_t k, uint8_t *o);
 /* qk_pack512.c: rows [n0, n0 + 16 * tiles) through the packed prefill kernel; 0, or -1 (nothing
  * written) when its scratch cannot be allocated. */
 int qk_gemm_packed512(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
