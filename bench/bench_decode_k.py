@@ -63,11 +63,11 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 for name in (list(libs) if r % 2 == 0 else list(libs)[::-1]):
                     one, y = libs[name], ys[name]
-                    start = time.perf_counter()
+                    start = time.thread_time()   # CPU time: descheduled time (a shared machine) left out
                     for _ in range(reps):
                         for w in pool:
                             one.amber_gemm_rows(t, act.ctypes.data, 1, w.ctypes.data, k, 0, n, y.ctypes.data, n)
-                    times[name].append(time.perf_counter() - start)
+                    times[name].append(time.thread_time() - start)
             nbytes = reps * len(pool) * base.nbytes
             line = f"type {t:2d} K {k:5d}: " + ", ".join(
                 f"{name} {nbytes / statistics.median(v) / 1e9:5.1f} GB/s" for name, v in times.items())

@@ -99,7 +99,7 @@ static float exp_sum_c(float *s, int64_t n, float m) {
     return sum;
 }
 
-static const attn_ops SCALAR = {to_float_c, to_half_c, dots_c, accum_c, exp_sum_c, NULL};
+static const attn_ops SCALAR = {to_float_c, to_half_c, dots_c, accum_c, exp_sum_c, NULL, NULL};
 
 const attn_ops *attn_ops_now(void) {
     enum amber_isa isa = amber_current_isa();
@@ -177,7 +177,7 @@ int attn_task(const attn_args *a, int64_t t) {
     int64_t s1 = s0 + qb < a->s ? s0 + qb : a->s, rows = s1 - s0, nr = rows * g;
     int64_t past = past_of(a, b);
     /* scratch: queries and accumulators [nr][d], max and sum [nr], keys and values [KB][d], scores */
-    size_t floats = (size_t)(2 * nr * d + 2 * nr + 2 * KB * d + KB + (nr >= 8 ? d * KB_T : 0));
+    size_t floats = (size_t)(2 * nr * d + 2 * nr + 2 * KB * d + 4 * KB + (nr >= 8 ? d * KB_T : 0));
     float *buf = malloc(floats * sizeof(float));
     int64_t *ra = nr >= 8 ? malloc((size_t)(2 * nr) * sizeof *ra) : NULL;
     if (buf == NULL || (nr >= 8 && ra == NULL)) {
@@ -186,7 +186,7 @@ int attn_task(const attn_args *a, int64_t t) {
         return -1;
     }
     float *qs = buf, *acc = qs + nr * d, *mx = acc + nr * d, *sum = mx + nr, *kf = sum + nr, *vf = kf + KB * d;
-    float *sc = vf + KB * d, *kt = nr >= 8 ? sc + KB : NULL;
+    float *sc = vf + KB * d, *kt = nr >= 8 ? sc + 4 * KB : NULL;
     int64_t *ra0 = ra, *ra1 = ra != NULL ? ra + nr : NULL;
     /* row r = (s - s0) * g + head-in-group: its query rotated and scaled */
     for (int64_t s = s0; s < s1; s++)
@@ -210,8 +210,27 @@ int attn_task(const attn_args *a, int64_t t) {
     const uint16_t *vh = a->v_out + (b * a->hkv + h) * a->cap * d;
     /* many query vectors: the transposed-keys block kernel (no horizontal sums), where there is one */
     int blocked = ops->block != NULL && nr >= 8 && d % 16 == 0 && a->softcap == 0.0f && kt != NULL;
+    /* decode: one position, so every row of the group sees the same keys [lo, p] */
+    int grouped = !blocked && ops->group != NULL && rows == 1 && d % 16 == 0 && a->softcap == 0.0f;
     for (int64_t j0 = lo_all; j0 < hi_all; j0 += KB) {
         int64_t n = hi_all - j0 < KB ? hi_all - j0 : KB;
+        /* the next block's keys and values into L2 while this one is computed: a long context's
+         * KV streams from memory (or L3), and the conversions below read it in two bursts */
+        if (j0 + KB < hi_all) {
+            int64_t nn = hi_all - j0 - KB < KB ? hi_all - j0 - KB : KB;
+            const char *pk = (const char *)(kh + (j0 + KB) * d), *pv = (const char *)(vh + (j0 + KB) * d);
+            for (int64_t off = 0; off < nn * d * 2; off += 64) {
+                __builtin_prefetch(pk + off, 0, 2);
+                __builtin_prefetch(pv + off, 0, 2);
+            }
+        }
+        if (grouped) {
+            int64_t p = past + s0, lo = a->window >= 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+            int64_t a0 = lo > j0 ? lo - j0 : 0, a1 = p + 1 - j0 < n ? p + 1 - j0 : n;
+            if (a1 > a0)
+                ops->group(kh + (j0 + a0) * d, vh + (j0 + a0) * d, a1 - a0, d, nr, qs, acc, mx, sum, sc);
+            continue;
+        }
         ops->to_float(kh + j0 * d, kf, n * d);
         ops->to_float(vh + j0 * d, vf, n * d);
         if (blocked) {

@@ -61,6 +61,12 @@ typedef struct {
     float (*exp_sum)(float *s, int64_t n, float m);
     /* the whole block update for d % 16 == 0, no softcap (NULL: not at this ISA) */
     void (*block)(const attn_block *b);
+    /* nr query rows (qs, acc [nr][d]; mx, sum [nr]) that all see the same m float16 keys and
+     * values (kh, vh [m][d]): per row the same update as dots, the max, exp_sum and accum, without
+     * converting the block into memory; sc holds 4 rows of KB_T scores. d % 16 == 0, no softcap
+     * (NULL: not at this ISA) */
+    void (*group)(const uint16_t *kh, const uint16_t *vh, int64_t m, int64_t d, int64_t nr,
+                  const float *qs, float *acc, float *mx, float *sum, float *sc);
 } attn_ops;
 
 const attn_ops *attn_ops_avx2(void);     /* NULL when not compiled for x86-64 */

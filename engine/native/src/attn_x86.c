@@ -268,7 +268,7 @@ static T2 void block8(const attn_block *b) {
     }
 }
 
-static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8, block8};
+static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8, block8, NULL};
 const attn_ops *attn_ops_avx2(void) { return &AVX2; }
 
 /* ---------------- AVX-512 ---------------- */
@@ -509,7 +509,118 @@ static T5 void block16(const attn_block *b) {
     }
 }
 
-static const attn_ops AVX512 = {to_float16, to_half16, dots16, accum16, exp_sum16, block16};
+/* ---------------- AVX-512, decode: the query rows of one KV group share one key range ---------------- */
+
+/* dot8 (the tail of dots16) on one float16 key: the same 8-lane FMAs and horizontal sums. */
+static inline T5 float dot8h(const float *q, const uint16_t *k, int64_t d) {
+    __m256 s = _mm256_setzero_ps();
+    for (int64_t i = 0; i < d; i += 8)
+        s = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), s);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+/* The scalar loop's max (the first score, then every later one that is greater): NaN when the first
+ * is NaN, else the greatest of the others that are not NaN (a zero's sign may differ; exp of the
+ * difference does not see it). */
+static inline T5 float max_scores(const float *s, int64_t m) {
+    if (s[0] != s[0])
+        return s[0];
+    __m512 mx = _mm512_set1_ps(s[0]);
+    int64_t j = 0;
+    for (; j + 16 <= m; j += 16) {
+        const __m512 v = _mm512_loadu_ps(s + j);
+        mx = _mm512_mask_max_ps(mx, _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), mx, v);
+    }
+    if (j < m) {
+        const __mmask16 k = (__mmask16)((1u << (m - j)) - 1);
+        const __m512 v = _mm512_maskz_loadu_ps(k, s + j);
+        mx = _mm512_mask_max_ps(mx, k & _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), mx, v);
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
+/* NR (<= 4) query rows against m keys/values read as float16 (kh, vh: [m][d], d % 16 == 0): per
+ * row what attn.c's row loop does with dots16, the max, exp_sum16 and accum16, in the same order,
+ * so the same bits; each key and value is converted once for the NR rows, in registers (the row
+ * loop converts the block into memory, then reads it back once a row). */
+static inline T5 void group16_t(const int NR, const uint16_t *kh, const uint16_t *vh, int64_t m, int64_t d,
+                                const float *qs, float *acc, float *mx, float *sum, float *sc) {
+    int64_t j = 0;
+    for (; j + 4 <= m; j += 4) {   /* dots16's groups of four keys */
+        __m512 a[4][4];
+        for (int r = 0; r < NR; r++)
+            for (int t = 0; t < 4; t++) a[r][t] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < d; i += 16) {
+            __m512 k[4];
+            for (int t = 0; t < 4; t++)
+                k[t] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kh + (j + t) * d + i)));
+            for (int r = 0; r < NR; r++) {
+                const __m512 x = _mm512_loadu_ps(qs + r * d + i);
+                for (int t = 0; t < 4; t++) a[r][t] = _mm512_fmadd_ps(x, k[t], a[r][t]);
+            }
+        }
+        for (int r = 0; r < NR; r++)
+            _mm_storeu_ps(sc + r * KB_T + j,
+                          hsum4x8(half512(a[r][0]), half512(a[r][1]), half512(a[r][2]), half512(a[r][3])));
+    }
+    for (; j < m; j++)
+        for (int r = 0; r < NR; r++) sc[r * KB_T + j] = dot8h(qs + r * d, kh + j * d, d);
+    float corr[4];
+    for (int r = 0; r < NR; r++) {
+        float *s = sc + r * KB_T;
+        const float bm = max_scores(s, m);
+        const float nm = bm > mx[r] ? bm : mx[r];
+        corr[r] = mx[r] == -INFINITY ? 0.0f : exp1(mx[r] - nm);
+        const float ps = exp_sum16(s, m, nm);
+        sum[r] = sum[r] * corr[r] + ps;
+        mx[r] = nm;
+    }
+    int64_t i = 0;
+    for (; i + 64 <= d; i += 64) {   /* accum16's 64 dims at a time */
+        __m512 a[4][4];
+        for (int r = 0; r < NR; r++) {
+            const __m512 c = _mm512_set1_ps(corr[r]);
+            for (int t = 0; t < 4; t++) a[r][t] = _mm512_mul_ps(_mm512_loadu_ps(acc + r * d + i + 16 * t), c);
+        }
+        for (int64_t jj = 0; jj < m; jj++) {
+            __m512 v[4];
+            for (int t = 0; t < 4; t++)
+                v[t] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vh + jj * d + i + 16 * t)));
+            for (int r = 0; r < NR; r++) {
+                const __m512 p = _mm512_set1_ps(sc[r * KB_T + jj]);
+                for (int t = 0; t < 4; t++) a[r][t] = _mm512_fmadd_ps(p, v[t], a[r][t]);
+            }
+        }
+        for (int r = 0; r < NR; r++)
+            for (int t = 0; t < 4; t++) _mm512_storeu_ps(acc + r * d + i + 16 * t, a[r][t]);
+    }
+    for (; i + 16 <= d; i += 16) {
+        __m512 a[4];
+        for (int r = 0; r < NR; r++) a[r] = _mm512_mul_ps(_mm512_loadu_ps(acc + r * d + i), _mm512_set1_ps(corr[r]));
+        for (int64_t jj = 0; jj < m; jj++) {
+            const __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vh + jj * d + i)));
+            for (int r = 0; r < NR; r++) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(sc[r * KB_T + jj]), v, a[r]);
+        }
+        for (int r = 0; r < NR; r++) _mm512_storeu_ps(acc + r * d + i, a[r]);
+    }
+}
+
+static T5 void group16(const uint16_t *kh, const uint16_t *vh, int64_t m, int64_t d, int64_t nr,
+                       const float *qs, float *acc, float *mx, float *sum, float *sc) {
+    for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+        const int64_t o = r0 * d;
+        switch (nr - r0 < 4 ? nr - r0 : 4) {
+        case 1: group16_t(1, kh, vh, m, d, qs + o, acc + o, mx + r0, sum + r0, sc); break;
+        case 2: group16_t(2, kh, vh, m, d, qs + o, acc + o, mx + r0, sum + r0, sc); break;
+        case 3: group16_t(3, kh, vh, m, d, qs + o, acc + o, mx + r0, sum + r0, sc); break;
+        default: group16_t(4, kh, vh, m, d, qs + o, acc + o, mx + r0, sum + r0, sc); break;
+        }
+    }
+}
+
+static const attn_ops AVX512 = {to_float16, to_half16, dots16, accum16, exp_sum16, block16, group16};
 const attn_ops *attn_ops_avx512(void) { return &AVX512; }
 
 #else

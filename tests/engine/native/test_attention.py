@@ -197,3 +197,49 @@ def test_decode_steps_continue_a_prefill(native_on):
         outs.append(binding.copy_outputs_to_cpu()[0])
     got = np.concatenate(outs, axis=1)
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def _run_bound(sess: ort.InferenceSession, step: dict[str, np.ndarray], kv: dict[str, ort.OrtValue]) -> np.ndarray:
+    binding = sess.io_binding()
+    for n, arr in step.items():
+        binding.bind_cpu_input(n, np.ascontiguousarray(arr))
+    for n in kv:
+        binding.bind_ortvalue_input(n, kv[n])
+    binding.bind_output("out")
+    binding.bind_ortvalue_output("present_key", kv["past_key"])
+    binding.bind_ortvalue_output("present_value", kv["past_value"])
+    sess.run_with_iobinding(binding)
+    out: np.ndarray = binding.copy_outputs_to_cpu()[0]
+    return out
+
+
+DECODE_GROUPS = {   # one new position: the AVX-512 path that takes a KV group's rows together
+    "default_model_heads": Case(s=2, hq=9, hkv=3, d=64, cap=208, totals=[200]),
+    "window": Case(s=2, hq=9, hkv=3, d=64, cap=80, totals=[70], window=16),
+    "head_dim_128": Case(s=2, hq=2, hkv=1, d=128, cap=136, totals=[130]),
+    "head_dim_80": Case(s=2, hq=3, hkv=1, d=80, cap=72, totals=[65]),
+    "batch2": Case(b=2, s=2, hq=6, hkv=2, d=64, cap=136, totals=[40, 131]),
+}
+
+
+@pytest.mark.parametrize("name", list(DECODE_GROUPS))
+def test_decode_has_the_bits_of_the_same_query_in_a_chunk(native_on, name):
+    """A decode step (one position: the rows of a KV group see the same keys and are computed
+    together) gives the bits the same query gets as the last of a 2-token chunk (row by row)."""
+    c = DECODE_GROUPS[name]
+    f = as_half(feeds(c, np.random.default_rng(31)))
+    kv = {n: ort.OrtValue.ortvalue_from_numpy(f[n].copy()) for n in ("past_key", "past_value")}
+    step = {n: f[n] for n in ("query", "key", "value", "seqlens_k", "total_sequence_length", "cos_cache", "sin_cache")}
+    chunk = _run_bound(session(model(c, True)), step, kv)
+    one = replace(c, s=1)
+    last = {**step, "query": f["query"][:, 1:2], "key": f["key"][:, 1:2], "value": f["value"][:, 1:2]}
+    for threads in (1, 2):
+        got = _run_bound(session(model(one, True), threads), last, kv)
+        np.testing.assert_array_equal(got[:, 0], chunk[:, 1], err_msg=f"{name} threads={threads}")
+
+
+def test_decode_wide_group_matches_float32_gqa(native_on):
+    """Five query rows a KV head (the decode path's four plus one) against ORT's GQA."""
+    c = Case(hq=5, hkv=1, d=64, cap=140, totals=[131])
+    ref, got = _compare(c, seed=5)
+    _check(c, ref, got)

@@ -303,3 +303,29 @@ def test_every_decode_batch_size_matches_rows_alone(lib, isas, name):
                 y = np.zeros((m, n), np.float32)
                 assert lib.gemm(qtype, act, w, k, c0, c1, y, n) == 0
                 np.testing.assert_array_equal(y[:, c0:c1], alone[:m, c0:c1], err_msg=f"{isa} m={m} cols {c0}:{c1}")
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+def test_decode_row_groups_match_rows_alone_and_the_oracle(lib, isas, name):
+    """m = 1 takes weight rows four at a time (a quarter of the range apart, one reduction for
+    the four): every row has the bits of the row computed alone, for ranges around the group
+    boundaries, at the default model's K = 576 (18 blocks), an odd block count (the lone block)
+    and three K segments; and the result matches the float64 oracle."""
+    qtype = Q32_TYPES[name]
+    rng = np.random.default_rng(41)
+    for k in (576, 608, 32 * 131):
+        _check_case(lib, qtype, k, 64, 1, rng, "quantized")
+        n = 23
+        w = random_blocks(qtype, n, k, rng)
+        act = lib.quantize(qtype, rng.standard_normal((1, k)).astype(np.float32) * 2.0)
+        for isa in isas:
+            lib.set_isa(isa)
+            alone = np.zeros((1, n), np.float32)
+            for j in range(n):
+                assert lib.gemm(qtype, act, w, k, j, j + 1, alone, n) == 0
+            for c0, c1 in ((0, n), (0, 4), (1, 8), (3, 16), (2, 23), (0, 7)):
+                y = np.full((1, n), -7.0, np.float32)
+                assert lib.gemm(qtype, act, w, k, c0, c1, y, n) == 0
+                np.testing.assert_array_equal(y[0, c0:c1], alone[0, c0:c1], err_msg=f"{isa} k={k} {c0}:{c1}")
+                assert (y[0, :c0] == -7.0).all() and (y[0, c1:] == -7.0).all()
+        lib.set_isa(lib.best)
