@@ -445,7 +445,7 @@ def section(res: dict[str, Any]) -> Section:
         "",
         common.facts_line(facts, res.get("load_before"),
                           f"CPU features: {res.get('features') or 'unknown'}."
-                          + (" Six engineers shared the 2 cores while this ran: absolute tok/s swing with the "
-                             "load, the ratios less." if facts["load_avg"][0] > 1.0 else "")),
+                          + (" Other work shared the cores while this ran (load average above 1): absolute "
+                             "tok/s swing with the load, the ratios less." if facts["load_avg"][0] > 1.0 else "")),
     ])
     return Section("batch", "Concurrent chats (issue 18)", body, common.ORDER.get("batch", 62))
