@@ -14,15 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from bench.common import cpu_model
-from engine import native
+from bench.common import cpu_model, op_library_pair
 from tests.support.attn_graphs import Case, as_half, feeds, model
 
 
@@ -58,16 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
-    this = native.library_path()
-    if this is None:
-        print("the native library is not built: python -m engine.native.build", file=sys.stderr)
+    libs = op_library_pair(a.against)
+    if libs is None:
         return 2
     print(f"cpu: {cpu_model()}; {a.threads} threads; {a.layers} KV copies; load average {os.getloadavg()[0]:.1f}")
     rng = np.random.default_rng(0)
     for ctx in (int(c) for c in a.ctx.split(",")):
         c = Case(hq=9, hkv=3, d=64, cap=ctx + 8, totals=[ctx])
         data = model(c, True)
-        sess = {"this": _session(data, this, a.threads), "other": _session(data, Path(a.against), a.threads)}
+        sess = {n: _session(data, path, a.threads) for n, path in libs.items()}
         inputs = [as_half(feeds(c, rng)) for _ in range(a.layers)]
         bound = {n: [_bound(s, f) for f in inputs] for n, s in sess.items()}
         times: dict[str, list[float]] = {n: [] for n in sess}

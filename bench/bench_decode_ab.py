@@ -14,15 +14,13 @@ import argparse
 import dataclasses
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from bench.common import cpu_model
-from engine import native
+from bench.common import cpu_model, op_library_pair
 from engine.runtime.model import load_model
 from engine.runtime.providers import session_options
 from engine.runtime.runner import Runner
@@ -59,11 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
-    this = native.library_path()
-    if this is None:
-        print("the native library is not built: python -m engine.native.build", file=sys.stderr)
+    libs = op_library_pair(a.against)
+    if libs is None:
         return 2
-    libs = {"this": this, "other": Path(a.against)}
     runners = {name: _runner(a.model_dir, path, a.threads) for name, path in libs.items()}
     vocab = int(runners["this"].model.config.get("vocab_size") or 1000)
     print(f"cpu: {cpu_model()}; {a.threads} threads; {a.steps} steps x {a.rounds} rounds; "

@@ -368,3 +368,14 @@ def pseudo_text(n_words: int, seed: int) -> str:
     import random
     rng = random.Random(seed)
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+def op_library_pair(against: str) -> dict[str, Path] | None:
+    """{"this": this tree's built op library, "other": `against`} for the by-hand A/B benches; None,
+    with a note on stderr, when this tree's library is not built."""
+    from engine import native  # noqa: PLC0415 - only the A/B benches need it
+    this = native.library_path()
+    if this is None:
+        print("the native library is not built: python -m engine.native.build", file=sys.stderr)
+        return None
+    return {"this": this, "other": Path(against)}
