@@ -338,7 +338,7 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     int whole = kn->epilogue == EPILOGUE_SWIGLU &&
                 (m <= 8 || kn->n_out % plain_blk != 0 || tile_rows_of_w(m, kn->n_out) != plain_blk);
     int64_t tiled_n = whole ? kn->n : kn->n_out;
-    w.n_blk = tile_rows_of_w(m, tiled_n);
+    w.n_blk = plain_blk;   /* tiled_n's own width too: `whole` unless F tiles exactly as 2F does */
     w.n_tiles = (tiled_n + w.n_blk - 1) / w.n_blk;
     float *both = NULL;
     if (kn->epilogue == EPILOGUE_SWIGLU) {   /* gate|up outputs of every row: both paths write here */
