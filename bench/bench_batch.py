@@ -250,15 +250,25 @@ def bench_model(folder: Path, label: str, n_new: int, reps: int) -> dict[str, An
         shutil.rmtree(state, ignore_errors=True)
 
 
-def _make_shape(shape: str, root: Path) -> Path:
+def _make_shape(shape: str, root: Path) -> tuple[Path, str]:
+    """The shape's Q4_0 model converted into `root`, and its label: llama.cpp's own Q4_0 file of the
+    shape where the bench models folder has it (bench.bench_shapes; its tied head is Q8_0, as
+    llama.cpp quantizes a head whose width is no multiple of 256), else an all-Q4_0 GGUF written here."""
     from . import bench_convert
-    src = root / f"{shape}-Q4_0.gguf"
-    bench_convert._child("write_gguf_worker", {"path": str(src), "shape": shape, "wtype": "Q4_0"}, common.REPO)
+    from .bench_shapes import models_root
+    label = f"Qwen2.5-{shape.upper()} shape, Q4_0 (random)"
+    made = models_root() / f"{shape}-Q4_0.gguf"
+    if made.is_file():
+        src, label = made, f"Qwen2.5-{shape.upper()} shape, llama.cpp Q4_0 (random)"
+    else:
+        src = root / f"{shape}-Q4_0.gguf"
+        bench_convert._child("write_gguf_worker", {"path": str(src), "shape": shape, "wtype": "Q4_0"}, common.REPO)
     dest = root / f"{shape}-Q4_0"
     bench_convert._child("convert_worker", {"src": str(src), "dest": str(dest), "exact": False,
                                             "gpu_variant": False}, common.REPO)
-    src.unlink(missing_ok=True)
-    return dest
+    if src != made:
+        src.unlink(missing_ok=True)
+    return dest, label
 
 
 FEATURES = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_vbmi", "avx512_bf16",
@@ -344,11 +354,11 @@ def run(quick: bool = False, shapes: list[str] | None = None) -> dict[str, Any]:
     reps, n_new = (1, 24) if quick else (5, 64)
     models = [bench_model(model_dir(), "SmolLM2-135M (default)", n_new, reps)]
     server = bench_server(model_dir(), n_new, 1 if quick else 3)
-    for shape in [s for s in (shapes or []) if s != "tiny"]:
+    for shape in [s for s in (shapes or []) if s not in ("tiny", "135m")]:   # the default model always runs
         root = Path(tempfile.mkdtemp(prefix="amber-bench-batch-shape-", dir=os.environ.get("AMBER_BENCH_SCRATCH")))
         try:
-            models.append(bench_model(_make_shape(shape, root), f"Qwen2.5-{shape.upper()} shape, Q4_0 (random)",
-                                      n_new // 3 if not quick else 12, reps))
+            folder, label = _make_shape(shape, root)
+            models.append(bench_model(folder, label, n_new // 3 if not quick else 12, reps))
         finally:
             shutil.rmtree(root, ignore_errors=True)
     targets = {}
