@@ -252,13 +252,12 @@ INL void kq45_512(const int type, const int mt, const uint8_t *act, int64_t ab, 
      * apart are two sequential streams the hardware prefetcher follows (adjacent rows read side
      * by side interleave inside one page, which it does not) */
     int64_t n = n0;
-    /* mt <= 3 (without a min: mt <= 4): four weight rows a step (n + j*q), four dependency chains
+    /* mt <= 2 (without a min: mt <= 4): four weight rows a step (n + j*q), four dependency chains
      * a row and each activation vector loaded once for four weight rows; the rows stay a quarter of
      * the tile apart. At mt = 3..4 that is 12-16 accumulators: Q4_0 ran 1.07-1.17x faster than
-     * two rows a step; with a min's registers as well (Q4_1 / Q5_1), 1.02-1.10x at mt = 3 but
-     * 0.94-1.02x at mt = 4, so mt = 4 keeps two. */
+     * two rows a step; with a min's registers as well (Q4_1), 0.94-0.97x, so those keep two. */
     const int64_t q = (n1 - n0) / 4;
-    if (mt <= (q32_has_min(type) ? 3 : 4) && q > 0 && q * nb * q32_block_bytes(type) >= 1024) {
+    if (mt <= (q32_has_min(type) ? 2 : 4) && q > 0 && q * nb * q32_block_bytes(type) >= 1024) {
         for (; n < n0 + q; n++) {
             if (mt == 1)
                 rows45_m1x4(type, act, w, nb, n, q, s0, s1, y);
