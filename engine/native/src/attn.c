@@ -180,8 +180,8 @@ int attn_task(const attn_args *a, int64_t t) {
     int64_t past = past_of(a, b);
     /* scratch: queries and accumulators [nr][d], max and sum [nr], keys and values [KB][d], scores */
     size_t floats = (size_t)(2 * nr * d + 2 * nr + 2 * KB * d + 4 * KB + (nr >= 8 ? d * KB_T : 0));
-    /* a decode task's scratch (35 KiB at d 64 with 3 query rows) on the stack: ~90 tasks a step
-     * at 135M paid a malloc/free of a non-fastbin size each (issue 18, task bwshare) */
+    /* a decode task's scratch (35 KiB at d 64 with 3 query rows) on the stack: no malloc/free for
+     * each of a 135M step's ~90 tasks (issue 18, task bwshare) */
     _Alignas(64) float stack_buf[ATTN_STACK_FLOATS];
     float *heap = floats > ATTN_STACK_FLOATS ? malloc(floats * sizeof(float)) : NULL;
     float *buf = floats > ATTN_STACK_FLOATS ? heap : stack_buf;

@@ -69,8 +69,8 @@ static void shape_free(shape_t *s) {
 }
 
 /* Per-call scratch of a decode step (the quantized X row, SwiGLU's gate|up outputs) lives on the
- * stack up to this size: a step runs ~120 of these nodes, and their few-KiB malloc/free pairs (not
- * fastbin sizes) went through glibc's bin consolidation every call (issue 18, task bwshare). 72 KiB
+ * stack up to this size, so a step's ~120 nodes make no malloc/free pairs of their own (issue 18,
+ * task bwshare; no step-time change measurable on a shared 2-core VM: docs/BENCHMARKS.md). 72 KiB
  * covers m = 1 up to F = 8960 (the 1.5B shape's 2F floats + its quantized row). */
 #define STACK_SCRATCH_BYTES (72 << 10)
 
