@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable
 
@@ -32,6 +33,16 @@ ACTIVATION_VECTORS = 12
 MIN_CHUNK = 64
 
 
+def _refs(held: list[np.ndarray], i: int) -> int:
+    """References to held[i] as seen from here: the list's, plus whatever this interpreter counts for
+    the call itself (measured once below with the same code, so a version that borrows references on
+    its stack gives the same baseline). More than _UNHELD_REFS: someone else holds it or a view of it."""
+    return sys.getrefcount(held[i])
+
+
+_UNHELD_REFS = _refs([np.empty(1, np.float32)], 0)
+
+
 class _DecodeInputs:
     """A cache's one-token step inputs, bound by address (issue 18, task bwshare): the token and its
     position are written into the same int64 cells each step and stay bound while the binding is the
@@ -42,7 +53,9 @@ class _DecodeInputs:
         self.ids = np.zeros((1, 1), np.int64)
         self.positions = np.zeros((1, 1), np.int64)
         self.ones = np.ones((1, 0), np.int64)
-        self.bound_to: Any = None       # the binding that holds `ids` / `positions` by address
+        # the binding that holds `ids` / `positions` by address, weakly: a closed cache's binding (and
+        # the KV buffers it binds) must go when the cache lets go of it
+        self.bound_to: weakref.ref[Any] | None = None
         self.copies: list[np.ndarray] = []
 
 
@@ -191,11 +204,11 @@ class Runner:
         past = len(cache)
         st.ids[0, 0] = token
         st.positions[0, 0] = past
-        if st.bound_to is not binding:
+        if st.bound_to is None or st.bound_to() is not binding:
             binding.bind_input("input_ids", "cpu", 0, np.int64, (1, 1), st.ids.ctypes.data)
             if self._has_positions:
                 binding.bind_input("position_ids", "cpu", 0, np.int64, (1, 1), st.positions.ctypes.data)
-            st.bound_to = binding
+            st.bound_to = weakref.ref(binding)
         if self._has_mask:
             if st.ones.shape[1] < past + 1:
                 st.ones = np.ones((1, max(past + 1, cache.capacity, 2 * st.ones.shape[1])), np.int64)
@@ -212,9 +225,9 @@ class Runner:
         if st is None:
             st = cache.step_inputs = _DecodeInputs()
         copies: list[np.ndarray] = st.copies
-        for buf in copies:
-            # held only by this list (+ the loop variable and getrefcount's argument): no view, no caller
-            if sys.getrefcount(buf) <= 3 and buf.shape == src.shape:
+        for i in range(len(copies)):
+            if _refs(copies, i) <= _UNHELD_REFS and copies[i].shape == src.shape:   # no caller, no view
+                buf = copies[i]
                 np.copyto(buf, src)
                 return buf
         out: np.ndarray = src.copy()
