@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import weakref
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable
@@ -33,21 +32,10 @@ ACTIVATION_VECTORS = 12
 MIN_CHUNK = 64
 
 
-def _refs(held: list[np.ndarray], i: int) -> int:
-    """References to held[i] as seen from here: the list's, plus whatever this interpreter counts for
-    the call itself (measured once below with the same code, so a version that borrows references on
-    its stack gives the same baseline). More than _UNHELD_REFS: someone else holds it or a view of it."""
-    return sys.getrefcount(held[i])
-
-
-_UNHELD_REFS = _refs([np.empty(1, np.float32)], 0)
-
-
 class _DecodeInputs:
     """A cache's one-token step inputs, bound by address (issue 18, task bwshare): the token and its
     position are written into the same int64 cells each step and stay bound while the binding is the
-    same; the attention mask is a view of one buffer of ones, rebound each step at its new length.
-    Also the buffers the last-position logits are copied into (`_logits_copy`)."""
+    same; the attention mask is a view of one buffer of ones, rebound each step at its new length."""
 
     def __init__(self) -> None:
         self.ids = np.zeros((1, 1), np.int64)
@@ -56,7 +44,6 @@ class _DecodeInputs:
         # the binding that holds `ids` / `positions` by address, weakly: a closed cache's binding (and
         # the KV buffers it binds) must go when the cache lets go of it
         self.bound_to: weakref.ref[Any] | None = None
-        self.copies: list[np.ndarray] = []
 
 
 class Runner:
@@ -188,7 +175,7 @@ class Runner:
         self.session.run_with_iobinding(binding)
         cache.device_written()
         if self._vocab is not None:
-            last = self._logits_copy(cache)
+            last = cache.logits_out[0, -1].copy()    # type: ignore[index]   # the next step overwrites it
         else:
             last = binding.get_outputs()[0].numpy()[0, -1]
         cache.tokens.extend(ids)
@@ -213,27 +200,6 @@ class Runner:
             if st.ones.shape[1] < past + 1:
                 st.ones = np.ones((1, max(past + 1, cache.capacity, 2 * st.ones.shape[1])), np.int64)
             binding.bind_input("attention_mask", "cpu", 0, np.int64, (1, past + 1), st.ones.ctypes.data)
-
-    def _logits_copy(self, cache: KVCache) -> np.ndarray:
-        """The step's last-position logits, copied out of the bound buffer (the next step overwrites
-        it) into one of the cache's two copy buffers that nobody holds any more (the caller's
-        previous logits are usually still referenced during this step); a new array when both are
-        held. Into a buffer already mapped and in cache, the copy took ~0.65x the time of a new 196 KiB
-        array (the default model, CPU time, docs/BENCHMARKS.md task bwshare)."""
-        src = cache.logits_out[0, -1]    # type: ignore[index]
-        st = cache.step_inputs
-        if st is None:
-            st = cache.step_inputs = _DecodeInputs()
-        copies: list[np.ndarray] = st.copies
-        for i in range(len(copies)):
-            if _refs(copies, i) <= _UNHELD_REFS and copies[i].shape == src.shape:   # no caller, no view
-                buf = copies[i]
-                np.copyto(buf, src)
-                return buf
-        out: np.ndarray = src.copy()
-        if len(copies) < 2:
-            copies.append(out)
-        return out
 
     def _step_plain(self, cache: KVCache, ids: list[int]) -> np.ndarray:
         feed = self._inputs(cache, ids)

@@ -1,6 +1,6 @@
-"""A one-token step's inputs bound by address, and the logits copies reused (engine.runtime.runner,
-issue 18 task bwshare): the same logits bits as binding fresh arrays every step, through prompts
-between decode steps, truncation and growth of the cache; returned logits never change while held."""
+"""A one-token step's inputs bound by address (engine.runtime.runner, issue 18 task bwshare): the
+same logits bits as binding fresh arrays every step, through prompts between decode steps,
+truncation and growth of the cache; returned logits never change while held."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,14 +14,11 @@ from engine.runtime.runner import Runner
 
 
 class _FreshInputs(Runner):
-    """The step as before: new input arrays bound by copy every step, a new logits array each step."""
+    """The step as before: new input arrays bound by copy every step."""
 
     def _bind_decode_inputs(self, cache: KVCache, binding: Any, token: int) -> None:
         for name, value in self._inputs(cache, [token]).items():
             binding.bind_cpu_input(name, value)
-
-    def _logits_copy(self, cache: KVCache) -> np.ndarray:
-        return cache.logits_out[0, -1].copy()    # type: ignore[index]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +55,7 @@ def test_bound_inputs_give_the_bits_of_fresh_arrays(runners) -> None:
 
 
 def test_two_caches_keep_their_own_inputs(runners) -> None:
-    """Two sessions' caches stepped in turn (each has its own input cells and copy buffers)."""
+    """Two sessions' caches stepped in turn (each has its own input cells)."""
     bound, fresh = runners
     c1, c2 = bound.new_cache(), bound.new_cache()
     r1, r2 = fresh.new_cache(), fresh.new_cache()
@@ -92,14 +89,3 @@ def test_returned_logits_stay_as_returned_while_held(runners) -> None:
         bound.forward(cache, [tok])
     assert np.array_equal(view, before)
 
-
-def test_logits_dropped_by_the_caller_are_reused(runners) -> None:
-    """The point of the copy buffers: a loop that keeps only the last logits allocates none a step."""
-    bound, _ = runners
-    cache = bound.new_cache()
-    logits = bound.forward(cache, [1, 2, 3])
-    seen = set()
-    for _ in range(8):
-        logits = bound.forward(cache, [int(np.argmax(logits))])
-        seen.add(id(logits))
-    assert len(seen) <= 3
