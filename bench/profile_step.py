@@ -79,7 +79,7 @@ def profile_decode(model: LoadedModel, ctx: int, steps: int, threads: int, out_d
     cache = runner.new_cache()
     cache.reserve(max(ctx, prefill) + steps + 8)
     ids = [int(t) for t in rng.integers(10, vocab - 10, max(ctx, 1))]
-    # ORT runs per prompt: the runner's own chunk length (64 tokens, not 512, on 1B-class shapes)
+    # ORT runs per prompt: the runner's own chunk length (or --chunk)
     n_prefill_runs = -(-len(ids) // runner.chunk_len(cache, len(ids)))
     runner.forward(cache, ids)
     logits = None
