@@ -51,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json")
     a = ap.parse_args(argv)
 
-    from engine.runtime import runner as runner_mod
     from engine.runtime.model import load_model
     from engine.runtime.runner import Runner
 
@@ -101,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             if c == chunks[0] and ref is None:
                 ref = out["logits"]
             res[c].append(out)
-            print(f"round {r} chunk {c:4d}: cpu {out['cpu']:7.2f} s (ort {out['ort_cpu']:7.2f}) wall {out['wall']:7.2f} s "
-                  f"peak {out['peak_mib']:7.1f} MiB (+{out['rise_mib']:.1f}) load {os.getloadavg()[0]:.2f}", flush=True)
+            print(f"round {r} chunk {c:4d}: cpu {out['cpu']:7.2f} s (ort {out['ort_cpu']:7.2f}) "
+                  f"wall {out['wall']:7.2f} s peak {out['peak_mib']:7.1f} MiB (+{out['rise_mib']:.1f}) "
+                  f"load {os.getloadavg()[0]:.2f}", flush=True)
     print(f"summary ({a.tokens} tokens, {a.rounds} rounds, medians; load {os.getloadavg()[0]:.2f}):")
     summary: dict[str, Any] = {}
     base = median(x["cpu"] for x in res[chunks[0]])
