@@ -148,6 +148,7 @@ class KVCache:
         self._dirty_from: int | None = None          # device: host staging newer from this position
         self.binding: Any = None    # an (untyped) onnxruntime IOBinding with the KV bound, reused across steps
         self.logits_out: np.ndarray | None = None   # where that binding's steps write their logits
+        self.step_inputs: Any = None    # the runner's decode-step input buffers (runner._DecodeInputs)
         self._guards: list[KVSnapshot] = []          # pending snapshots
         self._cond = threading.Condition()
         self.waiting = 0                             # writers waiting for a snapshot (tests look)

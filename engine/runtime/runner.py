@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
+import weakref
 from contextlib import AbstractContextManager, nullcontext
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnxruntime as ort
@@ -33,6 +34,20 @@ ATTENTION_SCRATCH_BYTES = 24 << 20
 ACTIVATION_SCRATCH_BYTES = 224 << 20
 ACTIVATION_VECTORS = 12
 MIN_CHUNK = 64
+
+
+class _DecodeInputs:
+    """A cache's one-token step inputs, bound by address (issue 18, task bwshare): the token and its
+    position are written into the same int64 cells each step and stay bound while the binding is the
+    same; the attention mask is a view of one buffer of ones, rebound each step at its new length."""
+
+    def __init__(self) -> None:
+        self.ids = np.zeros((1, 1), np.int64)
+        self.positions = np.zeros((1, 1), np.int64)
+        self.ones = np.ones((1, 0), np.int64)
+        # the binding that holds `ids` / `positions` by address, weakly: a closed cache's binding (and
+        # the KV buffers it binds) must go when the cache lets go of it
+        self.bound_to: weakref.ref[Any] | None = None
 
 
 class Runner:
@@ -153,8 +168,13 @@ class Runner:
             cache.binding = binding
         else:
             self._bind_logits(cache, binding, len(ids))     # rebinding keeps the output's place
-        for name, value in self._inputs(cache, ids).items():
-            binding.bind_cpu_input(name, value)
+        if len(ids) == 1 and not self._has_cache_branch:
+            self._bind_decode_inputs(cache, binding, ids[0])
+        else:
+            if cache.step_inputs is not None:
+                cache.step_inputs.bound_to = None     # the inputs below replace the bound cells
+            for name, value in self._inputs(cache, ids).items():
+                binding.bind_cpu_input(name, value)
         cache.before_step()     # waits only when a pending snapshot needs what this step overwrites
         self.session.run_with_iobinding(binding)
         cache.device_written()
@@ -165,6 +185,25 @@ class Runner:
         cache.tokens.extend(ids)
         out: np.ndarray = last
         return out
+
+    def _bind_decode_inputs(self, cache: KVCache, binding: Any, token: int) -> None:
+        """A one-token step's inputs, without new arrays: ~80 µs of Python a step at 135M went into
+        building three small arrays and binding copies of them (docs/BENCHMARKS.md, task bwshare)."""
+        st = cache.step_inputs
+        if st is None:
+            st = cache.step_inputs = _DecodeInputs()
+        past = len(cache)
+        st.ids[0, 0] = token
+        st.positions[0, 0] = past
+        if st.bound_to is None or st.bound_to() is not binding:
+            binding.bind_input("input_ids", "cpu", 0, np.int64, (1, 1), st.ids.ctypes.data)
+            if self._has_positions:
+                binding.bind_input("position_ids", "cpu", 0, np.int64, (1, 1), st.positions.ctypes.data)
+            st.bound_to = weakref.ref(binding)
+        if self._has_mask:
+            if st.ones.shape[1] < past + 1:
+                st.ones = np.ones((1, max(past + 1, cache.capacity, 2 * st.ones.shape[1])), np.int64)
+            binding.bind_input("attention_mask", "cpu", 0, np.int64, (1, past + 1), st.ones.ctypes.data)
 
     def _step_plain(self, cache: KVCache, ids: list[int]) -> np.ndarray:
         feed = self._inputs(cache, ids)

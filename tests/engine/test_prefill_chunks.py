@@ -43,8 +43,8 @@ def test_models_up_to_the_1_5b_shape_keep_full_chunks_and_wider_mlps_get_shorter
     # 1B / 1.5B prompts run in 512-token chunks, not 64 (issue 18: the native GgufMatMul's taller
     # row tiles apply; same logits bits, test_native_attention_model.py)
     for runner in (smol, qwen05, qwen, llama):
-        assert runner.chunk_len(runner.new_cache(), 2048) == runner_mod.PREFILL_CHUNK == 512
-    wide = llama8b.chunk_len(llama8b.new_cache(), 2048)
+        assert runner.chunk_len(runner.new_cache(), 512) == runner_mod.PREFILL_CHUNK == 512
+    wide = llama8b.chunk_len(llama8b.new_cache(), 512)
     assert runner_mod.MIN_CHUNK < wide < runner_mod.PREFILL_CHUNK and wide % runner_mod.MIN_CHUNK == 0
     assert wide * llama8b._token_bytes <= runner_mod.ACTIVATION_SCRATCH_BYTES
     # what each chunk token holds grows with the MLP's width

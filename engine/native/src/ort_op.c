@@ -56,12 +56,28 @@ static OrtStatus *fail(const void *api, int code, const char *fmt, ...) {
     return ORT_FN(api, CreateStatus)(code, msg);
 }
 
+#define SHAPE_INLINE_RANK 8
+
 typedef struct {
     int elem;
     size_t rank;
-    int64_t *dims;   /* malloc'd, rank entries (NULL when rank is 0) */
+    int64_t *dims;   /* rank entries: `inline_dims` up to SHAPE_INLINE_RANK, else malloc'd (NULL when rank is 0) */
     size_t count;
+    int64_t inline_dims[SHAPE_INLINE_RANK];
 } shape_t;
+
+/* A shape's dims when they were malloc'd (rank above SHAPE_INLINE_RANK). */
+static void shape_free(shape_t *s) {
+    if (s->dims != s->inline_dims)
+        free(s->dims);
+    s->dims = NULL;
+}
+
+/* Per-call scratch of a decode step (the quantized X row, SwiGLU's gate|up outputs) lives on the
+ * stack up to this size, so a step's ~120 nodes make no malloc/free pairs of their own (issue 18,
+ * task bwshare; no step-time change measurable on a shared 2-core VM: docs/BENCHMARKS.md). 72 KiB
+ * covers m = 1 up to F = 8960 (the 1.5B shape's 2F floats + its quantized row). */
+#define STACK_SCRATCH_BYTES (72 << 10)
 
 static OrtStatus *shape_of(const void *api, const OrtValue *v, shape_t *s);
 static OrtStatus *check_w(const void *api, const OrtValue *wv, int type, int64_t k, int64_t n, int64_t rb);
@@ -296,7 +312,7 @@ static OrtStatus *shape_of(const void *api, const OrtValue *v, shape_t *s) {
     if (st == NULL)
         st = ORT_FN(api, GetTensorShapeElementCount)(info, &s->count);
     if (st == NULL && s->rank > 0) {
-        s->dims = malloc(s->rank * sizeof *s->dims);
+        s->dims = s->rank <= SHAPE_INLINE_RANK ? s->inline_dims : malloc(s->rank * sizeof *s->dims);
         if (s->dims == NULL)
             st = fail(api, ORT_CODE_FAIL, "out of memory");
         else
@@ -311,7 +327,7 @@ static OrtStatus *shape_of(const void *api, const OrtValue *v, shape_t *s) {
 static OrtStatus *check_w(const void *api, const OrtValue *wv, int type, int64_t k, int64_t n, int64_t rb) {
     shape_t ws;
     OrtStatus *st = shape_of(api, wv, &ws);
-    free(ws.dims);
+    shape_free(&ws);
     if (st != NULL)
         return st;
     if (ws.elem != ORT_ELEM_UINT8)
@@ -344,7 +360,7 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     if ((st = check_w(api, wv, kn->type, kn->k, kn->n, kn->row_bytes)) != NULL)
         return st;
     if ((st = shape_of(api, xv, &xs)) != NULL) {
-        free(xs.dims);
+        shape_free(&xs);
         return st;
     }
     OrtStatus *bad = NULL;
@@ -356,7 +372,7 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
         bad = fail(api, ORT_CODE_INVALID_ARGUMENT, "X's last dimension is %lld, K is %lld",
                    (long long)xs.dims[xs.rank - 1], (long long)kn->k);
     if (bad != NULL) {
-        free(xs.dims);
+        shape_free(&xs);
         return bad;
     }
     int64_t m = (int64_t)(xs.count / (size_t)kn->k);   /* rows of X: the element count is ORT's, exact */
@@ -365,7 +381,7 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     float *y = NULL;
     void *xdata = NULL, *wdata = NULL;
     st = ORT_FN(api, KernelContext_GetOutput)(ctx, 0, xs.dims, xs.rank, &yv);
-    free(xs.dims);
+    shape_free(&xs);
     if (st != NULL)
         return st;
     if (m == 0)
@@ -395,29 +411,37 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     w.n_blk = plain_blk;   /* tiled_n's own width too: `whole` unless F tiles exactly as 2F does */
     w.n_tiles = (tiled_n + w.n_blk - 1) / w.n_blk;
     float *both = NULL;
-    int scratch = 0;   /* per-tile pairs into each thread's own scratch: no m x 2F buffer */
+    size_t both_bytes = 0;
+    int tile_pairs = 0;   /* per-tile pairs into each thread's own scratch: no m x 2F buffer */
 #ifdef TILE_SCRATCH
-    scratch = kn->epilogue == EPILOGUE_SWIGLU && !whole;
+    tile_pairs = kn->epilogue == EPILOGUE_SWIGLU && !whole;
 #endif
-    if (kn->epilogue == EPILOGUE_SWIGLU && !scratch) {   /* gate|up outputs of every row: both paths write here */
+    if (kn->epilogue == EPILOGUE_SWIGLU && !tile_pairs) {   /* gate|up outputs of every row: both paths write here */
         if ((uint64_t)m > (uint64_t)(SIZE_MAX / sizeof *both) / (uint64_t)kn->n)
             return fail(api, ORT_CODE_FAIL, "X has too many rows (%lld)", (long long)m);
-        both = malloc((size_t)m * (size_t)kn->n * sizeof *both);
-        if (both == NULL)
-            return fail(api, ORT_CODE_FAIL, "out of memory for %lld x %lld outputs", (long long)m, (long long)kn->n);
+        both_bytes = (size_t)m * (size_t)kn->n * sizeof *both;
+    }
+    if ((uint64_t)m > SIZE_MAX / (uint64_t)kn->act_bytes)
+        return fail(api, ORT_CODE_FAIL, "X has too many rows (%lld)", (long long)m);
+    size_t act_bytes = (size_t)m * (size_t)kn->act_bytes, both_at = (both_bytes + 63) / 64 * 64;
+    /* one block for both: gate|up outputs first (64-byte aligned), the quantized rows after them */
+    _Alignas(64) unsigned char stack_scratch[STACK_SCRATCH_BYTES];
+    unsigned char *scratch = stack_scratch, *heap = NULL;
+    if (both_at > SIZE_MAX - act_bytes)
+        return fail(api, ORT_CODE_FAIL, "X has too many rows (%lld)", (long long)m);
+    if (both_at + act_bytes > sizeof stack_scratch) {
+        heap = malloc(both_at + act_bytes);
+        if (heap == NULL)
+            return fail(api, ORT_CODE_FAIL, "out of memory for %lld rows of X", (long long)m);
+        scratch = heap;
+    }
+    if (both_bytes > 0) {
+        both = (float *)(void *)scratch;
         w.both = both;
         if (whole)
             w.y = both;
     }
-    if ((uint64_t)m > SIZE_MAX / (uint64_t)kn->act_bytes) {
-        free(both);
-        return fail(api, ORT_CODE_FAIL, "X has too many rows (%lld)", (long long)m);
-    }
-    w.act = malloc((size_t)m * (size_t)kn->act_bytes);
-    if (w.act == NULL) {
-        free(both);
-        return fail(api, ORT_CODE_FAIL, "out of memory for %lld quantized rows", (long long)m);
-    }
+    w.act = scratch + both_at;
     int64_t m_tiles = (m + w.m_blk - 1) / w.m_blk;
     st = run_parallel(api, ctx, quantize_block, (size_t)m_tiles, &w);
     if (st == NULL && !w.failed)
@@ -426,8 +450,7 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     if (whole && st == NULL && !w.failed)
         for (int64_t i = 0; i < m; i++)
             amber_silu_mul(both + i * kn->n, both + i * kn->n + kn->n_out, y + i * kn->n_out, kn->n_out);
-    free(both);
-    free(w.act);
+    free(heap);
     if (st == NULL && w.failed)
         st = fail(api, ORT_CODE_FAIL, "the kernels rejected ggml_type %d with K = %lld", kn->type, (long long)kn->k);
     return st;
