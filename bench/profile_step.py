@@ -8,7 +8,8 @@ a `KVCache`, engine.generation.Generator for the Python side):
   graph's op types, from `optimized_model_filepath`).
 * The Python per-token path of `Generator.stream` (greedy and sampled): time in the ORT call, the
   sampler, the detokenizer and everything else, per token.
-* With `--prefill N`: the same op table for one N-token prefill (chunked as the runner chunks it).
+* With `--prefill N`: the same op table for one N-token prefill (chunked as the runner chunks it, or
+  in `--chunk C`-token chunks).
 """
 from __future__ import annotations
 
@@ -66,17 +67,19 @@ def op_table(profile: Path, last_runs: int) -> dict[str, Any]:
 
 
 def profile_decode(model: LoadedModel, ctx: int, steps: int, threads: int, out_dir: Path,
-                   prefill: int = 0) -> dict[str, Any]:
+                   prefill: int = 0, chunk: int = 0) -> dict[str, Any]:
     opt = out_dir / "optimized.onnx"
     pm = _profiled_model(model, threads, opt, str(out_dir / "ort_profile"))
     runner = Runner(pm)
+    if chunk:   # --chunk: every prompt in chunks of this length instead of the runner's own
+        runner.chunk_len = lambda cache, n: chunk     # type: ignore[method-assign]
     rng = np.random.default_rng(0)
     vocab = int(model.config.get("vocab_size") or 1000)
     res: dict[str, Any] = {}
     cache = runner.new_cache()
     cache.reserve(max(ctx, prefill) + steps + 8)
     ids = [int(t) for t in rng.integers(10, vocab - 10, max(ctx, 1))]
-    # ORT runs per prompt: the runner's own chunk length (64 tokens, not 512, on 1B-class shapes)
+    # ORT runs per prompt: the runner's own chunk length (or --chunk)
     n_prefill_runs = -(-len(ids) // runner.chunk_len(cache, len(ids)))
     runner.forward(cache, ids)
     logits = None
@@ -251,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prefill", type=int, default=0)
+    ap.add_argument("--chunk", type=int, default=0, help="prompt chunk length (default: the runner's)")
     ap.add_argument("--no-ort", action="store_true")
     ap.add_argument("--no-python", action="store_true")
     ap.add_argument("--json", help="write the results here too")
@@ -259,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"model": a.model_dir, "ctx": a.ctx, "load_avg": os.getloadavg()[0]}
     if not a.no_ort:
         with tempfile.TemporaryDirectory() as tmp:
-            out["ort"] = profile_decode(model, a.ctx, a.steps, a.threads, Path(tmp), prefill=a.prefill)
+            out["ort"] = profile_decode(model, a.ctx, a.steps, a.threads, Path(tmp), prefill=a.prefill, chunk=a.chunk)
         d = out["ort"]["decode"]
         layers = out["ort"]["layers"] or 1
         print(f"decode step at ctx {a.ctx}: {d['run_us'] / 1e3:.3f} ms "

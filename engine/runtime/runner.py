@@ -25,9 +25,13 @@ ATTENTION_SCRATCH_BYTES = 24 << 20
 # ...and by the activations every chunk token holds while it runs (issue 18): at the step's peak
 # about 11 float32 vectors of the MLP's width per token (measured: 186 MiB that go again at the end
 # of a 512-token chunk at the Qwen2.5-1.5B shape, 8960 wide; 36 MiB at 135M, 1536 wide),
-# plus the logits of every position where a graph returns them all. 40 MiB keeps 512-token chunks
-# for the default model and cuts 1B / 1.5B shapes to 64 (docs/BENCHMARKS.md "Peak RSS while generating").
-ACTIVATION_SCRATCH_BYTES = 40 << 20
+# plus the logits of every position where a graph returns them all. 224 MiB keeps 512-token chunks
+# up to a 9.3K-wide MLP (the default model, 0.5B, 1B and 1.5B shapes) and cuts wider ones (320 at
+# 14336, the 8B class). It was 40 MiB, which cut 1B / 1.5B prompts to 64-token chunks: the native
+# GgufMatMul then ran 64-row calls, and a 2048-token prefill took 1.14x (1B) / 1.17x (1.5B) the CPU
+# time of 512-token chunks, with the same logits bits, and no lower peak RSS (the weights' mapped
+# pages, not the activations, make the prefill's peak there; docs/BENCHMARKS.md "Prefill at 1B/1.5B").
+ACTIVATION_SCRATCH_BYTES = 224 << 20
 ACTIVATION_VECTORS = 12
 MIN_CHUNK = 64
 

@@ -125,6 +125,20 @@ def test_logits_agree_with_the_float32_kv_form(folders, cfg):
         assert np.linalg.norm(a - b) / np.linalg.norm(a) <= LOGIT_REL, chunks
 
 
+@pytest.mark.parametrize("cfg", [BASE, ARCHS[2], ARCHS[4]], ids=["llama", "qwen3", "llama-mqa"])
+def test_a_prompt_has_the_same_logits_in_chunks_of_any_length(folders, cfg):
+    """The native form (GgufMatMul tiles start at multiples of 16 rows; ai.amber.Attention splits
+    a chunk's rows evenly among its tasks): a prompt prefilled in chunks of 160, 64, 48 or 16
+    tokens gives the same logits bits, so the runner's chunk length is free to follow speed and
+    memory (issue 18)."""
+    model, amber, _ = folders(cfg)
+    ids = list(map(int, prompt(model, 160, 7)))
+    want = _last_logits(amber, ids, [160])
+    for chunk in (64, 48, 16):
+        got = _last_logits(amber, ids, [min(chunk, 160 - at) for at in range(0, 160, chunk)])
+        np.testing.assert_array_equal(got, want, err_msg=f"chunks of {chunk}")
+
+
 @pytest.mark.parametrize("cfg", ARCHS, ids=IDS)
 def test_op_in_an_exact_graph_matches_float32_gqa_closely(tmp_path, native_kernels, cfg):
     """The exact form (float matmuls, no int8 activations) with its GroupQueryAttention nodes

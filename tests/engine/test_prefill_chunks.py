@@ -34,15 +34,21 @@ def _shaped(model, **config):
 
 
 # ---- chunks sized by the activations of the model's shape ---------------------------------------
-def test_the_default_models_shape_keeps_full_chunks_and_1_5b_gets_short_ones(tiny_model) -> None:
+def test_models_up_to_the_1_5b_shape_keep_full_chunks_and_wider_mlps_get_shorter_ones(tiny_model) -> None:
     smol = Runner(_shaped(tiny_model, hidden_size=576, intermediate_size=1536))        # SmolLM2-135M
+    qwen05 = Runner(_shaped(tiny_model, hidden_size=896, intermediate_size=4864))     # Qwen2.5-0.5B
     qwen = Runner(_shaped(tiny_model, hidden_size=1536, intermediate_size=8960))       # Qwen2.5-1.5B
     llama = Runner(_shaped(tiny_model, hidden_size=2048, intermediate_size=8192))      # Llama-3.2-1B
-    assert smol.chunk_len(smol.new_cache(), 512) == runner_mod.PREFILL_CHUNK == 512
-    assert qwen.chunk_len(qwen.new_cache(), 512) == runner_mod.MIN_CHUNK == 64
-    assert llama.chunk_len(llama.new_cache(), 512) == 64
+    llama8b = Runner(_shaped(tiny_model, hidden_size=4096, intermediate_size=14336))   # Llama-3.1-8B
+    # 1B / 1.5B prompts run in 512-token chunks, not 64 (issue 18: the native GgufMatMul's taller
+    # row tiles apply; same logits bits, test_native_attention_model.py)
+    for runner in (smol, qwen05, qwen, llama):
+        assert runner.chunk_len(runner.new_cache(), 512) == runner_mod.PREFILL_CHUNK == 512
+    wide = llama8b.chunk_len(llama8b.new_cache(), 512)
+    assert runner_mod.MIN_CHUNK < wide < runner_mod.PREFILL_CHUNK and wide % runner_mod.MIN_CHUNK == 0
+    assert wide * llama8b._token_bytes <= runner_mod.ACTIVATION_SCRATCH_BYTES
     # what each chunk token holds grows with the MLP's width
-    assert qwen._token_bytes > llama._token_bytes > smol._token_bytes
+    assert llama8b._token_bytes > qwen._token_bytes > llama._token_bytes > smol._token_bytes
 
 
 def test_the_activation_bound_is_for_cpu_sessions_only(tiny_model) -> None:

@@ -16,7 +16,7 @@
 #error "the block kernel takes KB_T keys"
 #endif
 /* Query vectors (rows x heads of one KV group) per attention task, at most. */
-#define MAX_ROWS 64
+#define MAX_ROWS 128
 
 /* ---- scalar float16 <-> float32 (IEEE binary16, round to nearest even) ---- */
 
@@ -101,7 +101,7 @@ static float exp_sum_c(float *s, int64_t n, float m) {
     return sum;
 }
 
-static const attn_ops SCALAR = {to_float_c, to_half_c, dots_c, accum_c, exp_sum_c, NULL, NULL};
+static const attn_ops SCALAR = {to_float_c, to_half_c, dots_c, accum_c, exp_sum_c, NULL, NULL, NULL};
 
 const attn_ops *attn_ops_now(void) {
     enum amber_isa isa = amber_current_isa();
@@ -163,8 +163,13 @@ void attn_kv_task(const attn_args *a, int64_t t) {
 /* ---- phase 2: attention, one task per (sequence, KV head, block of new positions) ---- */
 
 int64_t attn_q_block(const attn_args *a) {
+    /* at most MAX_ROWS query vectors a task, the new positions split evenly among the tasks: no
+     * short last task, so every row of a chunk takes the block kernel's path (its bits do not
+     * depend on which rows share its task), whatever the chunk's length (issue 18) */
     int64_t g = a->hq / a->hkv, rows = MAX_ROWS / g;
-    return rows < 1 ? 1 : rows;
+    rows = rows < 1 ? 1 : rows;
+    int64_t tasks = (a->s + rows - 1) / rows;
+    return tasks > 1 ? (a->s + tasks - 1) / tasks : rows;
 }
 
 int64_t attn_tasks(const attn_args *a) {
@@ -237,10 +242,14 @@ int attn_task(const attn_args *a, int64_t t) {
                 ops->group(kh + (j0 + a0) * d, vh + (j0 + a0) * d, a1 - a0, d, nr, qs, acc, mx, sum, sc);
             continue;
         }
-        ops->to_float(kh + j0 * d, kf, n * d);
         ops->to_float(vh + j0 * d, vf, n * d);
+        int transposed = blocked && ops->keys_t != NULL;
+        if (transposed)   /* the same floats as converting, then transposing below */
+            ops->keys_t(kh + j0 * d, n, d, kt);
+        else
+            ops->to_float(kh + j0 * d, kf, n * d);
         if (blocked) {
-            for (int64_t i = 0; i < d; i++) {
+            for (int64_t i = 0; i < d && !transposed; i++) {
                 float *row = kt + i * KB_T;
                 for (int64_t j = 0; j < n; j++)
                     row[j] = kf[j * d + i];

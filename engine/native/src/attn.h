@@ -67,6 +67,9 @@ typedef struct {
      * (NULL: not at this ISA) */
     void (*group)(const uint16_t *kh, const uint16_t *vh, int64_t m, int64_t d, int64_t nr,
                   const float *qs, float *acc, float *mx, float *sum, float *sc);
+    /* the block kernel's keys: n <= KB_T float16 keys kh [n][d] as float32, transposed into
+     * kt [d][KB_T], zeros at j >= n; d % 16 == 0 (NULL: attn.c converts, then transposes) */
+    void (*keys_t)(const uint16_t *kh, int64_t n, int64_t d, float *kt);
 } attn_ops;
 
 const attn_ops *attn_ops_avx2(void);     /* NULL when not compiled for x86-64 */

@@ -268,7 +268,7 @@ static T2 void block8(const attn_block *b) {
     }
 }
 
-static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8, block8, NULL};
+static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8, block8, NULL, NULL};
 const attn_ops *attn_ops_avx2(void) { return &AVX2; }
 
 /* ---------------- AVX-512 ---------------- */
@@ -620,7 +620,49 @@ static T5 void group16(const uint16_t *kh, const uint16_t *vh, int64_t m, int64_
     }
 }
 
-static const attn_ops AVX512 = {to_float16, to_half16, dots16, accum16, exp_sum16, block16, group16};
+/* 16 x 16 floats transposed in registers: unpack pairs of rows, then 4 x 4 blocks within each
+ * 128-bit lane (r[4i + c], lane L: column 4L + c of rows 4i..4i+3), then the lanes gathered. */
+static inline T5 void transpose16x16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512 x = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), y = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+        const __m512 z = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        const __m512 w = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+        t[c] = _mm512_shuffle_f32x4(x, z, 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(y, w, 0x88);
+        t[8 + c] = _mm512_shuffle_f32x4(x, z, 0xDD);
+        t[12 + c] = _mm512_shuffle_f32x4(y, w, 0xDD);
+    }
+    for (int i = 0; i < 16; i++)
+        r[i] = t[i];
+}
+
+/* The block kernel's keys (attn.h keys_t): 16 keys x 16 dims at a time, converted and transposed
+ * in registers instead of element by element through memory. */
+static T5 void keys_t16(const uint16_t *kh, int64_t n, int64_t d, float *kt) {
+    for (int64_t j0 = 0; j0 < KB_T; j0 += 16)
+        for (int64_t i0 = 0; i0 < d; i0 += 16) {
+            __m512 r[16];
+            for (int64_t jj = 0; jj < 16; jj++)
+                r[jj] = j0 + jj < n ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kh + (j0 + jj) * d + i0)))
+                                    : _mm512_setzero_ps();
+            transpose16x16(r);
+            for (int64_t ii = 0; ii < 16; ii++)
+                _mm512_storeu_ps(kt + (i0 + ii) * KB_T + j0, r[ii]);
+        }
+}
+
+static const attn_ops AVX512 = {to_float16, to_half16, dots16, accum16, exp_sum16, block16, group16, keys_t16};
 const attn_ops *attn_ops_avx512(void) { return &AVX512; }
 
 #else

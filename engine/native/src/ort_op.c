@@ -23,6 +23,11 @@
 #include "ort_abi.h"
 #include "swiglu.h"
 
+#if !defined(_WIN32)
+#include <pthread.h>
+#define TILE_SCRATCH 1
+#endif
+
 #define OP_NAME "GgufMatMul"
 #define OP_DOMAIN "ai.amber"
 #define MAX_N ((int64_t)1 << 40)
@@ -189,10 +194,44 @@ static void gemm_tile(void *user, size_t t) {
         w->failed = 1;
 }
 
+#ifdef TILE_SCRATCH
+/* A thread's own scratch for SwiGLU tiles, kept for the thread's life (freed at its exit) and grown
+ * as needed: at most 256 x 128 floats (128 KiB). A prompt's m x 2F buffer per call instead (32 MiB
+ * for 512 rows at F = 8192) came from a fresh mmap every call, above glibc's mmap threshold, so
+ * each call faulted its pages in again: ~0.5 M page faults in a 2048-token prefill at the 1B shape
+ * (issue 18). The first 64 bytes hold the capacity in floats. */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_ok;
+
+static void scratch_init(void) { scratch_ok = pthread_key_create(&scratch_key, free) == 0; }
+
+static float *tile_scratch(size_t floats) {
+    pthread_once(&scratch_once, scratch_init);
+    if (!scratch_ok)
+        return NULL;
+    char *p = pthread_getspecific(scratch_key);
+    if (p == NULL || *(size_t *)p < floats) {
+        free(p);
+        p = malloc(64 + floats * sizeof(float));
+        if (p != NULL)
+            *(size_t *)p = floats;
+        if (pthread_setspecific(scratch_key, p) != 0) {
+            free(p);
+            return NULL;
+        }
+        if (p == NULL)
+            return NULL;
+    }
+    return (float *)(p + 64);
+}
+#endif
+
 /* SwiGLU tile: output columns [n0, n1) of F = n_out; gate rows [n0, n1) and up rows [F + n0, F + n1)
- * go into the call's m x 2F buffer, then y = silu(gate) * up. compute() runs these tiles only when F is a
- * multiple of the plain op's tile width, so both calls are tiles the plain op makes too: the same
- * dot products bit for bit; the tiling depends only on the shapes (thread-count independent). */
+ * go into the thread's scratch (without one: the call's m x 2F buffer), then y = silu(gate) * up.
+ * compute() runs these tiles only when F is a multiple of the plain op's tile width, so both calls
+ * are tiles the plain op makes too: the same dot products bit for bit; the tiling depends only on
+ * the shapes (thread-count independent). */
 static void swiglu_tile(void *user, size_t t) {
     work_t *w = user;
     const kernel_t *kn = w->kern;
@@ -201,11 +240,26 @@ static void swiglu_tile(void *user, size_t t) {
     int64_t i0 = mi * w->m_blk, i1 = i0 + w->m_blk < w->m ? i0 + w->m_blk : w->m;
     int64_t n0 = ni * w->n_blk, n1 = n0 + w->n_blk < f ? n0 + w->n_blk : f;
     int64_t rows = i1 - i0, cols = n1 - n0;
+    const uint8_t *act = w->act + i0 * kn->act_bytes;
+#ifdef TILE_SCRATCH
+    if (w->both == NULL) {   /* the thread's scratch: gate [rows][0, cols) | up [rows][cols, 2 cols) */
+        float *buf = tile_scratch((size_t)(rows * 2 * cols));
+        /* the kernels write y[i * ldy + n] for absolute n: the bases are shifted by the first column */
+        if (buf == NULL ||
+            amber_gemm_rows(kn->type, act, rows, w->w, kn->k, n0, n1, buf - n0, 2 * cols) != 0 ||
+            amber_gemm_rows(kn->type, act, rows, w->w, kn->k, f + n0, f + n1, buf + cols - (f + n0), 2 * cols) != 0) {
+            w->failed = 1;
+            return;
+        }
+        for (int64_t i = 0; i < rows; i++)
+            amber_silu_mul(buf + i * 2 * cols, buf + i * 2 * cols + cols, w->y + (i0 + i) * f + n0, cols);
+        return;
+    }
+#endif
     /* the tile's gate columns [n0, n1) and up columns [F + n0, F + n1) land in their places of the
      * call's m x 2F buffer (the kernels write y[i * ldy + n] for absolute n), then silu * up goes to
      * Y: tiles of any height (tile_rows_of_x), no scratch of their own */
     float *both = w->both + i0 * ld;
-    const uint8_t *act = w->act + i0 * kn->act_bytes;
     if (amber_gemm_rows(kn->type, act, rows, w->w, kn->k, n0, n1, both, ld) != 0 ||
         amber_gemm_rows(kn->type, act, rows, w->w, kn->k, f + n0, f + n1, both, ld) != 0) {
         w->failed = 1;
@@ -358,7 +412,11 @@ static OrtStatus *compute(const kernel_t *kn, OrtKernelContext *ctx) {
     w.n_tiles = (tiled_n + w.n_blk - 1) / w.n_blk;
     float *both = NULL;
     size_t both_bytes = 0;
-    if (kn->epilogue == EPILOGUE_SWIGLU) {   /* gate|up outputs of every row: both paths write here */
+    int tile_pairs = 0;   /* per-tile pairs into each thread's own scratch: no m x 2F buffer */
+#ifdef TILE_SCRATCH
+    tile_pairs = kn->epilogue == EPILOGUE_SWIGLU && !whole;
+#endif
+    if (kn->epilogue == EPILOGUE_SWIGLU && !tile_pairs) {   /* gate|up outputs of every row: both paths write here */
         if ((uint64_t)m > (uint64_t)(SIZE_MAX / sizeof *both) / (uint64_t)kn->n)
             return fail(api, ORT_CODE_FAIL, "X has too many rows (%lld)", (long long)m);
         both_bytes = (size_t)m * (size_t)kn->n * sizeof *both;

@@ -243,3 +243,36 @@ def test_decode_wide_group_matches_float32_gqa(native_on):
     c = Case(hq=5, hkv=1, d=64, cap=140, totals=[131])
     ref, got = _compare(c, seed=5)
     _check(c, ref, got)
+
+
+PROMPT_SHAPES = {   # (query heads, KV heads, head size) of real models
+    "default_model": (9, 3, 64),
+    "llama_1b": (32, 8, 64),
+    "qwen_1_5b": (12, 2, 128),
+}
+
+
+@pytest.mark.parametrize("shape", list(PROMPT_SHAPES))
+def test_a_prompt_has_the_same_bits_in_chunks_of_any_length(native_on, shape):
+    """A prompt prefilled in chunks of 16, 48, 64 or 160 new positions (the runner's chunk length
+    follows the model's shape) gives every position the same output and KV bits: the query rows
+    of a chunk are split evenly among the tasks, so none lands in a short task on another path."""
+    hq, hkv, d = PROMPT_SHAPES[shape]
+    n = 160
+    c = Case(s=n, hq=hq, hkv=hkv, d=d, cap=n, totals=[n])
+    f = as_half(feeds(c, np.random.default_rng(41)))
+    outs = {}
+    for chunk in (160, 64, 48, 16):
+        bufs = {x: np.zeros((1, hkv, n, d), np.float16) for x in ("past_key", "past_value")}   # kept alive
+        kv = {x: ort.OrtValue.ortvalue_from_numpy(b) for x, b in bufs.items()}
+        parts = []
+        for s0 in range(0, n, chunk):
+            s1 = min(n, s0 + chunk)
+            step = {"query": f["query"][:, s0:s1], "key": f["key"][:, s0:s1], "value": f["value"][:, s0:s1],
+                    "seqlens_k": np.array([s1 - 1], np.int32), "total_sequence_length": np.array([s1], np.int32),
+                    "cos_cache": f["cos_cache"], "sin_cache": f["sin_cache"]}
+            parts.append(_run_bound(session(model(replace(c, s=s1 - s0, totals=[s1]), True), 2), step, kv))
+        outs[chunk] = (np.concatenate(parts, axis=1), bufs["past_key"], bufs["past_value"])
+    for chunk in (64, 48, 16):
+        for got, want in zip(outs[chunk], outs[160], strict=True):
+            np.testing.assert_array_equal(got, want, err_msg=f"{shape}: chunks of {chunk}")
