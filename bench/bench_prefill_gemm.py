@@ -1,7 +1,8 @@
 """Prefill GgufMatMul nodes at the 0.5B / 1B shapes: `python -m bench.bench_prefill_gemm`.
 
 One ai.amber.GgufMatMul node per (type, K, N) that the Qwen2.5-0.5B and Llama-3.2-1B GGUFs at
-Q4_0 and Q4_K_M hold (llama.cpp's quantizer: 0.5B Q4_K_M is Q5_0/Q8_0 with a Q6_K ffn_down),
+Q4_0 and Q4_K_M hold, and Qwen2.5-1.5B's Q4_K_M K-quant nodes (llama.cpp's quantizer: 0.5B Q4_K_M
+is Q5_0/Q8_0 with a Q6_K ffn_down),
 m prompt rows (512 = one prefill chunk), 2 intra-op threads with spinning off, timed in process
 CPU seconds (so other processes on a loaded machine take nothing from the figure; spinning would
 add to it). GOPS = 2*m*K*N / CPU second: per-core throughput, to read against the VNNI peak of a
@@ -36,6 +37,9 @@ SHAPES: tuple[tuple[str, int, int, int], ...] = (
     ("1B Q4_K_M gate/up", 12, 2048, 8192),
     ("1B Q4_K_M q/o", 12, 2048, 2048),
     ("1B Q4_K_M down", 14, 8192, 2048),
+    ("1.5B Q4_K_M gate/up", 12, 1536, 8960),
+    ("1.5B Q4_K_M q/o", 12, 1536, 1536),
+    ("1.5B Q4_K_M down", 14, 8960, 1536),
 )
 
 
@@ -61,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--baseline", type=Path, default=None, help="another build of the library")
+    ap.add_argument("--only", default="", help="only the nodes whose label contains this (e.g. Q4_K_M)")
     args = ap.parse_args(argv)
     lib = native.library_path()
     if lib is None or not lib.is_file():
@@ -72,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| node | type | K | N | " + " | ".join(libs) + " |")
     print("|---|---|---|---|" + "---|" * len(libs))
     for label, typ, k, n in SHAPES:
+        if args.only not in label:
+            continue
         model = gguf_matmul_model(random_rows(typ, n, k, rng), ggml_type=typ, k=k, n=n)
         sessions = {name: session(model, path, args.threads) for name, path in libs.items()}
         feed = {next(iter(sessions.values())).get_inputs()[0].name:

@@ -18,7 +18,9 @@
 #define QK_INL static inline __attribute__((always_inline)) QK_TGT
 #define PR 16        /* weight rows a pack: one per int32 lane */
 #define KC 8         /* super-blocks a pack (scratch ~50 KB) */
+#ifndef PT
 #define PT 8         /* activation rows in flight: 8 independent vpdpbusd chains */
+#endif
 
 /* One packed super-block of PR rows. */
 struct pk_sb {
@@ -140,65 +142,177 @@ static QK_TGT void pk_pack(int type, const uint8_t *const *x, struct pk_sb *p) {
 }
 
 /* acc[i][0..15] += the super-block's dot of activation rows a[i] (Q8_K blocks) with the pack:
- * exact int32 sums per lane, then qk_tail45/qk_tail6's float operations lane by lane. The
- * bsums terms (Q4_K/Q5_K's mins, Q6_K's -32 offset) are 8 vpdpwssd per row against the raw bsums
- * dwords; integer reassociation, so the int32 totals (and the bits) are those of the other paths. */
-QK_INL void pk_block(const struct pk_sb *p, const uint8_t *const *a, const int mt, const int q6,
+ * exact int32 sums per lane, then qk_tail45/qk_tail6's float operations lane by lane. Every step
+ * is an exact integer rearrangement, so the int32 totals (and the bits) are those of the other paths:
+ * - Q4_K: each 32-value sub-block is two 16-value halves A (groups 0-3) and B (4-7); with levels
+ *   <= 15 and |q| <= 127 each half is within +-30480, an int16. One dpbusd chain makes
+ *   X = A * 65536 + B (chain A, shift left 16, chain B on top) and one vpdpwssd against the
+ *   pack's {sc, sc} word pairs adds sc * (A + B) (X's halves read as int16 are B and A exactly):
+ *   no vpmulld, no separate add.
+ * - Q5_K (levels <= 31) and Q6_K (<= 63): the sub-block sum with one vpmulld by the scale.
+ * - The bsums terms (Q4_K/Q5_K's mins, Q6_K's -32 offset) are 8 vpdpwssd per row against the raw
+ *   bsums dwords, after the levels (a register of their own, only live in the tail). */
+/* acc + dpbusd(w, the int32 at p broadcast): in asm so that the broadcast stays folded into the
+ * instruction (GCC otherwise hoists the broadcasts into registers and spills). */
+QK_INL __m512i pk_dpb(__m512i acc, __m512i w, const uint8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(const void *)p));
+    return acc;
+}
+
+QK_INL __m512i pk_dpw(__m512i acc, __m512i w, const uint8_t *p) {
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(const void *)p));
+    return acc;
+}
+
+QK_INL void pk_block(const struct pk_sb *p, const uint8_t *const *a, const int mt, const int type,
                      float *acc) {
-    const int ns = q6 ? 16 : 8, gps = q6 ? 4 : 8;   /* sub-blocks; 4-value groups a sub-block */
-    __m512i isum[PT], bsc[PT];
+    const int q6 = type == QK_Q6_K;
+    __m512i isum[PT];
     for (int i = 0; i < mt; i++) isum[i] = _mm512_setzero_si512();
-    for (int i = 0; i < mt; i++) bsc[i] = _mm512_setzero_si512();
+    {
+        const int ns = q6 ? 16 : 8, gps = q6 ? 4 : 8;   /* sub-blocks; 4-value groups a sub-block */
+        for (int j = 0; j < ns; j++) {
+            __m512i x[PT];
+            for (int i = 0; i < mt; i++) x[i] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int q = 0; q < 8; q++) {
-        const __m512i mv = _mm512_loadu_si512((const void *)p->mn[q]);
-        for (int i = 0; i < mt; i++) {
-            int32_t v;
-            memcpy(&v, a[i] + Q8K_BSUMS + 4 * q, 4);
-            bsc[i] = _mm512_dpwssd_epi32(bsc[i], mv, _mm512_set1_epi32(v));
-        }
-    }
-    for (int j = 0; j < ns; j++) {
-        __m512i isub[PT];
-        for (int i = 0; i < mt; i++) isub[i] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int g = j * gps; g < (j + 1) * gps; g++) {
-            const __m512i w = _mm512_loadu_si512((const void *)p->lev[g]);
-#pragma GCC unroll 8
-            for (int i = 0; i < mt; i++) {
-                int32_t v;
-                memcpy(&v, a[i] + Q8K_Q + 4 * g, 4);
-                isub[i] = _mm512_dpbusd_epi32(isub[i], w, _mm512_set1_epi32(v));
+            for (int u = 0; u < gps; u++) {
+                const __m512i w = _mm512_loadu_si512((const void *)p->lev[gps * j + u]);
+#pragma GCC unroll 16
+                for (int i = 0; i < mt; i++)
+                    x[i] = pk_dpb(x[i], w, a[i] + Q8K_Q + 4 * (gps * j + u));
             }
+            const __m512i scv = _mm512_loadu_si512((const void *)p->sc[j]);
+            for (int i = 0; i < mt; i++) isum[i] = _mm512_add_epi32(isum[i], _mm512_mullo_epi32(x[i], scv));
         }
-        const __m512i scv = _mm512_loadu_si512((const void *)p->sc[j]);
-        for (int i = 0; i < mt; i++)
-            isum[i] = _mm512_add_epi32(isum[i], _mm512_mullo_epi32(isub[i], scv));
     }
     const __m512 dv = _mm512_loadu_ps(p->d), dminv = _mm512_loadu_ps(p->dmin);
     for (int i = 0; i < mt; i++) {
+        __m512i bsc = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++)
+            bsc = pk_dpw(bsc, _mm512_loadu_si512((const void *)p->mn[q]), a[i] + Q8K_BSUMS + 4 * q);
         float *o = acc + (size_t)i * PR;
         if (q6)
-            isum[i] = _mm512_sub_epi32(isum[i], _mm512_slli_epi32(bsc[i], 5));
+            isum[i] = _mm512_sub_epi32(isum[i], _mm512_slli_epi32(bsc, 5));
         __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[i]), dv);
         if (!q6)
-            t = _mm512_sub_ps(t, _mm512_mul_ps(_mm512_cvtepi32_ps(bsc[i]), dminv));
+            t = _mm512_sub_ps(t, _mm512_mul_ps(_mm512_cvtepi32_ps(bsc), dminv));
         t = _mm512_mul_ps(t, _mm512_set1_ps(qk_act_d(a[i])));
         _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), t));
     }
 }
 
 static QK_TGT void pk_rows(const struct pk_sb *p, int kc, const uint8_t *act, int64_t ab, int64_t b0,
-                           int mt, int q6, float *acc) {
+                           int mt, int type, float *acc) {
     const uint8_t *a[PT];
     for (int b = 0; b < kc; b++) {
         for (int i = 0; i < mt; i++) a[i] = act + i * ab + (b0 + b) * Q8K_BYTES;
-#define PK_CASE(t) case t: if (q6) pk_block(p + b, a, t, 1, acc); else pk_block(p + b, a, t, 0, acc); break;
+#define PK_TYPES(t) \
+    if (type == QK_Q4_K) pk_block(p + b, a, t, QK_Q4_K, acc); \
+    else if (type == QK_Q5_K) pk_block(p + b, a, t, QK_Q5_K, acc); \
+    else pk_block(p + b, a, t, QK_Q6_K, acc);
+#define PK_CASE(t) case t: PK_TYPES(t) break;
         switch (mt) {
         PK_CASE(1) PK_CASE(2) PK_CASE(3) PK_CASE(4) PK_CASE(5) PK_CASE(6) PK_CASE(7)
-        default: if (q6) pk_block(p + b, a, PT, 1, acc); else pk_block(p + b, a, PT, 0, acc); break;
+#if PT > 8
+        PK_CASE(8) PK_CASE(9)
+#endif
+#if PT > 10
+        PK_CASE(10) PK_CASE(11)
+#endif
+#if PT > 12
+#error "PT above 12: add cases"
+#endif
+        default: PK_TYPES(PT) break;
         }
 #undef PK_CASE
+#undef PK_TYPES
+    }
+}
+
+
+/* Two packs at once (32 weight rows, p0 and p1 = p0 + KC2): each activation dword is broadcast
+ * into a register once for two vpdpbusd (one per pack) instead of once per vpdpbusd as a memory
+ * operand; a broadcast per vpdpbusd caps the loop at ~5.3 G vpdpbusd a second on this Xeon,
+ * sharing it gives ~6.5 (16 chains, no scales). PT2 rows: 4 * PT2 accumulators + 5 registers.
+ * Each output's integer sums and float tail are those of pk_block: the same bits. */
+#define PT2 6
+#define KC2 4        /* super-blocks a pack when paired: two packs ~46 KB */
+
+/* x0 += dpbusd(w0, bcast *p), x1 += dpbusd(w1, bcast *p): one broadcast for both. */
+#define PK_DPB2(x0, x1, w0, w1, p) do { \
+        __m512i t_; \
+        __asm__("vpbroadcastd %[m], %[t]\n\tvpdpbusd %[t], %[a], %[u]\n\tvpdpbusd %[t], %[b], %[v]" \
+                : [u] "+v"(x0), [v] "+v"(x1), [t] "=&v"(t_) \
+                : [a] "v"(w0), [b] "v"(w1), [m] "m"(*(const int32_t *)(const void *)(p))); \
+    } while (0)
+#define PK_DPW2(x0, x1, w0, w1, p) do { \
+        __m512i t_; \
+        __asm__("vpbroadcastd %[m], %[t]\n\tvpdpwssd %[t], %[a], %[u]\n\tvpdpwssd %[t], %[b], %[v]" \
+                : [u] "+v"(x0), [v] "+v"(x1), [t] "=&v"(t_) \
+                : [a] "v"(w0), [b] "v"(w1), [m] "m"(*(const int32_t *)(const void *)(p))); \
+    } while (0)
+
+QK_INL void pk_tail(const struct pk_sb *p, __m512i isum, __m512i bsc, const uint8_t *a, int q6, float *o) {
+    if (q6)
+        isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(bsc, 5));
+    __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_loadu_ps(p->d));
+    if (!q6)
+        t = _mm512_sub_ps(t, _mm512_mul_ps(_mm512_cvtepi32_ps(bsc), _mm512_loadu_ps(p->dmin)));
+    t = _mm512_mul_ps(t, _mm512_set1_ps(qk_act_d(a)));
+    _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), t));
+}
+
+/* acc[i][0..15] += rows a[i] . pack p0, acc[i][16..31] += rows a[i] . pack p1 (acc rows of 32). */
+QK_INL void pk_block2(const struct pk_sb *p0, const struct pk_sb *p1, const uint8_t *const *a, const int mt,
+                      const int type, float *acc) {
+    const int q6 = type == QK_Q6_K;
+    const int ns = q6 ? 16 : 8, gps = q6 ? 4 : 8;
+    __m512i s0[PT2], s1[PT2];
+    for (int i = 0; i < mt; i++) s0[i] = s1[i] = _mm512_setzero_si512();
+    for (int j = 0; j < ns; j++) {
+        __m512i x0[PT2], x1[PT2];
+        for (int i = 0; i < mt; i++) x0[i] = x1[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int u = 0; u < gps; u++) {
+            const __m512i w0 = _mm512_loadu_si512((const void *)p0->lev[gps * j + u]);
+            const __m512i w1 = _mm512_loadu_si512((const void *)p1->lev[gps * j + u]);
+#pragma GCC unroll 16
+            for (int i = 0; i < mt; i++) PK_DPB2(x0[i], x1[i], w0, w1, a[i] + Q8K_Q + 4 * (gps * j + u));
+        }
+        const __m512i c0 = _mm512_loadu_si512((const void *)p0->sc[j]), c1 = _mm512_loadu_si512((const void *)p1->sc[j]);
+        for (int i = 0; i < mt; i++) {
+            s0[i] = _mm512_add_epi32(s0[i], _mm512_mullo_epi32(x0[i], c0));
+            s1[i] = _mm512_add_epi32(s1[i], _mm512_mullo_epi32(x1[i], c1));
+        }
+    }
+    for (int i = 0; i < mt; i++) {
+        __m512i b0 = _mm512_setzero_si512(), b1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++)
+            PK_DPW2(b0, b1, _mm512_loadu_si512((const void *)p0->mn[q]), _mm512_loadu_si512((const void *)p1->mn[q]),
+                    a[i] + Q8K_BSUMS + 4 * q);
+        pk_tail(p0, s0[i], b0, a[i], q6, acc + (size_t)i * 2 * PR);
+        pk_tail(p1, s1[i], b1, a[i], q6, acc + (size_t)i * 2 * PR + PR);
+    }
+}
+
+static QK_TGT void pk_rows2(const struct pk_sb *p, int kc, const uint8_t *act, int64_t ab, int64_t b0,
+                            int mt, int type, float *acc) {
+    const uint8_t *a[PT2];
+    for (int b = 0; b < kc; b++) {
+        for (int i = 0; i < mt; i++) a[i] = act + i * ab + (b0 + b) * Q8K_BYTES;
+#define PK_TYPES(t) \
+    if (type == QK_Q4_K) pk_block2(p + b, p + KC2 + b, a, t, QK_Q4_K, acc); \
+    else if (type == QK_Q5_K) pk_block2(p + b, p + KC2 + b, a, t, QK_Q5_K, acc); \
+    else pk_block2(p + b, p + KC2 + b, a, t, QK_Q6_K, acc);
+#define PK_CASE(t) case t: PK_TYPES(t) break;
+        switch (mt) {
+        PK_CASE(1) PK_CASE(2) PK_CASE(3) PK_CASE(4) PK_CASE(5)
+        default: PK_TYPES(PT2) break;
+        }
+#undef PK_CASE
+#undef PK_TYPES
     }
 }
 
@@ -207,15 +321,35 @@ static QK_TGT void pk_rows(const struct pk_sb *p, int kc, const uint8_t *act, in
 QK_TGT int qk_gemm_packed512(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                              int64_t n0, int64_t tiles, float *y, int64_t ldy) {
     const int64_t nb = k / QK_BLOCK, rb = nb * qk_block_bytes(type), ab = nb * Q8K_BYTES;
-    const int q6 = type == QK_Q6_K;
     struct pk_sb *pack = malloc(sizeof(struct pk_sb) * KC);
-    float *acc = malloc(sizeof(float) * PR * (size_t)m);
+    float *acc = malloc(sizeof(float) * 2 * PR * (size_t)m);
     if (pack == NULL || acc == NULL) {
         free(pack);
         free(acc);
         return -1;
     }
-    for (int64_t t = 0; t < tiles; t++) {
+    int64_t t = 0;
+#ifndef QK_NO_PAIR
+    for (; t + 2 <= tiles; t += 2) {   /* tiles in pairs: pk_block2 */
+        const int64_t nt = n0 + t * PR;
+        memset(acc, 0, sizeof(float) * 2 * PR * (size_t)m);
+        for (int64_t b0 = 0; b0 < nb; b0 += KC2) {
+            const int kc = nb - b0 < KC2 ? (int)(nb - b0) : KC2;
+            for (int h = 0; h < 2; h++)
+                for (int b = 0; b < kc; b++) {
+                    const uint8_t *x[PR];
+                    for (int r = 0; r < PR; r++) x[r] = w + (nt + h * PR + r) * rb + (b0 + b) * qk_block_bytes(type);
+                    pk_pack(type, x, pack + h * KC2 + b);
+                }
+            for (int64_t i0 = 0; i0 < m; i0 += PT2) {
+                const int mt = m - i0 < PT2 ? (int)(m - i0) : PT2;
+                pk_rows2(pack, kc, act + i0 * ab, ab, b0, mt, type, acc + i0 * 2 * PR);
+            }
+        }
+        for (int64_t i = 0; i < m; i++) memcpy(y + i * ldy + nt, acc + i * 2 * PR, sizeof(float) * 2 * PR);
+    }
+#endif
+    for (; t < tiles; t++) {
         const int64_t nt = n0 + t * PR;
         memset(acc, 0, sizeof(float) * PR * (size_t)m);
         for (int64_t b0 = 0; b0 < nb; b0 += KC) {
@@ -227,7 +361,7 @@ QK_TGT int qk_gemm_packed512(int type, const uint8_t *act, int64_t m, const uint
             }
             for (int64_t i0 = 0; i0 < m; i0 += PT) {
                 const int mt = m - i0 < PT ? (int)(m - i0) : PT;
-                pk_rows(pack, kc, act + i0 * ab, ab, b0, mt, q6, acc + i0 * PR);
+                pk_rows(pack, kc, act + i0 * ab, ab, b0, mt, type, acc + i0 * PR);
             }
         }
         for (int64_t i = 0; i < m; i++) memcpy(y + i * ldy + nt, acc + i * PR, sizeof(float) * PR);

@@ -164,6 +164,31 @@ def test_real_llama_cpp_blocks_match_the_oracle(lib, real_blocks, typ, isa):
         check_case(lib, typ, raw, rng.standard_normal((m, k)).astype(np.float32), n, k)
 
 
+@pytest.mark.parametrize("isa", ISAS[1:])
+@pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+def test_packed_tiles_in_pairs_and_alone_give_the_scalar_bits(lib, typ, isa):
+    """N = 88: the AVX-512 packed path takes 16-row tiles two at a time (tiles 0-1, 2-3), then
+    tile 4 alone, then the 8-row remainder in the row layout; K = 1280 (5 super-blocks) leaves a
+    short last pack group; m = 16 and 45 cover whole and partial row blocks. Every output has the
+    scalar path's bits, and a sub-range call [n0, n1) (other tiles) the same."""
+    _use_isa(lib, isa)
+    rng = np.random.default_rng(typ + 88)
+    n, k = 88, 1280
+    raw = random_blocks(typ, n * k // 256, rng)
+    for m in (16, 45):
+        x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
+        y = check_case(lib, typ, raw, x, n, k)
+        act = quantize(lib, typ, x)
+        ys = np.full((m, n), np.nan, np.float32)
+        assert lib.amber_set_isa(b"scalar") == 0
+        assert gemm(lib, typ, act, m, raw, k, 0, n, ys, n) == 0
+        _use_isa(lib, isa)
+        np.testing.assert_array_equal(y, ys)
+        part = np.full((m, n), np.nan, np.float32)
+        assert gemm(lib, typ, act, m, raw, k, 16, 80, part, n) == 0
+        np.testing.assert_array_equal(part[:, 16:80], ys[:, 16:80])
+
+
 @pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
 def test_quantized_activations_are_q8_k(lib, typ):
     rng = np.random.default_rng(5)
