@@ -14,6 +14,13 @@
  * streaming rate (6 ahead into L1 measured up to 1.9x slower at m = 4, K = 8192). */
 #define QK_PF 32
 #define QK_PFH _MM_HINT_T1
+/* the same for the m = 1 stream (rows1_qk) */
+#ifndef QK_PF1
+#define QK_PF1 32
+#endif
+#ifndef QK_PFH1
+#define QK_PFH1 _MM_HINT_T1
+#endif
 /* Activation rows per decoded super-block: 32 registers hold 8 rows' accumulators. */
 #define T512 8
 
@@ -252,82 +259,166 @@ QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int
     for (int i = 0; i < mt; i++) out[i] = o[i];
 }
 
+/* One super-block at m = 1: the exact int32 sums (lane totals are the block's sum of q * scale * a;
+ * Q6_K's -32 offset already taken off) and, Q4_K / Q5_K, the mins' term (lane totals: sum of
+ * min * bsum). */
+QK_INL void blk1_qk(const int type, const uint8_t *x, const uint8_t *a, __m512i *iv, __m256i *mv) {
+    const int six = type == QK_Q6_K, five = type == QK_Q5_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10), m30 = _mm512_set1_epi8(0x30);
+    if (six) {
+        const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
+        const __m512i rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
+        const __m512i s16w = _mm512_castsi256_si512(s16);
+        __m512i isum = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512((const void *)(x + 64 * h));
+            const __m512i hv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h)));
+            __m512i q[2];
+            q[0] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_rolv_epi64(hv, rot01), m30));
+            q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                   _mm512_and_si512(_mm512_rolv_epi64(hv, rot23), m30));
+            for (int t = 0; t < 2; t++) {
+                const __m512i sc = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)QK_SIDX6[2 * h + t]), s16w);
+                const __m512i p = _mm512_maddubs_epi16(q[t], _mm512_loadu_si512((const void *)(a + Q8K_Q + 128 * h + 64 * t)));
+                isum = _mm512_dpwssd_epi32(isum, p, sc);
+            }
+        }
+        const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), s16);
+        *iv = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+        *mv = _mm256_setzero_si256();
+        return;
+    }
+    const __m512i nib = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    const __m128i sm = scales512(x + 4);
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dupmins));
+    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+    const uint8_t *qs = x + (five ? 48 : 16);
+    const __m512i qhv = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 16)))
+                             : _mm512_setzero_si512();
+    __m512i isum = _mm512_setzero_si512();
+    for (int j = 0; j < 4; j++) {
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)));
+        __m512i q = _mm512_and_si512(_mm512_srlv_epi64(v, nib), m4);
+        if (five) {   /* as in tile_q45k */
+            const __m512i rot = _mm512_setr_epi64((4 - 2 * j) & 63, (4 - 2 * j) & 63, (4 - 2 * j) & 63,
+                                                  (4 - 2 * j) & 63, (3 - 2 * j) & 63, (3 - 2 * j) & 63,
+                                                  (3 - 2 * j) & 63, (3 - 2 * j) & 63);
+            q = _mm512_or_si512(q, _mm512_and_si512(_mm512_rolv_epi64(qhv, rot), m10));
+        }
+        const __m512i sc = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)QK_SIDX45[j]), sc16);
+        const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)(a + Q8K_Q + 64 * j)));
+        isum = _mm512_dpwssd_epi32(isum, p, sc);
+    }
+    *iv = isum;
+    *mv = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
+}
+
+QK_INL uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+QK_INL uint16_t ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
 /* m = 1 (decode) over rows [n0, n1): the rows are contiguous, so their super-blocks are one stream,
  * reduced 8 at a time whatever K is; each block's float tail is then added to its own row's sum
  * in order. The same float operations as tile_q45k / tile_q6k at mt = 1 (same bits), without
  * their padded last batch a row (K = 1536, 6 blocks a row: a quarter of each reduction wasted,
- * measured 0.75x the K = 2048 rate in cache). */
+ * measured 0.75x the K = 2048 rate in cache). Whole batches of 8 blocks run unrolled with their
+ * sums, scales and activation scales in registers (no per-block stores read back as vectors);
+ * the last (total mod 8) blocks go through the per-block loop below. */
 QK_INL void rows1_qk(const int type, const uint8_t *w, const uint8_t *act, int64_t nb, int64_t n0, int64_t n1,
                      float *y) {
-    const int six = type == QK_Q6_K, five = type == QK_Q5_K;
-    const int64_t xb = six ? Q6K_BYTES : (five ? Q5K_BYTES : Q4K_BYTES);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10), m30 = _mm512_set1_epi8(0x30);
-    const __m512i nib = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-    const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
-    const __m512i rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
+    const int six = type == QK_Q6_K;
+    const int64_t xb = qk_block_bytes(type);
     __m512i biv[8];
     __m256i bmv[8];
     float bd[8], bdm[8], bda[8], acc = 0.f;
     int nbat = 0;
     int64_t row = n0, fb = 0;   /* the row, and its block, that the next flushed slot belongs to */
     const uint8_t *x = w + n0 * nb * xb;
-    const int64_t total = (n1 - n0) * nb;
-    for (int64_t g = 0, b = 0; g < total; g++, x += xb) {
-        const uint8_t *a = act + b * Q8K_BYTES;
-        _mm_prefetch((const char *)x + QK_PF * xb, QK_PFH);
-        _mm_prefetch((const char *)x + QK_PF * xb + 64, QK_PFH);
-        _mm_prefetch((const char *)x + QK_PF * xb + 128, QK_PFH);
+    /* Q6_K stays on the per-block loop: batched, it ran 1.07x in L2 but 0.87-0.91x streaming from
+     * DRAM (the same prefetches, placed by the compiler among a batch's loads) */
+    const int64_t total = (n1 - n0) * nb, whole = six ? 0 : total & ~(int64_t)7;
+    const uint8_t *ap = act, *const aend = act + nb * Q8K_BYTES;
+    const __m512i dsplit = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    int64_t g = 0;
+    for (; g < whole; g += 8, x += 8 * xb) {
+        const uint8_t *a[8];
+        for (int c = 0; c < 8; c++) {
+            a[c] = ap;
+            ap += Q8K_BYTES;
+            if (ap == aend)
+                ap = act;
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            const uint8_t *xc = x + c * xb;
+            _mm_prefetch((const char *)xc + QK_PF1 * xb, QK_PFH1);
+            _mm_prefetch((const char *)xc + QK_PF1 * xb + 64, QK_PFH1);
+            _mm_prefetch((const char *)xc + QK_PF1 * xb + 128, QK_PFH1);
+            if (six)
+                _mm_prefetch((const char *)xc + QK_PF1 * xb + 192, QK_PFH1);
+            blk1_qk(type, xc, a[c], &biv[c], &bmv[c]);
+            /* keeps each block's prefetches with its block (GCC would otherwise issue a batch's
+             * 24-32 together: measured 0.77-0.90x streaming from DRAM) */
+            __asm__ volatile("" ::: "memory");
+        }
+        const __m256 dav = _mm256_setr_ps(qk_act_d(a[0]), qk_act_d(a[1]), qk_act_d(a[2]), qk_act_d(a[3]),
+                                          qk_act_d(a[4]), qk_act_d(a[5]), qk_act_d(a[6]), qk_act_d(a[7]));
+        __m256 t;
         if (six) {
-            _mm_prefetch((const char *)x + QK_PF * Q6K_BYTES + 192, QK_PFH);
-            const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
-            const __m512i s16w = _mm512_castsi256_si512(s16);
-            __m512i isum = _mm512_setzero_si512();
-            for (int h = 0; h < 2; h++) {
-                const __m512i ql = _mm512_loadu_si512((const void *)(x + 64 * h));
-                const __m512i hv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h)));
-                __m512i q[2];
-                q[0] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_rolv_epi64(hv, rot01), m30));
-                q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                       _mm512_and_si512(_mm512_rolv_epi64(hv, rot23), m30));
-                for (int t = 0; t < 2; t++) {
-                    const __m512i sc = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)QK_SIDX6[2 * h + t]), s16w);
-                    const __m512i p = _mm512_maddubs_epi16(q[t], _mm512_loadu_si512((const void *)(a + Q8K_Q + 128 * h + 64 * t)));
-                    isum = _mm512_dpwssd_epi32(isum, p, sc);
-                }
+            const __m128i dh = _mm_setr_epi16((short)ld16(x + 208), (short)ld16(x + xb + 208), (short)ld16(x + 2 * xb + 208),
+                                              (short)ld16(x + 3 * xb + 208), (short)ld16(x + 4 * xb + 208),
+                                              (short)ld16(x + 5 * xb + 208), (short)ld16(x + 6 * xb + 208),
+                                              (short)ld16(x + 7 * xb + 208));
+            t = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x16(biv)), _mm256_cvtph_ps(dh));
+        } else {   /* d | dmin of each block: one word each, 16 halves -> floats, split */
+            const __m256i dw = _mm256_setr_epi32((int)ld32(x), (int)ld32(x + xb), (int)ld32(x + 2 * xb), (int)ld32(x + 3 * xb),
+                                                 (int)ld32(x + 4 * xb), (int)ld32(x + 5 * xb), (int)ld32(x + 6 * xb),
+                                                 (int)ld32(x + 7 * xb));
+            const __m512 dd = _mm512_permutexvar_ps(dsplit, _mm512_cvtph_ps(dw));
+            t = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x16(biv)), _mm512_castps512_ps256(dd));
+            const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x8(bmv)), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dd), 1)));
+            t = _mm256_sub_ps(t, u);
+        }
+        t = _mm256_mul_ps(t, dav);
+        float tt[8];
+        _mm256_storeu_ps(tt, t);
+        for (int c = 0; c < 8; c++) {
+            acc = acc + tt[c];
+            if (++fb == nb) {
+                y[row++] = acc;
+                acc = 0.f;
+                fb = 0;
             }
-            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), s16);
-            biv[nbat] = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+        }
+    }
+    for (; g < total; g++, x += xb) {
+        const uint8_t *a = ap;
+        ap += Q8K_BYTES;
+        if (ap == aend)
+            ap = act;
+        _mm_prefetch((const char *)x + QK_PF1 * xb, QK_PFH1);
+        _mm_prefetch((const char *)x + QK_PF1 * xb + 64, QK_PFH1);
+        _mm_prefetch((const char *)x + QK_PF1 * xb + 128, QK_PFH1);
+        if (six)
+            _mm_prefetch((const char *)x + QK_PF1 * xb + 192, QK_PFH1);
+        blk1_qk(type, x, a, &biv[nbat], &bmv[nbat]);
+        if (six) {
             bd[nbat] = half512(x + 208);
         } else {
-            const __m128i sm = scales512(x + 4);
-            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dupmins));
-            const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
-            const uint8_t *qs = x + (five ? 48 : 16);
-            const __m512i qhv = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 16)))
-                                     : _mm512_setzero_si512();
-            __m512i isum = _mm512_setzero_si512();
-            for (int j = 0; j < 4; j++) {
-                const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)));
-                __m512i q = _mm512_and_si512(_mm512_srlv_epi64(v, nib), m4);
-                if (five) {   /* as in tile_q45k */
-                    const __m512i rot = _mm512_setr_epi64((4 - 2 * j) & 63, (4 - 2 * j) & 63, (4 - 2 * j) & 63,
-                                                          (4 - 2 * j) & 63, (3 - 2 * j) & 63, (3 - 2 * j) & 63,
-                                                          (3 - 2 * j) & 63, (3 - 2 * j) & 63);
-                    q = _mm512_or_si512(q, _mm512_and_si512(_mm512_rolv_epi64(qhv, rot), m10));
-                }
-                const __m512i sc = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)QK_SIDX45[j]), sc16);
-                const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)(a + Q8K_Q + 64 * j)));
-                isum = _mm512_dpwssd_epi32(isum, p, sc);
-            }
-            biv[nbat] = isum;
-            bmv[nbat] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + Q8K_BSUMS)), mins16);
             bd[nbat] = half512(x);
             bdm[nbat] = half512(x + 2);
         }
         bda[nbat] = qk_act_d(a);
-        if (++b == nb)
-            b = 0;
         if (++nbat == 8 || g == total - 1) {   /* the tail lane by lane, then each row's sum in order */
             for (int c = nbat; c < 8; c++) {
                 biv[c] = _mm512_setzero_si512();

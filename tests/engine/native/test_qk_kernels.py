@@ -283,10 +283,13 @@ def test_zero_activations_give_zero(lib, typ, isa):
 def test_decode_rows_stream_across_rows_with_the_same_bits(lib, typ, isa):
     """m = 1 reads the rows' super-blocks as one stream, 8 a reduction, so a reduction spans rows
     when K is not 8 super-blocks (K = 1536 is 6: Qwen2.5-1.5B's width): every row, and every
-    sub-range [n0, n1) starting mid-stream, gives the oracle's value and the scalar path's bits."""
+    sub-range [n0, n1) starting mid-stream, gives the oracle's value and the scalar path's bits.
+    The AVX-512 path runs whole batches of 8 blocks unrolled and the stream's last (total mod 8)
+    blocks one by one: K of 1, 2, 8 and 16 blocks and the sub-ranges below cover both, batches that
+    span several rows, and a stream that is only a tail."""
     _use_isa(lib, isa)
     rng = np.random.default_rng(typ + 77)
-    for nb in (3, 6, 7, 9):
+    for nb in (1, 2, 3, 6, 7, 8, 9, 16):
         k, n = nb * 256, 29
         raw = random_blocks(typ, n * nb, rng)
         x = rng.standard_normal((1, k)).astype(np.float32)
