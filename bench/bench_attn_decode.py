@@ -15,21 +15,12 @@ import argparse
 import os
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from bench.common import cpu_model, op_library_pair
+from bench.common import cpu_model, op_library_pair, op_session
 from tests.support.attn_graphs import Case, as_half, feeds, model
-
-
-def _session(data: bytes, lib: Path, threads: int) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    so.register_custom_ops_library(str(lib))
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
 
 def _bound(sess: ort.InferenceSession, f: dict[str, np.ndarray]) -> tuple[object, np.ndarray]:
@@ -64,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     for ctx in (int(c) for c in a.ctx.split(",")):
         c = Case(hq=9, hkv=3, d=64, cap=ctx + 8, totals=[ctx])
         data = model(c, True)
-        sess = {n: _session(data, path, a.threads) for n, path in libs.items()}
+        sess = {n: op_session(data, path, a.threads, spinning=True) for n, path in libs.items()}
         inputs = [as_half(feeds(c, rng)) for _ in range(a.layers)]
         bound = {n: [_bound(s, f) for f in inputs] for n, s in sess.items()}
         times: dict[str, list[float]] = {n: [] for n in sess}

@@ -19,19 +19,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from bench.common import cpu_model
+from bench.common import cpu_model, op_session
 from tests.support.attn_graphs import Case, model
 
 SHAPES = {"135m": (9, 3, 64), "0.5b": (14, 2, 64), "1b": (32, 8, 64), "1.5b": (12, 2, 128)}
-
-
-def _session(data: bytes, lib: Path, threads: int) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.register_custom_ops_library(str(lib))
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{a.threads} threads; load average {os.getloadavg()[0]:.1f}", flush=True)
     sessions = {}
     for name, lib in libs.items():
-        sessions[name] = {c: _session(model(Case(s=c, hq=hq, hkv=hkv, d=d, cap=n, totals=[n]), True), lib, a.threads)
+        sessions[name] = {c: op_session(model(Case(s=c, hq=hq, hkv=hkv, d=d, cap=n, totals=[n]), True), lib, a.threads)
                           for c in sorted({min(s, n - st) for st in range(0, n, s)})}
 
     def prompt(name: str) -> tuple[float, np.ndarray]:

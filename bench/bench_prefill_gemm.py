@@ -22,7 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 import engine.native as native
-from bench.common import cpu_model
+from bench.common import cpu_model, op_session
 from tests.support.native_op import gguf_matmul_model, random_rows
 
 # (label, ggml type, K, N): the prompt-time matmuls of one layer
@@ -41,16 +41,6 @@ SHAPES: tuple[tuple[str, int, int, int], ...] = (
     ("1.5B Q4_K_M q/o", 12, 1536, 1536),
     ("1.5B Q4_K_M down", 14, 8960, 1536),
 )
-
-
-def session(model: bytes, lib: Path, threads: int) -> ort.InferenceSession:
-    """A session with `lib`'s custom ops, `threads` intra-op threads, no spinning."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.register_custom_ops_library(str(lib))
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
 def cpu_seconds(sess: ort.InferenceSession, feed: dict[str, np.ndarray]) -> float:
@@ -80,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only not in label:
             continue
         model = gguf_matmul_model(random_rows(typ, n, k, rng), ggml_type=typ, k=k, n=n)
-        sessions = {name: session(model, path, args.threads) for name, path in libs.items()}
+        sessions = {name: op_session(model, path, args.threads) for name, path in libs.items()}
         feed = {next(iter(sessions.values())).get_inputs()[0].name:
                 rng.standard_normal((1, args.m, k)).astype(np.float32)}
         outs = [s.run(None, feed)[0] for s in sessions.values()]   # also the warm-up

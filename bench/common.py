@@ -370,6 +370,19 @@ def pseudo_text(n_words: int, seed: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
 
 
+def op_session(model: bytes, lib: Path, threads: int, *, spinning: bool = False) -> Any:
+    """An ONNX Runtime CPU session over `model` with `lib`'s custom ops and `threads` intra-op
+    threads (spinning off unless asked), for the by-hand op benches."""
+    import onnxruntime as ort  # noqa: PLC0415 - only the op benches need it
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.log_severity_level = 3
+    if not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.register_custom_ops_library(str(lib))
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
 def op_library_pair(against: str) -> dict[str, Path] | None:
     """{"this": this tree's built op library, "other": `against`} for the by-hand A/B benches; None,
     with a note on stderr, when this tree's library is not built."""
