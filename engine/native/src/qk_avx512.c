@@ -181,12 +181,22 @@ QK_INL void tile_q45k(const uint8_t *x, const uint8_t *act, int64_t ab, const in
     for (int i = 0; i < mt; i++) out[i] = o[i];
 }
 
-QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt, int64_t nb,
-                     float *out) {
+/* Q6_K super-block x, half h (128 levels): the 6-bit levels of its groups 0|1 in q[0] and 2|3 in
+ * q[1], one byte each (ql's nibble | qh's two bits at bits 4-5). */
+QK_INL void q6k_levels(const uint8_t *x, const int h, __m512i q[2]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* qh bits of groups 0|1 (bits 0-1 | 2-3) and 2|3 (bits 4-5 | 6-7) rotated to bits 4-5 */
     const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
     const __m512i rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
+    const __m512i ql = _mm512_loadu_si512((const void *)(x + 64 * h));
+    const __m512i hv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h)));
+    q[0] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_rolv_epi64(hv, rot01), m30));
+    q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                           _mm512_and_si512(_mm512_rolv_epi64(hv, rot23), m30));
+}
+
+QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int mt, int64_t nb,
+                     float *out) {
     __m256 acc = _mm256_setzero_ps();   /* lane i: row i (T512 = 8) */
     __m512i biv[8];   /* mt = 1: 8 super-blocks a reduction (see tile_q45k) */
     float bd[8], bda[8], acc1 = 0.f;
@@ -202,12 +212,8 @@ QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int
         __m512i isum[T512];
         for (int i = 0; i < mt; i++) isum[i] = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
-            const __m512i ql = _mm512_loadu_si512((const void *)(x + 64 * h));
-            const __m512i hv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h)));
             __m512i q[2];
-            q[0] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_rolv_epi64(hv, rot01), m30));
-            q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                   _mm512_and_si512(_mm512_rolv_epi64(hv, rot23), m30));
+            q6k_levels(x, h, q);
             for (int t = 0; t < 2; t++) {
                 const __m512i sc = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)QK_SIDX6[2 * h + t]), s16w);
                 for (int i = 0; i < mt; i++) {
@@ -264,20 +270,13 @@ QK_INL void tile_q6k(const uint8_t *x, const uint8_t *act, int64_t ab, const int
  * min * bsum). */
 QK_INL void blk1_qk(const int type, const uint8_t *x, const uint8_t *a, __m512i *iv, __m256i *mv) {
     const int six = type == QK_Q6_K, five = type == QK_Q5_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10), m30 = _mm512_set1_epi8(0x30);
     if (six) {
-        const __m512i rot01 = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
-        const __m512i rot23 = _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62);
         const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
         const __m512i s16w = _mm512_castsi256_si512(s16);
         __m512i isum = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
-            const __m512i ql = _mm512_loadu_si512((const void *)(x + 64 * h));
-            const __m512i hv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h)));
             __m512i q[2];
-            q[0] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_rolv_epi64(hv, rot01), m30));
-            q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                   _mm512_and_si512(_mm512_rolv_epi64(hv, rot23), m30));
+            q6k_levels(x, h, q);
             for (int t = 0; t < 2; t++) {
                 const __m512i sc = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)QK_SIDX6[2 * h + t]), s16w);
                 const __m512i p = _mm512_maddubs_epi16(q[t], _mm512_loadu_si512((const void *)(a + Q8K_Q + 128 * h + 64 * t)));
@@ -289,6 +288,7 @@ QK_INL void blk1_qk(const int type, const uint8_t *x, const uint8_t *a, __m512i 
         *mv = _mm256_setzero_si256();
         return;
     }
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     const __m512i nib = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
     const __m128i dupmins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     const __m128i sm = scales512(x + 4);
@@ -345,7 +345,8 @@ QK_INL void rows1_qk(const int type, const uint8_t *w, const uint8_t *act, int64
     int64_t row = n0, fb = 0;   /* the row, and its block, that the next flushed slot belongs to */
     const uint8_t *x = w + n0 * nb * xb;
     /* Q6_K stays on the per-block loop: batched, it ran 1.07x in L2 but 0.87-0.91x streaming from
-     * DRAM (the same prefetches, placed by the compiler among a batch's loads) */
+     * DRAM (the same prefetches, placed by the compiler among a batch's loads), so the batched
+     * loop below is Q4_K / Q5_K only */
     const int64_t total = (n1 - n0) * nb, whole = six ? 0 : total & ~(int64_t)7;
     const uint8_t *ap = act, *const aend = act + nb * Q8K_BYTES;
     const __m512i dsplit = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -364,8 +365,6 @@ QK_INL void rows1_qk(const int type, const uint8_t *w, const uint8_t *act, int64
             _mm_prefetch((const char *)xc + QK_PF1 * xb, QK_PFH1);
             _mm_prefetch((const char *)xc + QK_PF1 * xb + 64, QK_PFH1);
             _mm_prefetch((const char *)xc + QK_PF1 * xb + 128, QK_PFH1);
-            if (six)
-                _mm_prefetch((const char *)xc + QK_PF1 * xb + 192, QK_PFH1);
             blk1_qk(type, xc, a[c], &biv[c], &bmv[c]);
             /* keeps each block's prefetches with its block (GCC would otherwise issue a batch's
              * 24-32 together: measured 0.77-0.90x streaming from DRAM) */
@@ -373,22 +372,14 @@ QK_INL void rows1_qk(const int type, const uint8_t *w, const uint8_t *act, int64
         }
         const __m256 dav = _mm256_setr_ps(qk_act_d(a[0]), qk_act_d(a[1]), qk_act_d(a[2]), qk_act_d(a[3]),
                                           qk_act_d(a[4]), qk_act_d(a[5]), qk_act_d(a[6]), qk_act_d(a[7]));
-        __m256 t;
-        if (six) {
-            const __m128i dh = _mm_setr_epi16((short)ld16(x + 208), (short)ld16(x + xb + 208), (short)ld16(x + 2 * xb + 208),
-                                              (short)ld16(x + 3 * xb + 208), (short)ld16(x + 4 * xb + 208),
-                                              (short)ld16(x + 5 * xb + 208), (short)ld16(x + 6 * xb + 208),
-                                              (short)ld16(x + 7 * xb + 208));
-            t = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x16(biv)), _mm256_cvtph_ps(dh));
-        } else {   /* d | dmin of each block: one word each, 16 halves -> floats, split */
-            const __m256i dw = _mm256_setr_epi32((int)ld32(x), (int)ld32(x + xb), (int)ld32(x + 2 * xb), (int)ld32(x + 3 * xb),
-                                                 (int)ld32(x + 4 * xb), (int)ld32(x + 5 * xb), (int)ld32(x + 6 * xb),
-                                                 (int)ld32(x + 7 * xb));
-            const __m512 dd = _mm512_permutexvar_ps(dsplit, _mm512_cvtph_ps(dw));
-            t = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x16(biv)), _mm512_castps512_ps256(dd));
-            const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x8(bmv)), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dd), 1)));
-            t = _mm256_sub_ps(t, u);
-        }
+        /* d | dmin of each block (Q4_K / Q5_K only here): one word each, 16 halves -> floats, split */
+        const __m256i dw = _mm256_setr_epi32((int)ld32(x), (int)ld32(x + xb), (int)ld32(x + 2 * xb), (int)ld32(x + 3 * xb),
+                                             (int)ld32(x + 4 * xb), (int)ld32(x + 5 * xb), (int)ld32(x + 6 * xb),
+                                             (int)ld32(x + 7 * xb));
+        const __m512 dd = _mm512_permutexvar_ps(dsplit, _mm512_cvtph_ps(dw));
+        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x16(biv)), _mm512_castps512_ps256(dd));
+        const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(sum8x8(bmv)), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dd), 1)));
+        t = _mm256_sub_ps(t, u);
         t = _mm256_mul_ps(t, dav);
         float tt[8];
         _mm256_storeu_ps(tt, t);
