@@ -243,19 +243,19 @@ int attn_task(const attn_args *a, int64_t t) {
             continue;
         }
         ops->to_float(vh + j0 * d, vf, n * d);
-        int transposed = blocked && ops->keys_t != NULL;
-        if (transposed)   /* the same floats as converting, then transposing below */
+        if (blocked && ops->keys_t != NULL) {   /* the same floats as converting, then transposing */
             ops->keys_t(kh + j0 * d, n, d, kt);
-        else
+        } else {
             ops->to_float(kh + j0 * d, kf, n * d);
-        if (blocked) {
-            for (int64_t i = 0; i < d && !transposed; i++) {
+            for (int64_t i = 0; i < d && blocked; i++) {   /* the block kernel's keys: kt [d][KB_T] */
                 float *row = kt + i * KB_T;
                 for (int64_t j = 0; j < n; j++)
                     row[j] = kf[j * d + i];
                 for (int64_t j = n; j < KB_T; j++)
                     row[j] = 0.0f;
             }
+        }
+        if (blocked) {
             for (int64_t r = 0; r < nr; r++) {
                 int64_t p = past + s0 + r / g;
                 int64_t lo = a->window >= 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
