@@ -132,6 +132,16 @@ def check_case(lib, typ: int, raw: np.ndarray, x: np.ndarray, n: int, k: int) ->
 
 
 @pytest.mark.parametrize("k", [256, 512, 4096 + 256])
+def _scalar_outputs(lib, typ: int, act: np.ndarray, raw: np.ndarray, n: int, k: int, isa: str) -> np.ndarray:
+    """The scalar path's outputs for the quantized rows `act` (then back to `isa`)."""
+    m = act.size // lib.amber_act_bytes(typ, k)
+    ys = np.full((m, n), np.nan, np.float32)
+    assert lib.amber_set_isa(b"scalar") == 0
+    assert gemm(lib, typ, act, m, raw, k, 0, n, ys, n) == 0
+    _use_isa(lib, isa)
+    return ys
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
 def test_random_blocks_match_the_oracle(lib, typ, isa, k):
@@ -143,12 +153,7 @@ def test_random_blocks_match_the_oracle(lib, typ, isa, k):
             x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
             y = check_case(lib, typ, raw, x, n, k)
             if isa != "scalar":   # every path ends each super-block with the same float ops: same bits
-                act = quantize(lib, typ, x)
-                ys = np.full((m, n), np.nan, np.float32)
-                assert lib.amber_set_isa(b"scalar") == 0
-                assert gemm(lib, typ, act, m, raw, k, 0, n, ys, n) == 0
-                _use_isa(lib, isa)
-                np.testing.assert_array_equal(y, ys)
+                np.testing.assert_array_equal(y, _scalar_outputs(lib, typ, quantize(lib, typ, x), raw, n, k, isa))
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -179,10 +184,7 @@ def test_packed_tiles_in_pairs_and_alone_give_the_scalar_bits(lib, typ, isa):
         x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
         y = check_case(lib, typ, raw, x, n, k)
         act = quantize(lib, typ, x)
-        ys = np.full((m, n), np.nan, np.float32)
-        assert lib.amber_set_isa(b"scalar") == 0
-        assert gemm(lib, typ, act, m, raw, k, 0, n, ys, n) == 0
-        _use_isa(lib, isa)
+        ys = _scalar_outputs(lib, typ, act, raw, n, k, isa)
         np.testing.assert_array_equal(y, ys)
         part = np.full((m, n), np.nan, np.float32)
         assert gemm(lib, typ, act, m, raw, k, 16, 80, part, n) == 0
