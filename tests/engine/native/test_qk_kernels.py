@@ -131,7 +131,6 @@ def check_case(lib, typ: int, raw: np.ndarray, x: np.ndarray, n: int, k: int) ->
     return y
 
 
-@pytest.mark.parametrize("k", [256, 512, 4096 + 256])
 def _scalar_outputs(lib, typ: int, act: np.ndarray, raw: np.ndarray, n: int, k: int, isa: str) -> np.ndarray:
     """The scalar path's outputs for the quantized rows `act` (then back to `isa`)."""
     m = act.size // lib.amber_act_bytes(typ, k)
@@ -142,6 +141,7 @@ def _scalar_outputs(lib, typ: int, act: np.ndarray, raw: np.ndarray, n: int, k: 
     return ys
 
 
+@pytest.mark.parametrize("k", [256, 512, 4096 + 256])
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
 def test_random_blocks_match_the_oracle(lib, typ, isa, k):
