@@ -36,11 +36,18 @@ class Chains:
         self._lock = threading.Lock()
 
     def acquire(self, session_id: str, salt: str) -> None:
-        """Opens the chain's session (engine thread) and closes the least recently used idle ones."""
+        """Opens the chain's session (engine thread) and closes the least recently used idle ones.
+        A failed open (another salt, the chat held by another process) leaves nothing behind."""
         engine = self.service.engine
         with self._lock:
             self._busy[session_id] += 1
-            known = session_id in self._open
+        try:
+            # Even when the chain is open: the engine checks the salt (idempotent when it matches).
+            engine.open(session_id, SessionKind.PINNED, cache_salt=salt)
+        except BaseException:
+            self.release(session_id)
+            raise
+        with self._lock:
             self._open[session_id] = None
             self._open.move_to_end(session_id)
             over = max(0, len(self._open) - self.service.config.max_open_chains)
@@ -49,8 +56,6 @@ class Chains:
                 del self._open[s]
         for s in extra:
             engine.close(s)          # pinned: memory freed, KV stays on disk
-        if not known:
-            engine.open(session_id, SessionKind.PINNED, cache_salt=salt)
 
     def release(self, session_id: str) -> None:
         with self._lock:
