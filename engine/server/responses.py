@@ -209,10 +209,13 @@ def router(service: Service) -> APIRouter:
     async def delete(response_id: str, request: Request) -> Response:
         caller = service.caller(request)
         record = await asyncio.to_thread(store.delete, response_id, caller.namespace)
-        if not await asyncio.to_thread(store.session_in_use, record.session_id):
+        # A damaged record names no session we can trust: the janitor's budget and age apply to it.
+        if record is not None and not await asyncio.to_thread(store.session_in_use, record.session_id):
+            session_id = record.session_id
+
             def forget() -> None:
                 try:
-                    engine.delete(record.session_id)
+                    engine.delete(session_id)
                 except Exception:   # noqa: BLE001 - busy or already gone: the janitor's budget and age apply
                     pass
             await asyncio.to_thread(forget)
