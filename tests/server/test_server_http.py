@@ -64,6 +64,10 @@ def chat_body(**kw) -> str:
     (chat_body(cache_salt="s" * 1000), "cache_salt"),
     (json.dumps({"messages": [{"role": "user", "content": "hi"}]}), "model"),
     (chat_body(presence_penalty=3), "presence_penalty"),
+    (chat_body(messages=[{"role": "user", "content": "caf\ud800"}]), "'messages.0.content' is not valid Unicode"),
+    (chat_body(messages=[{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]), "messages.0.content.0"),
+    (chat_body(model="tiny\udc00"), "'model' is not valid Unicode"),
+    (chat_body(stop=["\ud800"]), "'stop.0'"),
 ])
 def test_bad_chat_bodies_are_400(server, body, needle):
     status, raw, _ = request(server, "POST", "/v1/chat/completions", body)
@@ -80,6 +84,9 @@ def test_bad_chat_bodies_are_400(server, body, needle):
     ("/v1/responses", {"model": MODEL, "input": "x", "store": "no"}),
     ("/v1/responses", {"model": MODEL, "input": "x", "previous_response_id": ""}),
     ("/v1/responses", {"model": MODEL, "input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
+    ("/v1/responses", {"model": MODEL, "input": "\ud800"}),
+    ("/v1/responses", {"model": MODEL, "input": "x", "instructions": "\udc80"}),
+    ("/v1/completions", {"model": MODEL, "prompt": "caf\ud800"}),
 ])
 def test_bad_bodies_of_the_other_endpoints_are_400(server, path, body):
     status, raw, _ = request(server, "POST", path, json.dumps(body))
