@@ -19,6 +19,7 @@ from .scheduler import END, Job, Scheduler
 
 DEFAULT_MAX_BODY_BYTES = 4 << 20       # 4 MiB: far more text than any context window holds
 DEFAULT_MAX_NEW_TOKENS = 4096          # when a request sets no max_tokens
+DEFAULT_BODY_TIMEOUT_S = 30.0          # from the request's head to its body's last byte (4 MiB: ample)
 
 
 @dataclass
@@ -32,6 +33,7 @@ class ServerConfig:
     max_queued: int = 32
     max_open_chains: int = 16                 # stored response chains kept open in memory (LRU)
     max_in_flight: int = 128                  # requests being handled at once; beyond: 503
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S    # a body still arriving after this: 408
     model_aliases: Sequence[str] = field(default_factory=tuple)
 
 
