@@ -66,6 +66,7 @@ def chat_usage(result: GenerationResult) -> dict[str, Any]:
 def to_api_error(exc: BaseException) -> ApiError:
     """An engine exception as the client's error: bad input is a 4xx, never a 500."""
     # The server imports no engine implementation at load (it serves any ChatEngine).
+    from engine.runtime.model import ModelRunError  # noqa: PLC0415
     from engine.sessions.manager import SessionError  # noqa: PLC0415
     from engine.text.chat_template import ChatTemplateError  # noqa: PLC0415
     if isinstance(exc, ApiError):
@@ -74,6 +75,8 @@ def to_api_error(exc: BaseException) -> ApiError:
         return ApiError(409, str(exc), code="session_busy")
     if isinstance(exc, ChatTemplateError):
         return ApiError(400, f"the messages cannot be rendered by the model's chat template: {exc}", "messages")
+    if isinstance(exc, ModelRunError):      # the served model itself fails (a crafted graph)
+        return ApiError(500, str(exc), code="model_error")
     if isinstance(exc, ValueError):
         return ApiError(400, str(exc))
     return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
