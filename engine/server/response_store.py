@@ -82,7 +82,7 @@ def validate(data: object, response_id: str) -> ResponseRecord:
           "bad previous_response_id")
     body = data.get("body", {})
     _need(isinstance(body, dict), "bad body")
-    try:      # answered as JSON (UTF-8): a lone surrogate from a "\ud800" escape cannot be
+    try:      # answered as UTF-8 JSON: a lone surrogate (from a "\ud800" escape) cannot be encoded
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise RecordError("text that is not valid Unicode") from None
