@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.api import GenerationResult, SamplingParams, SessionInfo, TextChunk
 from engine.base import paths
-from engine.cli.common import CliError, _model_dir
+from engine.cli.common import CliError, _model_dir, check_text
 
 
 # ---- generate --------------------------------------------------------------------------------
@@ -21,8 +21,11 @@ def _sampling(args: argparse.Namespace) -> SamplingParams:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from engine.text.chat_template import ChatTemplateError
-    from engine.runtime.model import ModelLoadError, load_model
+    from engine.runtime.model import ModelLoadError, ModelRunError, load_model
     from engine.sessions.manager import SessionError, SessionManager
+    for option, value in [("--prompt", args.prompt), ("--chat", args.chat), ("--system", args.system),
+                          ("--cache-salt", args.cache_salt)] + [("--stop", s) for s in args.stop or []]:
+        check_text(option, value)
     sampling = _sampling(args)
     try:
         from engine.text.sampling import resolve_sampling
@@ -59,7 +62,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if result is not None and kind != "temporary":
             manager.wait_for_saves()
             saved = manager.info(sid)       # save_error / manifest_error, before shutdown closes it
-    except (ChatTemplateError, SessionError, ValueError) as exc:
+    except (ChatTemplateError, SessionError, ModelRunError, ValueError) as exc:
         raise CliError(str(exc)) from None
     finally:
         manager.shutdown()

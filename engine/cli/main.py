@@ -39,9 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate text, streaming it to stdout")
     g.add_argument("--model", help="model folder (default: the default model)")
     what = g.add_mutually_exclusive_group(required=True)
-    what.add_argument("--prompt", help="raw text prompt (no chat template)")
-    what.add_argument("--chat", help="a user message, rendered with the model's chat template")
-    g.add_argument("--system", help="system prompt (with --chat)")
+    # Text options take UTF-8 only: other bytes are refused (exit 2), never replaced.
+    what.add_argument("--prompt", help="raw text prompt (no chat template; UTF-8)")
+    what.add_argument("--chat", help="a user message, rendered with the model's chat template (UTF-8: "
+                                     "text that is not is refused, never altered)")
+    g.add_argument("--system", help="system prompt (with --chat; UTF-8)")
     g.add_argument("--max-tokens", type=_positive_int, default=256)
     g.add_argument("--temperature", type=float)
     g.add_argument("--top-p", type=float)

@@ -22,7 +22,9 @@ import onnxruntime as ort
 
 from engine.runtime.kvcache import KVCache, bind_kv_shared
 from engine.runtime.kvpool import KVPool
-from engine.runtime.model import LoadedModel
+from engine.runtime.model import LoadedModel, ModelRunError, ort_failures
+
+_ORT_FAILURES = ort_failures()
 
 SoloStep = Callable[[KVCache, list[int]], np.ndarray]
 
@@ -190,7 +192,10 @@ class DecodeBatcher:
                 pos[i, 0] = len(by_slot[b].cache)
             # right-padded: row i sees positions 0..pos[i]; the width changes every step (rebound)
             binding.bind_cpu_input("attention_mask", (self._cols[:, :int(pos.max()) + 1] <= pos).astype(np.int64))
-            self.session.run_with_iobinding(binding)
+            try:
+                self.session.run_with_iobinding(binding)
+            except _ORT_FAILURES as exc:
+                raise ModelRunError(self.model.graph, exc) from None
             for i, b in enumerate(run):
                 r = by_slot[b]
                 r.logits = logits[i, 0].copy()

@@ -33,6 +33,30 @@ class ModelLoadError(Exception):
         super().__init__(one_line(str(message)))   # one line, whatever the file names hold
 
 
+_ORT_NODE_FAILED = re.compile(r"running (?P<op>\S+) node\. Name:'(?P<name>[^']*)' Status Message: (?P<why>.*)")
+
+
+class ModelRunError(Exception):
+    """ONNX Runtime could not run the model (a crafted or damaged graph whose op fails on the
+    shapes it is given); one line naming the graph and ORT's own reason."""
+
+    def __init__(self, graph: Path | str | None, exc: BaseException) -> None:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        node = _ORT_NODE_FAILED.search(reason)
+        if node is not None:        # "... while running GgufMatMul node. Name:'x' Status Message: why"
+            reason = f"node {node['name']} ({node['op']}): {node['why']}"
+        super().__init__(one_line(f"{graph or 'the model'}: ONNX Runtime could not run the model ({reason[:500]})"))
+
+
+def ort_failures() -> tuple[type[BaseException], ...]:
+    """The exceptions a session's run raises when the graph fails (RuntimeError from an IOBinding
+    run, pybind11's own classes from `run`)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state  # type: ignore[import-untyped]  # noqa: PLC0415
+    ours = [c for c in vars(state).values() if isinstance(c, type) and issubclass(c, Exception)
+            and c.__module__ == state.__name__]
+    return (RuntimeError, *ours)
+
+
 @dataclass
 class KVLayout:
     """The KV cache tensors as the session declares them (names, counts, dtype, shapes)."""

@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from engine.runtime.batcher import DecodeBatcher
 from engine.runtime.kvcache import KVCache, bind_kv_shared
-from engine.runtime.model import LoadedModel
+from engine.runtime.model import LoadedModel, ModelRunError, ort_failures
 from engine.runtime.residency import PageDropper, drop_mapped_pages
 
 # Long prompts run in chunks: bounded attention memory, cancellable between chunks. 512 prefills
@@ -34,6 +34,9 @@ ATTENTION_SCRATCH_BYTES = 24 << 20
 ACTIVATION_SCRATCH_BYTES = 224 << 20
 ACTIVATION_VECTORS = 12
 MIN_CHUNK = 64
+
+
+_ORT_FAILURES = ort_failures()
 
 
 class _DecodeInputs:
@@ -176,7 +179,10 @@ class Runner:
             for name, value in self._inputs(cache, ids).items():
                 binding.bind_cpu_input(name, value)
         cache.before_step()     # waits only when a pending snapshot needs what this step overwrites
-        self.session.run_with_iobinding(binding)
+        try:
+            self.session.run_with_iobinding(binding)
+        except _ORT_FAILURES as exc:
+            raise ModelRunError(self.model.graph, exc) from None
         cache.device_written()
         if self._vocab is not None:
             last = cache.logits_out[0, -1].copy()    # type: ignore[index]   # the next step overwrites it
@@ -210,7 +216,10 @@ class Runner:
         for (pk, pv), k, v in zip(self.model.kv.past_names, cache.keys, cache.values, strict=True):
             feed[pk], feed[pv] = np.ascontiguousarray(k), np.ascontiguousarray(v)
         names = [self.model.logits_name] + [n for pair in self.model.kv.present_names for n in pair]
-        out = self.session.run(names, feed)
+        try:
+            out = self.session.run(names, feed)
+        except _ORT_FAILURES as exc:
+            raise ModelRunError(self.model.graph, exc) from None
         cache.set_presents(out[1::2], out[2::2])
         cache.tokens.extend(ids)
         last: np.ndarray = out[0][0, -1]

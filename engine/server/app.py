@@ -1,8 +1,10 @@
 """The ASGI app: FastAPI routes over a `Service`, a request-body bound, and OpenAI-shaped errors."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import time
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -14,7 +16,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine.api import ChatEngine
 from . import chat, errors, responses
 from .auth import KeyRing, load_secret
+from .errors import ApiError
 from .service import ServerConfig, Service
+
+
+DRAIN_FACTOR = 4     # a declared body up to 4x the limit is read and dropped after its 413
 
 
 class _BodyTooLarge(HTTPException):
@@ -24,18 +30,50 @@ class _BodyTooLarge(HTTPException):
         super().__init__(413, f"the request body is larger than this server's limit of {limit} bytes")
 
 
-class BodyLimit:
-    """Refuses bodies over `limit` bytes (413): by Content-Length before reading, or while reading."""
+class _BodyTooSlow(HTTPException):
+    """Raised from `receive` when the body has not arrived in time (the connection is closed)."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {seconds:g} s", headers={"Connection": "close"})
 
-    async def _refuse(self, send: Send, status: int, message: str) -> None:
-        body = json.dumps(errors.error_body(status, message)).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+
+async def refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str, *extra: tuple[bytes, bytes],
+                 drain: int = 0, timeout: float = 0.0, code: str | None = None) -> None:
+    """An OpenAI-shaped error before the request's body is read, then the connection closed. The
+    body the client is sending is first read and dropped, up to `drain` bytes and `timeout`
+    seconds: a client that writes its whole body before reading the answer gets the answer, not a
+    broken pipe (closing a socket with unread bytes resets it). A larger body is not waited for."""
+    body = json.dumps(errors.error_body(status, message, code=code)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close"), *extra]})
+    headers = dict(scope.get("headers") or [])
+    length = headers.get(b"content-length", b"0")
+    declared = int(length) if length.isdigit() else drain + 1
+    has_body = declared > 0 or b"transfer-encoding" in headers
+    if not has_body or declared > drain:
         await send({"type": "http.response.body", "body": body})
+        return
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+    seen, deadline = 0, time.monotonic() + timeout
+    with contextlib.suppress(asyncio.TimeoutError):
+        while seen <= drain:
+            got = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            if got["type"] != "http.request":
+                break
+            seen += len(got.get("body", b""))
+            if not got.get("more_body", False):
+                break
+    await send({"type": "http.response.body", "body": b""})
+
+
+class BodyLimit:
+    """Refuses bodies over `limit` bytes (413): by Content-Length before reading, or while reading;
+    and bodies that take longer than `timeout` seconds to arrive (408), so a client that sends
+    its headers and then trickles (or withholds) the body cannot hold a request slot for long."""
+
+    def __init__(self, app: ASGIApp, limit: int, timeout: float) -> None:
+        self.app, self.limit, self.timeout = app, limit, timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -46,36 +84,55 @@ class BodyLimit:
             try:
                 declared = int(length)
             except ValueError:
-                await self._refuse(send, 400, "the Content-Length header is not a number")
+                await refuse(scope, receive, send, 400, "the Content-Length header is not a number")
                 return
             if declared > self.limit:
-                await self._refuse(send, 413, f"the request body ({declared} bytes) is larger than this "
-                                              f"server's limit of {self.limit} bytes")
+                await refuse(scope, receive, send, 413, f"the request body ({declared} bytes) is larger than this "
+                                                        f"server's limit of {self.limit} bytes",
+                             drain=DRAIN_FACTOR * self.limit, timeout=self.timeout)
                 return
         seen = 0
+        body_done = False
+        deadline = time.monotonic() + self.timeout
 
         async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, body_done
+            if body_done:       # after the body: waiting for the disconnect, as long as it takes
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise _BodyTooSlow(self.timeout) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
                     raise _BodyTooLarge(self.limit)
+                body_done = not message.get("more_body", False)
             return message
         await self.app(scope, limited, send)
 
 
 class InFlightLimit:
-    """More than `limit` requests at once: an OpenAI-shaped 503 (uvicorn's own limit answers in
-    plain text), before the body is read."""
+    """The API key, from the headers before any body byte is read (401); then more than `limit`
+    requests at once: an OpenAI-shaped 503 (uvicorn's own limit answers in plain text). Only
+    requests with a good key take a slot, so clients without one cannot crowd out those with one."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit, self.current = app, limit, 0
+    def __init__(self, app: ASGIApp, limit: int, keys: KeyRing, drain: int, timeout: float) -> None:
+        self.app, self.limit, self.keys, self.current = app, limit, keys, 0
+        self.drain, self.timeout = drain, timeout      # a refused body read and dropped: as `refuse`
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") == "/health":   # cheap: always answered
             await self.app(scope, receive, send)
             return
+        if self.keys.required:
+            authorization = dict(scope.get("headers") or []).get(b"authorization")
+            try:
+                self.keys.caller(None if authorization is None else authorization.decode("latin-1"))
+            except ApiError as exc:      # answered at once, holding no slot; its body is never parsed
+                await refuse(scope, receive, send, exc.status, exc.message, (b"www-authenticate", b"Bearer"),
+                             drain=self.drain, timeout=self.timeout, code=exc.code)
+                return
         if self.current >= self.limit:
             body = json.dumps(errors.error_body(503, f"the server is busy ({self.current} requests in flight); "
                                                      "retry later", code="server_busy")).encode()
@@ -128,6 +185,7 @@ def create_app(engine: ChatEngine, state_dir: Path | str, config: ServerConfig |
 
     app.include_router(chat.router(service))
     app.include_router(responses.router(service))
-    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
-    app.add_middleware(InFlightLimit, limit=config.max_in_flight)     # outermost: runs first
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes, timeout=config.body_timeout_s)
+    app.add_middleware(InFlightLimit, limit=config.max_in_flight, keys=service.keys,     # outermost: runs first
+                       drain=config.max_body_bytes, timeout=config.body_timeout_s)
     return app

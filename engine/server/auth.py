@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from engine.base.safefs import open_regular
 from engine.kvstore.kvfile import atomic_write
 from .errors import ApiError
 
@@ -39,10 +40,11 @@ def load_secret(state_dir: Path) -> bytes:
     """The server's 256-bit secret (created once, mode 0600, written atomically)."""
     path = Path(state_dir) / SECRET_FILE
     try:
-        data = path.read_bytes()
+        with open_regular(path) as f:      # never blocks on a FIFO, never follows a symlink
+            data = f.read(65)
         if len(data) == 64:
             return bytes.fromhex(data.decode())
-    except (OSError, ValueError):
+    except (OSError, ValueError):     # unreadable or damaged: a new secret (stored responses stay unreachable)
         pass
     value = secrets.token_bytes(32)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.base.oneline import one_line
+
 # status -> OpenAI's error type
 _TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
           404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",
@@ -26,8 +28,14 @@ class ApiError(Exception):
         self.headers = headers
 
 
+def printable(text: str) -> str:
+    """`text` as an error message may echo it: one line, control characters and lone surrogates
+    (from a JSON string's escapes: not encodable as UTF-8) shown as escapes, never raw."""
+    return one_line(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"),
+    return {"error": {"message": printable(message), "type": _TYPES.get(status, "invalid_request_error"),
                       "param": param, "code": code}}
 
 
@@ -47,6 +55,8 @@ def _describe(err: dict[str, Any]) -> tuple[str, str | None]:
     # Union members add their type name to the path (e.g. 'str', 'list[int]'): drop them.
     loc = [p for p in loc if not any(ch in p for ch in "[]") and p not in ("str", "int", "float", "bool")]
     param = ".".join(loc) or None
+    if err.get("type") == "invalid_unicode":         # schemas._Request: names the field itself
+        return str(err.get("msg")), err.get("ctx", {}).get("param")
     if err.get("type") == "json_invalid":
         return f"the body is not valid JSON ({err.get('ctx', {}).get('error', 'parse error')})", None
     if err.get("type") == "missing":

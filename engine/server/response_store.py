@@ -8,6 +8,7 @@ over) and is visible only to the API key that made it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import threading
@@ -15,11 +16,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.base.safefs import open_regular
 from engine.kvstore.kvfile import atomic_write
+from engine.sessions.manifest import canonical_id
 from .errors import ApiError
 
 ID_PATTERN = re.compile(r"resp_[0-9a-f]{48}")
 MAX_RECORD_BYTES = 64 << 20
+ROLES = ("system", "user", "assistant")      # what a chain stores (the developer role is the system's)
+
+
+class RecordError(ValueError):
+    """A stored record is unusable; the message says which field."""
 
 
 def new_response_id() -> str:
@@ -38,6 +46,75 @@ class ResponseRecord:
     body: dict[str, Any] = field(default_factory=dict)   # the response object as answered
 
 
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise RecordError(what)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def read_owner(data: object) -> str | None:
+    """The record's owner when it can be read (a damaged record may still name its owner)."""
+    owner = data.get("owner") if isinstance(data, dict) else None
+    return owner if isinstance(owner, str) else None
+
+
+def validate(data: object, response_id: str) -> ResponseRecord:
+    """A ResponseRecord from parsed JSON, or RecordError naming the first bad field."""
+    _need(isinstance(data, dict), "not a JSON object")
+    assert isinstance(data, dict)
+    _need(data.get("id") == response_id, "id differs from the file's name")
+    _need(isinstance(data.get("owner"), str), "bad owner")
+    session_id = data.get("session_id")
+    _need(isinstance(session_id, str) and canonical_id(session_id) == session_id, "bad session_id")
+    assert isinstance(session_id, str)
+    messages = data.get("messages")
+    _need(isinstance(messages, list) and all(
+        isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)
+        for m in messages), "bad messages")
+    assert isinstance(messages, list)
+    _need(_is_int(data.get("created_at")), "bad created_at")
+    _need(isinstance(data.get("model"), str), "bad model")
+    previous = data.get("previous_response_id")
+    _need(previous is None or (isinstance(previous, str) and bool(ID_PATTERN.fullmatch(previous))),
+          "bad previous_response_id")
+    body = data.get("body", {})
+    _need(isinstance(body, dict), "bad body")
+    try:      # answered as UTF-8 JSON: a lone surrogate (from a "\ud800" escape) cannot be encoded
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError("text that is not valid Unicode") from None
+    return ResponseRecord(response_id, data["owner"], session_id,
+                          [{"role": m["role"], "content": m["content"]} for m in messages],
+                          data["created_at"], data["model"], previous, body)
+
+
+def parse(raw: bytes, response_id: str) -> tuple[ResponseRecord | None, str | None, str | None]:
+    """(the record, None, its owner) from a file's bytes, or (None, why it is unusable, the owner
+    if it can still be read)."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None, "not valid JSON (truncated or damaged)", None
+    try:
+        return validate(data, response_id), None, read_owner(data)
+    except RecordError as exc:
+        return None, str(exc), read_owner(data)
+
+
+def read_bytes(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """A record file's bytes: a regular file only (never blocking on a FIFO, never through a
+    symlink), at most `limit` bytes (RecordError beyond)."""
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        _need(size <= limit, f"too large ({size} bytes)")
+        raw = f.read(limit + 1)
+    _need(len(raw) <= limit, "too large")
+    return raw
+
+
 class ResponseStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -50,26 +127,36 @@ class ResponseStore:
         self.root.mkdir(parents=True, exist_ok=True)
         atomic_write(self._path(record.id), [json.dumps(asdict(record), ensure_ascii=False).encode()])
 
-    def get(self, response_id: str, owner: str) -> ResponseRecord:
-        """The caller's own record, or a 404 (another key's record is not found either)."""
+    def _load(self, response_id: str, owner: str) -> tuple[ResponseRecord | None, str | None]:
+        """The caller's record, or (None, why it is damaged); a 404 when there is none, or it is
+        another key's (a damaged record naming another owner is not found either)."""
         missing = ApiError(404, f"no stored response '{response_id[:80]}'", "previous_response_id",
                            "response_not_found")
         if not ID_PATTERN.fullmatch(response_id):
             raise missing
-        path = self._path(response_id)
         try:
-            if path.stat().st_size > MAX_RECORD_BYTES:
-                raise missing
-            data = json.loads(path.read_text(encoding="utf-8"))
-            record = ResponseRecord(**data)
-        except (OSError, ValueError, TypeError):
+            raw = read_bytes(self._path(response_id))
+        except FileNotFoundError:
             raise missing from None
-        if record.owner != owner or not isinstance(record.messages, list):
+        except (OSError, RecordError) as exc:
+            return None, f"unreadable ({getattr(exc, 'strerror', None) or exc})"
+        record, why, stored_owner = parse(raw, response_id)
+        if stored_owner is not None and stored_owner != owner:
             raise missing
+        return record, why
+
+    def get(self, response_id: str, owner: str) -> ResponseRecord:
+        """The caller's own record; a 404 when there is none, it is another key's, or it is damaged
+        (saying so)."""
+        record, why = self._load(response_id, owner)
+        if record is None:
+            raise ApiError(404, f"the stored response '{response_id}' is damaged ({why}); delete it "
+                                "and start a new chain", "previous_response_id", "response_damaged")
         return record
 
-    def delete(self, response_id: str, owner: str) -> ResponseRecord:
-        record = self.get(response_id, owner)
+    def delete(self, response_id: str, owner: str) -> ResponseRecord | None:
+        """Removes the caller's record (a damaged one too: then None, its session is unknown)."""
+        record, _ = self._load(response_id, owner)
         self._path(response_id).unlink(missing_ok=True)
         return record
 
@@ -80,8 +167,8 @@ class ResponseStore:
         needle = f'"session_id": "{session_id}"'
         for path in self.root.glob("resp_*.json"):
             try:
-                if needle in path.read_text(encoding="utf-8"):
+                if needle in read_bytes(path).decode("utf-8", errors="replace"):
                     return True
-            except OSError:
+            except (OSError, RecordError):      # not a regular file, too large: names nothing
                 continue
         return False

@@ -36,11 +36,18 @@ class Chains:
         self._lock = threading.Lock()
 
     def acquire(self, session_id: str, salt: str) -> None:
-        """Opens the chain's session (engine thread) and closes the least recently used idle ones."""
+        """Opens the chain's session (engine thread) and closes the least recently used idle ones.
+        A failed open (another salt, the chat held by another process) leaves nothing behind."""
         engine = self.service.engine
         with self._lock:
             self._busy[session_id] += 1
-            known = session_id in self._open
+        try:
+            # Even when the chain is open: the engine checks the salt (idempotent when it matches).
+            engine.open(session_id, SessionKind.PINNED, cache_salt=salt)
+        except BaseException:
+            self.release(session_id)
+            raise
+        with self._lock:
             self._open[session_id] = None
             self._open.move_to_end(session_id)
             over = max(0, len(self._open) - self.service.config.max_open_chains)
@@ -49,8 +56,6 @@ class Chains:
                 del self._open[s]
         for s in extra:
             engine.close(s)          # pinned: memory freed, KV stays on disk
-        if not known:
-            engine.open(session_id, SessionKind.PINNED, cache_salt=salt)
 
     def release(self, session_id: str) -> None:
         with self._lock:
@@ -204,10 +209,13 @@ def router(service: Service) -> APIRouter:
     async def delete(response_id: str, request: Request) -> Response:
         caller = service.caller(request)
         record = await asyncio.to_thread(store.delete, response_id, caller.namespace)
-        if not await asyncio.to_thread(store.session_in_use, record.session_id):
+        # A damaged record names no session we can trust: the janitor's budget and age apply to it.
+        if record is not None and not await asyncio.to_thread(store.session_in_use, record.session_id):
+            session_id = record.session_id
+
             def forget() -> None:
                 try:
-                    engine.delete(record.session_id)
+                    engine.delete(session_id)
                 except Exception:   # noqa: BLE001 - busy or already gone: the janitor's budget and age apply
                     pass
             await asyncio.to_thread(forget)

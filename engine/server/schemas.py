@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator,
+                      model_validator)
+from pydantic_core import PydanticCustomError
 
 from engine.api import ChatMessage, OverflowPolicy, SamplingParams
 from .errors import ApiError
@@ -23,11 +25,51 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
 
+def _lone_surrogate(body: Any) -> tuple[str, str] | None:
+    """The first string (or key) in a parsed JSON body holding a lone surrogate, a `"\\ud800"`
+    escape that is no Unicode text: (its path, the surrogate as an escape). A loop, not recursion:
+    the body may be nested as deep as the JSON parser allows."""
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            items = list(value.items())
+            keys = [(path, k) for k, _ in items]
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in reversed(items))
+            stack.extend(reversed(keys))
+        elif isinstance(value, list):
+            stack.extend((f"{path}.{i}" if path else str(i), v) for i, v in reversed(list(enumerate(value))))
+        elif isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:     # only a surrogate cannot be encoded
+                return path, f"\\u{ord(value[exc.start]):04x}"
+    return None
+
+
+class _Request(_Body):
+    """A request body: its text must be Unicode. A JSON string may carry a lone surrogate (an
+    escape such as `"\\ud800"`), which no tokenizer takes and no UTF-8 answer can echo: refused
+    (400, naming the field), never replaced, as the CLI refuses arguments that are not UTF-8."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode(cls, data: Any) -> Any:
+        found = _lone_surrogate(data)
+        if found is not None:
+            path, escape = found
+            where = f"'{path}'" if path else "the body"
+            raise PydanticCustomError("invalid_unicode", "{where} is not valid Unicode text (a lone surrogate "
+                                      "{escape}): send UTF-8 text", {"where": where, "escape": escape,
+                                                                      "param": path or None})
+        return data
+
+
 class StreamOptions(_Body):
     include_usage: StrictBool = False
 
 
-class _Sampling(_Body):
+class _Sampling(_Request):
     model: StrictStr
     temperature: Annotated[Number, Field(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[Number, Field(ge=0.0, le=1.0)] | None = None

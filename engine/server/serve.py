@@ -13,6 +13,7 @@ import uvicorn
 from engine.api import ChatEngine
 from engine.base import paths
 from .app import create_app
+from .protocol import JsonErrorsH11Protocol
 from .service import ServerConfig
 
 LOOPBACK = "127.0.0.1"
@@ -39,7 +40,8 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _config(engine: ChatEngine, state_dir: Path | str, config: ServerConfig | None) -> uvicorn.Config:
     return uvicorn.Config(create_app(engine, state_dir, config), log_level="warning", access_log=False,
-                          limit_concurrency=MAX_CONNECTIONS, timeout_graceful_shutdown=5, lifespan="on")
+                          limit_concurrency=MAX_CONNECTIONS, timeout_graceful_shutdown=5, lifespan="on",
+                          http=JsonErrorsH11Protocol)
 
 
 def url_of(host: str, port: int) -> str:

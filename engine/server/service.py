@@ -19,6 +19,7 @@ from .scheduler import END, Job, Scheduler
 
 DEFAULT_MAX_BODY_BYTES = 4 << 20       # 4 MiB: far more text than any context window holds
 DEFAULT_MAX_NEW_TOKENS = 4096          # when a request sets no max_tokens
+DEFAULT_BODY_TIMEOUT_S = 30.0          # from the request's head to its body's last byte (4 MiB: ample)
 
 
 @dataclass
@@ -32,6 +33,7 @@ class ServerConfig:
     max_queued: int = 32
     max_open_chains: int = 16                 # stored response chains kept open in memory (LRU)
     max_in_flight: int = 128                  # requests being handled at once; beyond: 503
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S    # a body still arriving after this: 408
     model_aliases: Sequence[str] = field(default_factory=tuple)
 
 
@@ -64,6 +66,7 @@ def chat_usage(result: GenerationResult) -> dict[str, Any]:
 def to_api_error(exc: BaseException) -> ApiError:
     """An engine exception as the client's error: bad input is a 4xx, never a 500."""
     # The server imports no engine implementation at load (it serves any ChatEngine).
+    from engine.runtime.model import ModelRunError  # noqa: PLC0415
     from engine.sessions.manager import SessionError  # noqa: PLC0415
     from engine.text.chat_template import ChatTemplateError  # noqa: PLC0415
     if isinstance(exc, ApiError):
@@ -72,6 +75,8 @@ def to_api_error(exc: BaseException) -> ApiError:
         return ApiError(409, str(exc), code="session_busy")
     if isinstance(exc, ChatTemplateError):
         return ApiError(400, f"the messages cannot be rendered by the model's chat template: {exc}", "messages")
+    if isinstance(exc, ModelRunError):      # the served model itself fails (a crafted graph)
+        return ApiError(500, str(exc), code="model_error")
     if isinstance(exc, ValueError):
         return ApiError(400, str(exc))
     return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")

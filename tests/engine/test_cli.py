@@ -117,6 +117,19 @@ def test_bad_session_id(run_cli, tiny_dir, tmp_path):
                            "--state-dir", tmp_path / "s"))
 
 
+@pytest.mark.parametrize("args, option", [
+    (["--chat", "caf\udce9 au lait"], "--chat"),               # the bytes b"caf\xe9 au lait" (Latin-1)
+    (["--chat", "hi", "--system", "caf\udce9"], "--system"),
+    (["--prompt", "\udcff"], "--prompt"),
+    (["--chat", "hi", "--stop", "\udcc3"], "--stop"),
+], ids=["chat", "system", "prompt", "stop"])
+def test_text_that_is_not_utf8_is_refused_in_one_line(run_cli, tiny_dir, tmp_path, args, option):
+    # A str with surrogate escapes: subprocess passes it to the child as the original bytes.
+    line = one_line_error(run_cli("generate", "--model", tiny_dir, "--temporary", *args,
+                                  "--state-dir", tmp_path / "s"), option, "not valid UTF-8")
+    assert "byte 0x" in line
+
+
 # ---- pinned sessions across invocations ---------------------------------------------------------
 def _sessions(capsys, *args) -> tuple[int, str, str]:
     """`amber-engine sessions ...` in this process (each call loads the model and a new manager)."""

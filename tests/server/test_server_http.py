@@ -64,6 +64,10 @@ def chat_body(**kw) -> str:
     (chat_body(cache_salt="s" * 1000), "cache_salt"),
     (json.dumps({"messages": [{"role": "user", "content": "hi"}]}), "model"),
     (chat_body(presence_penalty=3), "presence_penalty"),
+    (chat_body(messages=[{"role": "user", "content": "caf\ud800"}]), "'messages.0.content' is not valid Unicode"),
+    (chat_body(messages=[{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]), "messages.0.content.0"),
+    (chat_body(model="tiny\udc00"), "'model' is not valid Unicode"),
+    (chat_body(stop=["\ud800"]), "'stop.0'"),
 ])
 def test_bad_chat_bodies_are_400(server, body, needle):
     status, raw, _ = request(server, "POST", "/v1/chat/completions", body)
@@ -80,6 +84,9 @@ def test_bad_chat_bodies_are_400(server, body, needle):
     ("/v1/responses", {"model": MODEL, "input": "x", "store": "no"}),
     ("/v1/responses", {"model": MODEL, "input": "x", "previous_response_id": ""}),
     ("/v1/responses", {"model": MODEL, "input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
+    ("/v1/responses", {"model": MODEL, "input": "\ud800"}),
+    ("/v1/responses", {"model": MODEL, "input": "x", "instructions": "\udc80"}),
+    ("/v1/completions", {"model": MODEL, "prompt": "caf\ud800"}),
 ])
 def test_bad_bodies_of_the_other_endpoints_are_400(server, path, body):
     status, raw, _ = request(server, "POST", path, json.dumps(body))
@@ -98,11 +105,16 @@ def test_unknown_model_is_404(server):
 
 
 def test_unknown_or_traversing_response_ids_are_404(server):
-    for rid in ["resp_" + "0" * 48, "../../sessions/x", "resp_%2e%2e%2fsecret", "x" * 100]:
+    for rid in ["resp_" + "0" * 48, "../../sessions/x", "resp_%2e%2e%2fsecret", "x" * 100,
+                "resp_1\nX-Injected: 1\x1b[2J"]:
         status, raw, _ = request(server, "POST", "/v1/responses",
                                  json.dumps({"model": MODEL, "input": "x", "previous_response_id": rid}))
         assert status == 404, raw
-        assert error_of(404, raw)["code"] == "response_not_found"
+        err = error_of(404, raw)            # one line: control characters are never echoed raw
+        assert err["code"] == "response_not_found" and "\x1b" not in err["message"]
+        if "\n" in rid:
+            assert "resp_1\\nX-Injected" in err["message"]
+            continue
         status, raw, _ = request(server, "GET", f"/v1/responses/{rid}")
         assert status == 404
 
@@ -171,11 +183,34 @@ def test_chunked_huge_body_is_413(server):
     assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
 
 
-def test_bad_content_length_is_400(server):
+def test_a_huge_body_sent_in_one_piece_gets_its_413(server):
+    body = b"x" * (5 << 20)          # over the 4 MiB limit, written whole before the answer is read
     with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
-        head = read_until_closed(s).decode(errors="replace")
-    assert head.split(" ")[1] == "400", head
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Authorization: Bearer " + KEY_A.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        reply = read_until_closed(s)
+    head, _, raw = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), reply[:300]
+    assert b"content-type: application/json" in head.lower()
+    assert "larger than this server's limit" in error_of(413, raw)["message"]
+
+
+@pytest.mark.parametrize("raw", [
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    b"GARBAGE\r\n\r\n",
+    b"GET /v1/models HTTP/9.9 extra\r\n\r\n",
+    b"GET /v1/mo\x00dels HTTP/1.1\r\nHost: x\r\n\r\n",
+], ids=["content-length-word", "content-length-twice", "garbage-line", "bad-version", "nul-in-target"])
+def test_requests_that_are_not_http_get_a_json_400(server, raw):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+        s.sendall(raw)
+        reply = read_until_closed(s)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == b"400", reply
+    assert b"content-type: application/json" in head.lower(), reply
+    assert "not valid HTTP" in error_of(400, body)["message"]
 
 
 def test_stream_ends_with_done_and_the_server_survives_all_of_the_above(server):
