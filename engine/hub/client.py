@@ -162,12 +162,18 @@ def json_too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
 
 
 def parse_json(raw: bytes, what: str) -> Any:
-    """`raw` parsed, or a one-line HubError (not JSON, or nested deeper than MAX_JSON_DEPTH)."""
+    """`raw` parsed, or a one-line HubError (not UTF-8 JSON, or nested deeper than MAX_JSON_DEPTH).
+    UTF-8 only (as JSON on the network must be): there, the bytes the depth scan looks for never
+    occur inside another character, so the scan sees what the parser will."""
+    try:
+        text = raw.decode("utf-8-sig")      # a leading BOM is allowed, as json.loads allows it
+    except UnicodeDecodeError as exc:
+        raise HubError(f"{what}: the Hub's answer is not UTF-8 (byte {exc.start})") from None
     if json_too_deep(raw):
         raise HubError(f"{what}: the Hub's answer is nested more than {MAX_JSON_DEPTH} levels deep")
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as exc:       # UnicodeDecodeError is a ValueError
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise HubError(f"{what}: the Hub's answer is not JSON ({_first_line(exc)})") from None
 
 

@@ -101,11 +101,12 @@ def _printable(text: str) -> bool:
 
 
 @given(ANSWER, st.one_of(st.none(), st.integers(1, 200_000)), st.integers(0, 1 << 20),
-       st.one_of(st.none(), byte_mutations(6)))
-def test_hub_answers_as_bytes(value, depth, where, edits):
+       st.one_of(st.none(), byte_mutations(6)), st.sampled_from(["ascii", "utf-8", "utf-8-sig", "utf-16"]))
+def test_hub_answers_as_bytes(value, depth, where, edits, encoding):
     """What `get_json` hands on, as the server could send it: parsed, then read as a model-info
     answer (its file listing included) and as a search answer."""
-    raw = json.dumps(value).encode()
+    raw = json.dumps(value, ensure_ascii=encoding == "ascii").encode("utf-8" if encoding == "ascii" else encoding,
+                                                                      "surrogatepass")
     if depth is not None:
         raw = _nest(raw, depth, where)
     if edits is not None:
