@@ -105,14 +105,16 @@ def install(p: Plan, *, token: str | None = None, progress: ProgressFn | None = 
     except Timeout:
         raise HubError(f"{p.listing.repo} {p.variant.quant} is already being downloaded by another "
                        "Amber process") from None
+    not_a_model = False
     try:
         dest = _install_locked(p, token=token, progress=progress, cancel=cancel, weights=weights)
     except NotLoadable:
-        lock.release()
-        shutil.rmtree(p.work, ignore_errors=True)  # not a model: nothing worth resuming
+        not_a_model = True       # nothing worth resuming: the download goes too
         raise
     finally:
-        lock.release()           # a no-op when released above
+        lock.release()
+        if not_a_model:
+            shutil.rmtree(p.work, ignore_errors=True)
     shutil.rmtree(p.work, ignore_errors=True)     # after the release: Windows cannot delete a held lock
     return dest
 
