@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from engine.base.oneline import one_line as shown   # names from the Hub: control characters escaped
+
 
 def _fail(exc: Exception) -> int:
     from engine.cli.common import CliError
@@ -39,14 +41,16 @@ class _Printer:
             return
         self.last, self.stage = now, p.stage
         if p.stage == "download":
-            line = (f"downloading {p.what}: {p.fraction * 100:5.1f}% of {human(p.total)}, "
+            line = (f"downloading {shown(p.what)}: {p.fraction * 100:5.1f}% of {human(p.total)}, "
                     f"{human(p.speed)}/s, {_duration(p.eta_s)} left")
         elif p.stage == "convert":
             line = f"converting to ONNX: {p.done}/{p.total} tensors"
         elif p.stage == "verify":
-            line = f"checking SHA-256 of {p.what}"
+            line = f"checking SHA-256 of {shown(p.what)}"
+        elif p.stage == "check":
+            line = f"checking that {shown(p.what)} loads"
         else:
-            line = f"{p.stage}: {p.what}"
+            line = f"{p.stage}: {shown(p.what)}"
         end = "\r" if self.tty and not final else "\n"
         print(f"amber-engine: {line}\x1b[K" if self.tty else f"amber-engine: {line}", end=end, file=sys.stderr,
               flush=True)
@@ -78,10 +82,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not hits:
         print("no matching repos")
     for h in hits:
-        arch = h.architecture or "?"
+        arch = shown(h.architecture) or "?"
         flags = (" gated" if h.gated else "") + ("" if arch in supported or h.kind == "onnx" or arch == "?"
                                                  else " [architecture not supported yet]")
-        print(f"{h.repo:<56} {arch:<10} {h.downloads:>9} downloads{flags}")
+        print(f"{shown(h.repo):<56} {arch:<10} {h.downloads:>9} downloads{flags}")
     return 0
 
 
@@ -101,12 +105,13 @@ def cmd_files(args: argparse.Namespace) -> int:
         print(json.dumps({"repo": listing.repo, "revision": listing.revision, "gated": listing.gated,
                           "architecture": listing.architecture, "files": rows}, indent=1))
         return 0
-    print(f"{listing.repo} @ {listing.revision[:12]}" + (f"  ({listing.architecture})" if listing.architecture else "")
+    print(f"{shown(listing.repo)} @ {shown(listing.revision[:12])}"
+          + (f"  ({shown(listing.architecture)})" if listing.architecture else "")
           + ("  gated" if listing.gated else ""))
     for r in rows:
         parts = f" ({r['parts']} parts: not supported yet)" if r["kind"] == "gguf" and r["parts"] > 1 else ""
-        print(f"  {r['quant']:<10} {hub.human(r['size']):>9}  memory ~{hub.human(r['memory']):>9}  "
-              f"{r['verdict']:<9}  {r['file']}{parts}")
+        print(f"  {shown(r['quant']):<10} {hub.human(r['size']):>9}  memory ~{hub.human(r['memory']):>9}  "
+              f"{r['verdict']:<9}  {shown(r['file'])}{parts}")
     return 0
 
 
@@ -116,8 +121,8 @@ def cmd_download(args: argparse.Namespace) -> int:
         p = hub.plan(args.repo, args.file, name=args.name, revision=args.revision, token=args.token)
     except hub.HubError as exc:
         return _fail(exc)
-    print(f"amber-engine: {p.listing.repo} {p.variant.quant} ({p.variant.name}) -> {p.name}: {p.fit.summary()}",
-          file=sys.stderr)
+    print(f"amber-engine: {shown(p.listing.repo)} {shown(p.variant.quant)} ({shown(p.variant.name)}) -> "
+          f"{shown(p.name)}: {p.fit.summary()}", file=sys.stderr)
     if p.fit.verdict == hub.TOO_LARGE and not args.force:
         return _fail(hub.HubError("the model is too large for this machine's memory (use --force to get it anyway)"))
     try:
@@ -142,11 +147,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     print(f"models in {paths.models_dir()}:")
     for m in installed:
-        print(f"  {m.name:<40} {hub.human(m.size):>9}  {m.source}")
+        print(f"  {shown(m.name):<40} {hub.human(m.size):>9}  {shown(m.source)}")
     if not installed:
         print("  (none)")
     for p in pending:
-        print(f"  partial download: {p.key} ({hub.human(p.size)}; `models download` resumes it, "
+        print(f"  partial download: {shown(p.key)} ({hub.human(p.size)}; `models download` resumes it, "
               f"`models remove {p.key}` deletes it)")
     return 0
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from .client import check_online, endpoint, hub_errors, resolve_token
-from .errors import Cancelled, ChecksumMismatch, DiskFull, HubError, OfflineError
+from .client import DownloadLimits, check_online, download_limits, endpoint, hub_errors, raise_for_status, resolve_token
+from .errors import Cancelled, ChecksumMismatch, DiskFull, GaveUp, HubError, OfflineError
 from .fit import free_space
 from .search import HubFile
 
 CHUNK = 1 << 20
-RETRIES = 5                  # reconnects (with a Range request) after the connection drops mid-file
+RETRIES = 5                  # reconnects in a row without progress (each with a Range request)
 PROGRESS_EVERY_S = 0.2
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -115,6 +115,7 @@ def _download(repo: str, f: HubFile, revision: str, dest: Path, *, token: str | 
     if is_complete(dest, f, revision):
         return dest
     check_online()
+    limits = download_limits(f.size)
     tok = resolve_token(token)
     url = hf_hub_url(repo, f.path, revision=revision, endpoint=endpoint())
     what = f"{repo}/{f.path}"
@@ -146,15 +147,19 @@ def _download(repo: str, f: HubFile, revision: str, dest: Path, *, token: str | 
     headers = build_hf_headers(token=tok or False)
     headers["Accept-Encoding"] = "identity"
     done = resume_at
+    bound = _Bound(limits, what, size)
     try:
         with _open_part(part) as out:
             attempts = 0
             while done < size:
+                bound.connect(done)
                 before = done
                 try:
-                    done = _stream(url, headers, out, state, done, size, meter, cancel, what)
+                    done = _stream(url, headers, out, state, done, size, meter, cancel, what, bound)
                     if done < size:
                         raise OfflineError(f"{what}: the connection closed at byte {done} of {size}")
+                except GaveUp:
+                    raise
                 except OfflineError:
                     out.flush()
                     done = out.tell()        # what reached the file before the drop
@@ -183,6 +188,31 @@ def _download(repo: str, f: HubFile, revision: str, dest: Path, *, token: str | 
     return dest
 
 
+class _Bound:
+    """The attempt and time bounds of one file's download: progress keeps a connection going,
+    but never buys more connections or time than `limits` allow."""
+
+    def __init__(self, limits: DownloadLimits, what: str, size: int) -> None:
+        self.limits, self.what, self.size = limits, what, size
+        self.started = time.monotonic()
+        self.connections = 0
+
+    def connect(self, done: int) -> None:
+        """Before each connection: the first is always made; a later one only within the bounds."""
+        if self.connections >= self.limits.max_attempts:
+            raise GaveUp(f"{self.what}: gave up after {self.connections} connections ({done} of {self.size} "
+                         "bytes; the server keeps stalling or dropping them): the partial download is kept, "
+                         "run it again to resume")
+        if self.connections:
+            self.check(done)
+        self.connections += 1
+
+    def check(self, done: int) -> None:
+        if time.monotonic() - self.started > self.limits.deadline_s:
+            raise GaveUp(f"{self.what}: past its deadline of {self.limits.deadline_s:.0f} s ({done} of "
+                         f"{self.size} bytes): the partial download is kept, run it again to resume")
+
+
 def _open_part(part: Path) -> Any:
     return part.open("ab")
 
@@ -196,11 +226,11 @@ def _hash_existing(part: Path, sha: Any, cancel: CancelToken | None) -> None:
 
 
 def _stream(url: str, headers: dict[str, str], out: Any, state: dict[str, Any], done: int, size: int,
-            meter: _Meter, cancel: CancelToken | None, what: str) -> int:
+            meter: _Meter, cancel: CancelToken | None, what: str, bound: _Bound) -> int:
     """One GET from `done` on; returns the new position. Connection drops -> OfflineError."""
     import httpx2
     from huggingface_hub import constants
-    from huggingface_hub.utils import get_session, hf_raise_for_status
+    from huggingface_hub.utils import get_session
 
     h = dict(headers)
     if done:
@@ -208,7 +238,7 @@ def _stream(url: str, headers: dict[str, str], out: Any, state: dict[str, Any], 
     with hub_errors(what):
         try:
             with get_session().stream("GET", url, headers=h, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as r:
-                hf_raise_for_status(r)
+                raise_for_status(r)
                 if done and r.status_code == 200:      # Range ignored: start over
                     out.seek(0)
                     out.truncate()
@@ -232,6 +262,7 @@ def _stream(url: str, headers: dict[str, str], out: Any, state: dict[str, Any], 
                         state["sha"].update(chunk)
                         done += len(chunk)
                         meter.update(done)
+                    bound.check(done)         # a server dripping bytes never outlasts the deadline
         except httpx2.TransportError as exc:
             out.flush()
             raise OfflineError(f"{what}: the connection dropped at byte {done}: {exc}") from None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from engine.base import paths
 from .catalog import supported_architectures
 from .download import CancelToken, Progress, ProgressFn, download_file
-from .errors import Cancelled, DiskFull, HubError
+from .errors import Cancelled, DiskFull, HubError, NotLoadable
 from .fit import Fit, estimate
 from .search import RepoFiles, Variant, check_repo_id, repo_files
 
@@ -105,10 +105,16 @@ def install(p: Plan, *, token: str | None = None, progress: ProgressFn | None = 
     except Timeout:
         raise HubError(f"{p.listing.repo} {p.variant.quant} is already being downloaded by another "
                        "Amber process") from None
+    not_a_model = False
     try:
         dest = _install_locked(p, token=token, progress=progress, cancel=cancel, weights=weights)
+    except NotLoadable:
+        not_a_model = True       # nothing worth resuming: the download goes too
+        raise
     finally:
         lock.release()
+        if not_a_model:
+            shutil.rmtree(p.work, ignore_errors=True)
     shutil.rmtree(p.work, ignore_errors=True)     # after the release: Windows cannot delete a held lock
     return dest
 
@@ -165,7 +171,8 @@ def _convert(src: Path, dest: Path, progress: ProgressFn | None, cancel: CancelT
 
 def _assemble_onnx(p: Plan, files: Path, dest: Path, progress: ProgressFn | None) -> None:
     """The graph becomes `model.onnx` at the folder's root, its data and the side files beside it.
-    (External data is referenced by file name, so only the graph may be renamed.)"""
+    (External data is referenced by file name, so only the graph may be renamed.) The folder is
+    renamed into place only once it loads."""
     tmp = dest.with_name(f".{dest.name}.assembling-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -175,13 +182,29 @@ def _assemble_onnx(p: Plan, files: Path, dest: Path, progress: ProgressFn | None
             target = tmp / ("model.onnx" if leaf.endswith(".onnx") else leaf)
             os.replace(files / f.path, target)
         if not (tmp / "config.json").is_file():
-            raise HubError(f"{p.listing.repo}: the repo has no config.json next to the ONNX model")
+            raise NotLoadable(f"{p.listing.repo}: the repo has no config.json next to the ONNX model; "
+                              "nothing was installed")
+        if progress:
+            progress(Progress("check", 0, 1, what=dest.name))
+        _check_loads(tmp, p.listing.repo)
         os.replace(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if progress:
         progress(Progress("install", 1, 1, what=dest.name))
+
+
+def _check_loads(folder: Path, repo: str) -> None:
+    """Opens the folder as the chat would (CPU, one thread): a repo whose files are not a model
+    Amber can run is refused here, not at the user's first message."""
+    from engine.runtime.model import ModelLoadError, load_model
+    try:
+        model = load_model(folder, provider="cpu", threads=1, variant="fp32")
+    except ModelLoadError as exc:
+        why = str(exc).replace(str(folder) + os.sep, "").replace(str(folder), "the model folder")
+        raise NotLoadable(f"{repo}: the downloaded model does not load ({why}); nothing was installed") from None
+    del model
 
 
 def _write_source(dest: Path, p: Plan) -> None:

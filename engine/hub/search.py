@@ -2,16 +2,22 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
-from .client import api, check_online, endpoint, hub_errors, resolve_token
+from .client import check_online, endpoint, get_json, hub_errors
 from .errors import HubError
 
 MAX_RESULTS = 50
 _QUANT = re.compile(r"^(I?Q\d(?:_[0-9A-Z]+)*|BF16|F16|F32|FP16|FP32)$", re.IGNORECASE)
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$", re.ASCII)
+_ARCH = re.compile(r"^[A-Za-z0-9][\w.-]{0,63}$", re.ASCII)     # a GGUF architecture: llama, qwen2, gpt-oss
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+MAX_COUNT = 1 << 62
 # Files an ONNX model folder needs besides the graph and its external data
 ONNX_SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
@@ -75,9 +81,11 @@ class RepoFiles:
 
 
 def safe_path(path: str) -> bool:
-    """A repo file name that may become a local path: relative, no `..`, no odd characters."""
+    """A repo file name that may become a local path: relative, no `..`, no odd characters (no
+    control or format characters either: a name is also shown on a terminal)."""
     parts = path.split("/")
-    return (0 < len(path) <= 300 and not path.startswith("/") and "\\" not in path and "\x00" not in path
+    return (0 < len(path) <= 300 and not path.startswith("/") and "\\" not in path
+            and all(unicodedata.category(c) not in ("Cc", "Cf") for c in path)
             and all(p not in ("", ".", "..") for p in parts) and len(parts) <= 4
             and not re.match(r"^[A-Za-z]:", path))
 
@@ -108,60 +116,124 @@ def search(query: str, limit: int = 20, kind: str = "gguf", token: str | None = 
                               "expand": ["downloads", "likes", "gated", "gguf"]}
     if query:
         params["search"] = query
-    with hub_errors(f"search '{query}'"):
-        # One request, no retries: huggingface_hub's list_models pages with a backoff of ~25 s
-        # before it reports an unreachable endpoint; the rest is its session, headers and parser.
-        from huggingface_hub import ModelInfo
-        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
-        r = get_session().get(f"{endpoint()}/api/models", params=params, timeout=20,
-                              headers=build_hf_headers(token=resolve_token(token) or False))
-        hf_raise_for_status(r)
-        items = r.json()
-        if not isinstance(items, list):
-            raise HubError("the Hub's search answer is not a list")
-        found = [ModelInfo(**{**item, "siblings": None}) for item in items[:limit] if isinstance(item, dict)]
-    hits = []
-    for m in found:
-        gguf_info = getattr(m, "gguf", None) or {}
-        arch = str(gguf_info.get("architecture") or "") if isinstance(gguf_info, dict) else ""
-        hits.append(RepoHit(repo=m.id, downloads=int(m.downloads or 0), likes=int(m.likes or 0),
-                            gated=bool(m.gated), kind=kind, architecture=arch))
+    what = f"search '{query}'"
+    # One request, no retries: huggingface_hub's list_models pages with a backoff of ~25 s
+    # before it reports an unreachable endpoint; the parser is Amber's own (every field checked).
+    items = get_json(f"{endpoint()}/api/models", what, params=params, token=token)
+    return hits_from_json(items, kind, limit, what)
+
+
+def hits_from_json(items: Any, kind: str, limit: int = MAX_RESULTS, what: str = "search") -> list[RepoHit]:
+    """The search answer as hits: an item with a missing or mistyped field is left out; an answer
+    that is not a list, or has items but none usable, is a one-line HubError."""
+    if not isinstance(items, list):
+        raise HubError(f"{what}: the Hub's search answer is malformed (not a list)")
+    hits = [hit for hit in (_hit(item, kind) for item in items[:limit]) if hit is not None]
+    if items and not hits:
+        raise HubError(f"{what}: the Hub's search answer is malformed (no usable item)")
     return hits
+
+
+def _hit(item: Any, kind: str) -> RepoHit | None:
+    if not isinstance(item, dict):
+        return None
+    repo = item.get("id")
+    if not isinstance(repo, str) or not _REPO_ID.match(repo) or ".." in repo:
+        return None
+    downloads, likes = _count(item.get("downloads")), _count(item.get("likes"))
+    gated, arch = _gated(item.get("gated")), _architecture(item.get("gguf"))
+    if downloads is None or likes is None or gated is None or arch is None:
+        return None
+    return RepoHit(repo=repo, downloads=downloads, likes=likes, gated=gated, kind=kind, architecture=arch)
+
+
+def _count(value: Any) -> int | None:
+    """A download/like count: absent is 0; anything but a non-negative integer is None (bad)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        return None
+    return value
+
+
+def _gated(value: Any) -> bool | None:
+    """The Hub says false, "auto" or "manual" (any short word is taken as gated); None (bad) for
+    anything else."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and re.fullmatch(r"[a-z]{1,20}", value):
+        return True
+    return None
+
+
+def _architecture(gguf: Any) -> str | None:
+    """The GGUF architecture from the Hub's `gguf` block ("" when absent); None (bad) when it is
+    not a plain identifier."""
+    if gguf is None:
+        return ""
+    if not isinstance(gguf, dict):
+        return None
+    arch = gguf.get("architecture")
+    if arch is None or arch == "":
+        return ""
+    return arch if isinstance(arch, str) and _ARCH.match(arch) else None
 
 
 def repo_files(repo: str, revision: str | None = None, token: str | None = None) -> RepoFiles:
     """The repo's GGUF quantizations and ONNX graphs, with sizes and the Hub's SHA-256."""
     check_online()
     repo = check_repo_id(repo)
-    with hub_errors(repo):
-        info = api(token).model_info(repo, revision=revision, files_metadata=True)
-        return group_files(repo, info)
+    url = f"{endpoint()}/api/models/{repo}" + (f"/revision/{quote(revision, safe='')}" if revision else "")
+    return listing_from_json(repo, get_json(url, repo, params={"blobs": True}, token=token))
 
 
 def listing_from_json(repo: str, data: Any) -> RepoFiles:
-    """What `repo_files` does with the Hub's JSON answer (huggingface_hub's parser, then ours)."""
-    from huggingface_hub import ModelInfo
+    """The Hub's model-info answer as a listing: every field used is checked; a file whose name
+    could not be a safe local path is left out; anything else malformed is a one-line HubError."""
     with hub_errors(repo):
-        if not isinstance(data, dict):
-            raise HubError(f"{repo}: the Hub's answer is malformed")
-        return group_files(repo, ModelInfo(**{**data, "siblings": data.get("siblings")}))
+        return _listing(repo, data)
 
 
-def _size(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise HubError("the Hub's answer has an invalid file size")
+def _listing(repo: str, data: Any) -> RepoFiles:
+    if not isinstance(data, dict):
+        raise HubError(f"{repo}: the Hub's answer is malformed (not an object)")
+    siblings = data.get("siblings")
+    if siblings is None:
+        siblings = []
+    if not isinstance(siblings, list):
+        raise HubError(f"{repo}: the Hub's answer is malformed (its file list is not a list)")
+    files = [f for f in (_file(repo, s) for s in siblings) if f is not None]
+    gated, arch = _gated(data.get("gated")), _architecture(data.get("gguf"))
+    if gated is None:
+        raise HubError(f"{repo}: the Hub's answer is malformed (gated)")
+    if arch is None:
+        raise HubError(f"{repo}: the Hub's answer names an invalid architecture")
+    sha = data.get("sha")
+    revision = sha if isinstance(sha, str) and _COMMIT.match(sha) else "main"
+    return RepoFiles(repo=repo, revision=revision, gated=gated, architecture=arch, variants=_variants(files))
+
+
+def _file(repo: str, s: Any) -> HubFile | None:
+    if not isinstance(s, dict) or not isinstance(s.get("rfilename"), str):
+        raise HubError(f"{repo}: the Hub's answer is malformed (a file without a name)")
+    name = s["rfilename"]
+    if not safe_path(name):
+        return None                   # a name that could escape the download folder: never used
+    lfs = s.get("lfs")
+    if lfs is not None and not isinstance(lfs, dict):
+        raise HubError(f"{repo}: the Hub's answer is malformed (LFS metadata of {name})")
+    size = _size(repo, name, (lfs.get("size") if lfs else s.get("size")) or 0)
+    sha = lfs.get("sha256") if lfs else ""
+    return HubFile(name, size, sha if isinstance(sha, str) and _SHA256.match(sha) else "")
+
+
+def _size(repo: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise HubError(f"{repo}: the Hub's answer has an invalid size for {name}")
     return value
 
 
-def group_files(repo: str, info: Any) -> RepoFiles:
-    files: list[HubFile] = []
-    for s in info.siblings or []:
-        if not isinstance(s.rfilename, str) or not safe_path(s.rfilename):
-            continue                  # a name that could escape the download folder: never used
-        lfs = s.lfs
-        size = _size((lfs.size if lfs else s.size) or 0)
-        sha = lfs.sha256 if lfs and isinstance(lfs.sha256, str) and re.match(r"^[0-9a-f]{64}$", lfs.sha256) else ""
-        files.append(HubFile(s.rfilename, size, sha))
+def _variants(files: list[HubFile]) -> list[Variant]:
     variants: dict[str, Variant] = {}
     for f in files:
         low = f.path.lower()
@@ -183,9 +255,4 @@ def group_files(repo: str, info: Any) -> RepoFiles:
                         v.files.append(g)
     for v in variants.values():
         v.files.sort(key=lambda f: f.path if v.kind == "gguf" else (not f.path.endswith(".onnx"), f.path))
-    gguf_info = getattr(info, "gguf", None) or {}
-    arch = str(gguf_info.get("architecture") or "") if isinstance(gguf_info, dict) else ""
-    ordered = sorted(variants.values(), key=lambda v: (v.kind != "gguf", v.size))
-    revision = info.sha if isinstance(info.sha, str) and re.match(r"^[0-9a-f]{40}$", info.sha) else "main"
-    return RepoFiles(repo=repo, revision=revision, gated=bool(info.gated),
-                     architecture=arch, variants=ordered)
+    return sorted(variants.values(), key=lambda v: (v.kind != "gguf", v.size))

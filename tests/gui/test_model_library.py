@@ -144,3 +144,30 @@ def test_a_late_answer_for_an_earlier_pick_is_ignored(qtbot, local_hub, monkeypa
     qtbot.wait(2500)                    # the F32 answer has come and gone
     assert dlg.plan.variant.quant == "Q8_0" and "Tiny-Chat-Q8_0.gguf" in dlg.info.text()
     dlg.tasks.wait(5)
+
+
+def test_control_characters_from_the_hub_never_reach_the_dialog(qtbot, local_hub, tiny_q8):
+    import json
+    import unicodedata
+
+    from app.gui.dialogs.model_library import ModelLibraryDialog
+    local_hub.repos["evil/Names-GGUF"] = Repo(files={"Tiny-\x1b[2J\x07-Q8_0.gguf": tiny_q8, "Tiny-Q8_0.gguf": tiny_q8},
+                                              architecture="llama")
+    local_hub.raw["/api/models"] = json.dumps([
+        {"id": "evil/\x1b[31mRed-GGUF\x07", "downloads": 9},
+        {"id": "evil/Names-GGUF", "downloads": 3, "gguf": {"architecture": "llama\u202e\x1b]0;x\x07"}},
+        {"id": "evil/Names-GGUF", "downloads": 3, "gguf": {"architecture": "llama"}}]).encode()
+    dlg = ModelLibraryDialog()
+    qtbot.addWidget(dlg)
+    pick_repo(qtbot, dlg, "names", "evil/Names-GGUF")
+    texts = [dlg.repos.item(i).text() for i in range(dlg.repos.count())]
+    texts += [dlg.files.item(r, c).text() for r in range(dlg.files.rowCount()) for c in range(dlg.files.columnCount())]
+    texts += [dlg.info.text(), dlg.status.text()]
+    assert all(unicodedata.category(ch) not in ("Cc", "Cf") for t in texts for ch in t), texts
+    assert [dlg.files.item(r, 4).text() for r in range(dlg.files.rowCount())] == ["Tiny-Q8_0.gguf"]
+    dlg.query.setText("x\x1b[2J")        # an error quoting what was typed stays one plain line too
+    local_hub.raw["/api/models"] = b"[" * 100_000
+    dlg.search_btn.click()
+    qtbot.waitUntil(lambda: "nested" in dlg.status.text(), timeout=15000)
+    assert "\x1b" not in dlg.status.text() and "\n" not in dlg.status.text()
+    dlg.tasks.wait(5)

@@ -5,14 +5,17 @@ metadata (`GET /api/models/{repo}[/revision/{rev}]?blobs=true`: siblings, LFS sh
 `HEAD`/`GET /{repo}/resolve/{rev}/{file}` with the X-Repo-Commit / ETag / X-Linked-Etag /
 X-Linked-Size headers and Range requests. Gated repos answer 401 + `X-Error-Code: GatedRepo`
 without the right token, as the Hub does. Faults for the tests: `cut[path] = n` sends the full
-Content-Length, then n bytes, then drops the connection (once per entry); `corrupt` serves a
-flipped byte; every request is recorded in `requests`.
+Content-Length, then n bytes, then drops the connection (once per entry); `stall[path] = [n, k]`
+sends n bytes on each of the next k GETs of that file, then neither sends nor closes until the
+client hangs up; `corrupt` serves a flipped byte; `raw[path] = bytes` answers GET `path` with those
+bytes as JSON (a malformed or hostile answer); every request is recorded in `requests`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+import select
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,14 +42,18 @@ class Hub:
     repos: dict[str, Repo] = field(default_factory=dict)
     cut: dict[str, int] = field(default_factory=dict)
     corrupt: set[str] = field(default_factory=set)
+    stall: dict[str, list[int]] = field(default_factory=dict)
+    raw: dict[str, bytes] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
     server: Any = None
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def get_requests(self, method: str, path_part: str) -> list[dict[str, Any]]:
         return [r for r in self.requests if r["method"] == method and path_part in r["path"]]
 
     def stop(self) -> None:
+        self.stopping.set()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
@@ -101,6 +108,8 @@ def start(hub: Hub) -> Hub:
             path = unquote(u.path)
             hub.requests.append({"method": self.command, "path": path, "range": self.headers.get("Range"),
                                  "auth": self.headers.get("Authorization"), "query": u.query})
+            if path in hub.raw and self.command == "GET":
+                return self._raw(hub.raw[path])
             if path == "/api/models":
                 return self._search(parse_qs(u.query))
             m = re.match(r"^/api/models/([^/]+/[^/]+?)(?:/revision/([^/]+))?$", path)
@@ -110,6 +119,23 @@ def start(hub: Hub) -> Hub:
             if m:
                 return self._resolve(m.group(1), m.group(2), m.group(3))
             self._json(404, {"error": "no such endpoint"})
+
+        def _raw(self, body: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _hold_until_the_client_hangs_up(self) -> None:
+            while not hub.stopping.is_set():
+                ready, _, _ = select.select([self.connection], [], [], 0.2)
+                if ready:
+                    try:
+                        if not self.connection.recv(1024):
+                            return
+                    except OSError:
+                        return
 
         def _search(self, q: dict[str, list[str]]) -> None:
             text = (q.get("search") or [""])[0].lower()
@@ -172,6 +198,13 @@ def start(hub: Hub) -> Hub:
             self.end_headers()
             if self.command == "HEAD":
                 return
+            stall = hub.stall.get(fpath)
+            if stall is not None and stall[1] > 0:
+                stall[1] -= 1
+                self.wfile.write(body[:stall[0]])
+                self.wfile.flush()
+                self.close_connection = True
+                return self._hold_until_the_client_hangs_up()
             cut = hub.cut.pop(fpath, None)
             if cut is not None:
                 self.wfile.write(body[:cut])

@@ -14,6 +14,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDialog, QHBoxLayou
                                QLabel, QLineEdit, QListWidget, QListWidgetItem, QProgressBar, QPushButton,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from engine.base.oneline import one_line as shown   # names from the Hub: control characters escaped
+
 from .. import accessibility as a11y
 from ..tasks import ProgressRelay, TaskRunner
 
@@ -32,12 +34,14 @@ def progress_text(p: Any) -> tuple[float, str]:
     """(bar fraction 0..1, label) for an engine.hub Progress: download 0-80 %, conversion 80-100 %."""
     from engine.hub import human
     if p.stage == "download":
-        return (0.8 * p.fraction, f"Downloading {p.what}: {human(p.done)} of {human(p.total)} · "
+        return (0.8 * p.fraction, f"Downloading {shown(p.what)}: {human(p.done)} of {human(p.total)} · "
                                   f"{human(p.speed)}/s · {_duration(p.eta_s)} left")
     if p.stage == "verify":
-        return (0.8, f"Checking {p.what} (SHA-256)…")
+        return (0.8, f"Checking {shown(p.what)} (SHA-256)…")
     if p.stage == "convert":
         return (0.8 + 0.2 * p.fraction, f"Converting to ONNX: {p.done}/{p.total} tensors")
+    if p.stage == "check":
+        return (0.95, "Checking that the model loads…")
     return (1.0, "Installing…")
 
 
@@ -95,6 +99,7 @@ class ModelLibraryDialog(QDialog):
         middle.addWidget(self.files, 3)
 
         self.info = QLabel("Pick a model.")
+        self.info.setTextFormat(Qt.TextFormat.PlainText)    # it quotes names from the Hub: never markup
         self.info.setWordWrap(True)
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.bar = QProgressBar()
@@ -102,6 +107,7 @@ class ModelLibraryDialog(QDialog):
         self.bar.setVisible(False)
         a11y.name(self.bar, "Download progress")
         self.status = QLabel("")
+        self.status.setTextFormat(Qt.TextFormat.PlainText)
         self.status.setWordWrap(True)
         self.download_btn = QPushButton("Download")
         self.download_btn.setEnabled(False)
@@ -146,7 +152,7 @@ class ModelLibraryDialog(QDialog):
         from engine.hub import search, supported_architectures
         supported = supported_architectures()
         text, kind = self.query.text().strip(), "onnx" if self.onnx.isChecked() else "gguf"
-        self.status.setText(f"Searching for “{text}”…")
+        self.status.setText(f"Searching for “{shown(text)}”…")
         self.search_btn.setEnabled(False)
         ticket = self._next("search")
 
@@ -156,10 +162,10 @@ class ModelLibraryDialog(QDialog):
                 return
             self.repos.clear()
             for h in hits:
-                extra = (f" · {h.architecture}" if h.architecture else "") + (" · gated" if h.gated else "")
+                extra = (f" · {shown(h.architecture)}" if h.architecture else "") + (" · gated" if h.gated else "")
                 if h.kind == "gguf" and h.architecture and h.architecture not in supported:
                     extra += " · not supported yet"
-                item = QListWidgetItem(f"{h.repo}  ({h.downloads:,} downloads{extra})")
+                item = QListWidgetItem(f"{shown(h.repo)}  ({h.downloads:,} downloads{extra})")
                 item.setData(ROLE_REPO, h.repo)
                 item.setData(ROLE_FILE, "")
                 self.repos.addItem(item)
@@ -176,7 +182,7 @@ class ModelLibraryDialog(QDialog):
         self.files.setRowCount(0)
         self.download_btn.setEnabled(False)
         self.listing = None
-        self.info.setText(f"Reading {repo}…")
+        self.info.setText(f"Reading {shown(repo)}…")
         ticket = self._next("repo")
         self._next("plan")        # a plan for the previous repo's file is stale too
 
@@ -200,15 +206,16 @@ class ModelLibraryDialog(QDialog):
         self.files.setRowCount(len(listing.variants))
         pick = 0
         for row, (v, fit) in enumerate(zip(listing.variants, fits, strict=True)):   # one fit per variant
-            cells = [v.quant, human(v.size), f"~{human(fit.memory_bytes)}", fit.verdict,
-                     v.name + (f" (+{len(v.files) - 1} parts)" if v.split else "")]
+            cells = [shown(v.quant), human(v.size), f"~{human(fit.memory_bytes)}", fit.verdict,
+                     shown(v.name) + (f" (+{len(v.files) - 1} parts)" if v.split else "")]
             for col, text in enumerate(cells):
                 self.files.setItem(row, col, QTableWidgetItem(text))
             if want and (want in (v.name, v.quant)):
                 pick = row
-        arch = f" · {listing.architecture}" if listing.architecture else ""
-        self.info.setText(f"{listing.repo}{arch} · {len(listing.variants)} files" if listing.variants
-                          else f"{listing.repo}: no GGUF or ONNX model files")
+        arch = f" · {shown(listing.architecture)}" if listing.architecture else ""
+        repo = shown(listing.repo)
+        self.info.setText(f"{repo}{arch} · {len(listing.variants)} files" if listing.variants
+                          else f"{repo}: no GGUF or ONNX model files")
         if listing.variants:
             self.files.selectRow(pick)
 
@@ -229,7 +236,7 @@ class ModelLibraryDialog(QDialog):
                 return
             self.plan = p
             resumes = p.variant.size - p.fit.download_bytes
-            self.info.setText(f"{p.variant.name} → “{p.name}”: {p.fit.summary()}"
+            self.info.setText(f"{shown(p.variant.name)} → “{shown(p.name)}”: {p.fit.summary()}"
                               + (f" — resumes a partial download ({human(resumes)} already here)"
                                  if resumes > 0 else "")
                               + ("" if p.fit.disk_ok else " — not enough disk space"))
@@ -240,7 +247,7 @@ class ModelLibraryDialog(QDialog):
                 return
             self.plan = None
             self.download_btn.setEnabled(False)
-            self.info.setText(str(exc))
+            self.info.setText(shown(str(exc)))
 
         self.tasks.run_task(lambda: plan(repo, v.name if v.kind == "gguf" else v.files[0].path), done, failed)
 
@@ -256,7 +263,7 @@ class ModelLibraryDialog(QDialog):
         p = self.plan
         cancel = self.cancel_event = threading.Event()
         self._set_busy(True)
-        self.status.setText(f"Getting {p.variant.name}…")
+        self.status.setText(f"Getting {shown(p.variant.name)}…")
 
         def feed(pr: Any) -> None:           # worker thread
             self.relay(*progress_text(pr))
@@ -264,7 +271,7 @@ class ModelLibraryDialog(QDialog):
         def done(dest: Path) -> None:
             self._set_busy(False)
             self.bar.setValue(1000)
-            self.status.setText(f"“{dest.name}” is ready: pick it in the model menu")
+            self.status.setText(f"“{shown(dest.name)}” is ready: pick it in the model menu")
             self.installed.emit(dest)
 
         def failed(exc: BaseException) -> None:
@@ -297,8 +304,8 @@ class ModelLibraryDialog(QDialog):
         def show(exc: BaseException) -> None:
             if also:
                 also()
-            self.last_error = str(exc)
-            self.status.setText(str(exc))       # one place: the status line under the lists
+            self.last_error = shown(str(exc))
+            self.status.setText(self.last_error)    # one place: the status line under the lists
             self.info.setText("")
         return show
 
@@ -307,7 +314,7 @@ class ModelLibraryDialog(QDialog):
         from engine.hub import AuthRequired, store_token
         if not isinstance(exc, AuthRequired):
             return False
-        token = self.ask_token(str(exc))
+        token = self.ask_token(shown(str(exc)))
         if not token:
             return False
         self.status.setText("Token saved; trying again…")
