@@ -13,7 +13,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, Signal
 
 from app.store.memory import MemoryStore
-from engine.api import ChatEngine, SessionInfo, SessionKind
+from engine.api import ChatEngine, SessionInfo, SessionKind, SessionNotOpen
 
 from ...chat.kv import chat_salt, kv_state_of
 from .. import chat_figures
@@ -274,11 +274,12 @@ class ChatsController(QObject):
             store.set_pinned(chat_id, pin)
             if engine is None:
                 return None
-            info = _pin(engine, store, chat_id) if pin else _unpin(engine, chat_id)
-            if info is not None:
-                store.set_kv_state(chat_id, *kv_state_of(info))
-            else:
-                store.set_kv_state(chat_id, "none", 0)
+            try:
+                info = _pin(engine, store, chat_id) if pin else _unpin(engine, store, chat_id)
+            except BaseException:
+                store.set_pinned(chat_id, not pin)   # the engine did not follow: as it was
+                raise
+            store.set_kv_state(chat_id, *kv_state_of(info))
             return info
 
         def done(info: Any) -> None:
@@ -289,7 +290,13 @@ class ChatsController(QObject):
                                   **({} if pin else {"kv_state": "none", "kv_bytes": 0}))
 
         def failed(exc: BaseException) -> None:
-            self.model.update(chat_id, saving=False)
+            # As it was; what the engine has open is unknown now: the next send opens it again.
+            self.opened.pop(chat_id, None)
+            if self.model.chat(chat_id) is not None:
+                self.model.update(chat_id, pinned=not pin, saving=False)
+                self.listChanged.emit()
+                if chat_id == self.current_id:
+                    self.headerChanged.emit()
             self._fail(exc)
 
         self.tasks.run_task(work, done, failed)
@@ -407,24 +414,24 @@ def _wait_saved(engine: ChatEngine, chat_id: str) -> SessionInfo:
 
 
 def _pin(engine: ChatEngine, store: Any, chat_id: str) -> SessionInfo:
+    """Pins the chat's session and waits for its save. A chat the engine has not open (not
+    opened since launch, or closed) is opened first, with its salt, as it is on disk."""
     try:
-        engine.info(chat_id)
-    except KeyError:
-        engine.open(chat_id, SessionKind.PINNED,
-                    getattr(store.get_conversation(chat_id), "cache_salt", None))
-    engine.pin(chat_id)
+        engine.pin(chat_id)
+    except SessionNotOpen:
+        engine.open(chat_id, SessionKind.PINNED, chat_salt(engine, store, chat_id))
+        engine.pin(chat_id)      # saved now: a session opened as new has nothing on disk yet
     return _wait_saved(engine, chat_id)
 
 
-def _unpin(engine: ChatEngine, chat_id: str) -> SessionInfo | None:
+def _unpin(engine: ChatEngine, store: Any, chat_id: str) -> SessionInfo:
+    """Unpins the chat's session: what was saved for it goes. A chat the engine has not open
+    is opened as regular, which unpins the session saved on disk."""
     try:
         engine.unpin(chat_id)
-    except KeyError:
-        pass
-    try:
-        return engine.info(chat_id)
-    except KeyError:
-        return None
+    except SessionNotOpen:
+        engine.open(chat_id, SessionKind.REGULAR, chat_salt(engine, store, chat_id))
+    return engine.info(chat_id)
 
 
 def clean_snippet(s: str) -> str:
