@@ -269,6 +269,22 @@ def test_pin_and_unpin_an_opened_chat_and_pin_after_close(real: RealWindows, qtb
     assert real.errors == []
 
 
+def test_pin_then_close_at_once_stays_pinned(real: RealWindows, qtbot: Any) -> None:
+    """Closing the chat while it is being pinned: the pin stays (a session closed while its save
+    runs is not a failed pin), and the chat is pinned in the engine after a restart."""
+    w = real.window()
+    reply(qtbot, w, "Keep me.")
+    cid = w.current_id
+    w.toggle_pin(cid)
+    w.close_chat(cid)
+    qtbot.waitUntil(lambda: w.tasks.pending == 0 and not w.chat_model.chat(cid).saving, timeout=REPLY_WAIT)
+    assert real.errors == [] and w.chat_model.chat(cid).pinned and w.store.get_conversation(cid).pinned
+    w = real.restart(w)
+    open_chat(qtbot, w, cid)
+    reply(qtbot, w, "Still pinned?")
+    assert w.engine.info(cid).kind == SessionKind.PINNED and real.errors == []
+
+
 def test_a_chat_the_engine_let_go_of_still_answers(real: RealWindows, qtbot: Any) -> None:
     """The window's record of what the engine has open can go stale (the engine closed the
     session): the next message opens it again instead of failing with "not open"."""

@@ -275,11 +275,13 @@ class ChatsController(QObject):
             if engine is None:
                 return None
             try:
-                info = _pin(engine, store, chat_id) if pin else _unpin(engine, store, chat_id)
+                (_pin if pin else _unpin)(engine, store, chat_id)
             except BaseException:
                 store.set_pinned(chat_id, not pin)   # the engine did not follow: as it was
                 raise
-            store.set_kv_state(chat_id, *kv_state_of(info))
+            info = _settled(engine, chat_id)
+            if info is not None:
+                store.set_kv_state(chat_id, *kv_state_of(info))
             return info
 
         def done(info: Any) -> None:
@@ -413,25 +415,32 @@ def _wait_saved(engine: ChatEngine, chat_id: str) -> SessionInfo:
     return info
 
 
-def _pin(engine: ChatEngine, store: Any, chat_id: str) -> SessionInfo:
-    """Pins the chat's session and waits for its save. A chat the engine has not open (not
+def _settled(engine: ChatEngine, chat_id: str) -> SessionInfo | None:
+    """The session's info once its save is done; None when the chat was closed meanwhile (a
+    pinned one's save goes on without it)."""
+    try:
+        return _wait_saved(engine, chat_id)
+    except SessionNotOpen:
+        return None
+
+
+def _pin(engine: ChatEngine, store: Any, chat_id: str) -> None:
+    """Pins the chat's session (saved in the background). A chat the engine has not open (not
     opened since launch, or closed) is opened first, with its salt, as it is on disk."""
     try:
         engine.pin(chat_id)
     except SessionNotOpen:
         engine.open(chat_id, SessionKind.PINNED, chat_salt(engine, store, chat_id))
         engine.pin(chat_id)      # saved now: a session opened as new has nothing on disk yet
-    return _wait_saved(engine, chat_id)
 
 
-def _unpin(engine: ChatEngine, store: Any, chat_id: str) -> SessionInfo:
+def _unpin(engine: ChatEngine, store: Any, chat_id: str) -> None:
     """Unpins the chat's session: what was saved for it goes. A chat the engine has not open
     is opened as regular, which unpins the session saved on disk."""
     try:
         engine.unpin(chat_id)
     except SessionNotOpen:
         engine.open(chat_id, SessionKind.REGULAR, chat_salt(engine, store, chat_id))
-    return engine.info(chat_id)
 
 
 def clean_snippet(s: str) -> str:
