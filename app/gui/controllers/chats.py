@@ -4,6 +4,7 @@ close, search, siblings. Work runs off the UI thread; what changed is a signal."
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -64,10 +65,26 @@ class ChatsController(QObject):
         self.search_query = ""
         self.load_seq = 0                     # a chat's messages arrive only if still wanted
         self._watching: set[str] = set()
+        self._engine_work: dict[str, threading.Event] = {}   # each chat's last pin / close: done?
         self.model.renameRequested.connect(self.rename)
 
     def _fail(self, exc: BaseException) -> None:
         self.errorOccurred.emit(exc)
+
+    def _in_chat_order(self, chat_id: str, work: Callable[[], Any]) -> Callable[[], Any]:
+        """`work` run once the pin / unpin / close asked before it for the same chat is done (on
+        the UI thread): a pin followed at once by a close saves the pinned KV, then closes."""
+        before, done = self._engine_work.get(chat_id), threading.Event()
+        self._engine_work[chat_id] = done
+
+        def run() -> Any:
+            try:
+                if before is not None:
+                    before.wait()
+                return work()
+            finally:
+                done.set()
+        return run
 
     # --- what a chat is ----------------------------------------------------------------------
     @property
@@ -301,7 +318,7 @@ class ChatsController(QObject):
                     self.headerChanged.emit()
             self._fail(exc)
 
-        self.tasks.run_task(work, done, failed)
+        self.tasks.run_task(self._in_chat_order(chat_id, work), done, failed)
 
     def duplicate(self, chat_id: str, upto_message_id: Any = None) -> None:
         """A copy of the chat (up to a message: a branch), listed and opened."""
@@ -325,7 +342,7 @@ class ChatsController(QObject):
         engine = self.engines.engine
         if engine is not None and chat_id in self.opened:
             self.opened.pop(chat_id, None)
-            self.tasks.run_task(lambda: engine.close(chat_id))
+            self.tasks.run_task(self._in_chat_order(chat_id, lambda: engine.close(chat_id)))
 
     def discard_temporary(self, chat_id: str) -> None:
         engine = self.engines.engine
