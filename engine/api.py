@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
-
 
 
 KV_STORE_MODEL = "model"          # saved KV in the model's own dtype: lossless (the default)
@@ -133,12 +133,55 @@ class CancelToken(Protocol):
     def is_set(self) -> bool: ...
 
 
+# ---- what a ChatEngine raises -----------------------------------------------------------------
+class SessionError(Exception):
+    """A session operation cannot be done; the message says why. The base of the typed errors
+    below: `except SessionError` catches every one of them."""
+
+
+class SessionNotOpen(SessionError):
+    """The session is not open in this engine: never opened since it started, or closed, or deleted.
+    Opening it again (`open`) is the way back; a pinned one resumes from disk."""
+
+
+class SessionBusy(SessionError):
+    """The session is generating already, or open in another Amber process, or the KV store is
+    busy with another process's save: try again later."""
+
+
+class SessionKindConflict(SessionError):
+    """A temporary session cannot be pinned, become persistent (or the other way round), or
+    reuse the id of a session saved on disk."""
+
+
+class CacheSaltMismatch(SessionError):
+    """The session has a cache salt and was opened with another one (or none)."""
+
+
+class ModelNotReady(SessionError):
+    """The engine was shut down (quitting, or its model being switched): nothing runs on it any more."""
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine can do, as data (callers branch on these, never on the engine's type)."""
+    remote: bool = False            # the model runs on another machine: it cannot delete local KV files
+    per_chat_salt: bool = False     # wants a cache salt stored with each non-temporary chat (opened with it)
+    batches_decode: bool = False    # concurrent generations share decode steps: callers may run them in parallel
+    token_prompts: bool = False     # also a `TokenEngine`: token-id prompts and its tokenizer (raw completions)
+    state_dir: Path | None = None   # where pinned sessions are saved (they resume after a restart); None: nowhere
+    provider_fallback: str | None = None   # why it runs on the CPU though a GPU was asked for
+
+
 class ChatEngine(Protocol):
     """What the GUI needs from the engine: a session manager over one loaded model.
 
     `engine.sessions.manager.SessionManager` and `engine.remote.RemoteEngine` implement it (mypy
-    checks that: engine/conformance.py); GUI tests use a fake with the same shape.
+    checks that: engine/conformance.py); GUI tests use a fake that does only what the contract
+    suite (tests/engine/test_engine_contract.py) shows the real engines do.
     Every method may be called from any worker thread; none must be called on the UI thread.
+    Errors are the `SessionError` subclasses above, as each method says; a remote engine also
+    raises `engine.remote.RemoteError` when its server fails or cannot be reached.
     """
 
     # Read-only: implementations compute them (properties) or set them once they know the model.
@@ -151,22 +194,48 @@ class ChatEngine(Protocol):
     @property
     def model_name(self) -> str: ...
 
+    @property
+    def capabilities(self) -> EngineCapabilities: ...
+
     def open(self, session_id: str, kind: SessionKind = SessionKind.REGULAR,
-             cache_salt: str | None = None) -> SessionInfo: ...
+             cache_salt: str | None = None) -> SessionInfo:
+        """Opens the session (a pinned one saved on disk resumes), creating it when new; opening an
+        open one again gives it `kind` (pins or unpins it). SessionKindConflict: temporary to or
+        from persistent; CacheSaltMismatch; SessionBusy: open in another Amber process;
+        ModelNotReady: the engine was shut down."""
+        ...
 
     def generate(self, session_id: str, messages: Sequence[ChatMessage],
                  sampling: SamplingParams | None = None,
-                 cancel: CancelToken | None = None) -> Iterator[StreamEvent]: ...
+                 cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+        """Streams the reply to `messages` (the whole chat): `PrefillProgress`, `TextChunk`s, then
+        one `GenerationResult` (finish_reason "cancelled" once `cancel` is set). SessionNotOpen;
+        SessionBusy: it is generating already; ModelNotReady. They may be raised at the call or
+        at the first event."""
+        ...
 
-    def pin(self, session_id: str) -> None: ...
+    def pin(self, session_id: str) -> None:
+        """Makes an open session persistent (its KV is saved in the background: `info().saving`).
+        SessionNotOpen; SessionKindConflict: a temporary session."""
+        ...
 
-    def unpin(self, session_id: str) -> None: ...
+    def unpin(self, session_id: str) -> None:
+        """Back to regular: what was saved for it goes. SessionNotOpen. A regular one: nothing."""
+        ...
 
-    def close(self, session_id: str) -> None: ...
+    def close(self, session_id: str) -> None:
+        """Frees the session's memory (a pinned one stays on disk; a temporary one is gone).
+        A session that is not open: nothing."""
+        ...
 
-    def delete(self, session_id: str) -> None: ...
+    def delete(self, session_id: str) -> None:
+        """Forgets the session, open or not: memory and whatever was saved. SessionBusy: open in
+        another Amber process."""
+        ...
 
-    def info(self, session_id: str) -> SessionInfo: ...
+    def info(self, session_id: str) -> SessionInfo:
+        """Where the open session's KV is and how big. SessionNotOpen."""
+        ...
 
     def stats(self) -> dict[str, Any]: ...
 
@@ -175,3 +244,24 @@ class ChatEngine(Protocol):
         ...
 
     def shutdown(self, timeout: float = 10.0) -> None: ...
+
+
+class TokenEngine(ChatEngine, Protocol):
+    """A `ChatEngine` that also takes token-id prompts and tokenizes (`capabilities.token_prompts`):
+    what the API server's raw completions and prompt limits need."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """The prompt token ids of `messages` under the model's chat template."""
+        ...
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """The token ids of a raw prompt (no chat template)."""
+        ...
+
+    def generate_tokens(self, session_id: str, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
+                        cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+        """As `generate`, for a prompt given as token ids; the same errors."""
+        ...

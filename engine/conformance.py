@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .api import ChatEngine
+    from .api import ChatEngine, TokenEngine
     from .remote.engine import RemoteEngine
     from .sessions.manager import SessionManager
 
     _LOCAL: type[ChatEngine] = SessionManager
     _REMOTE: type[ChatEngine] = RemoteEngine
+    _TOKENS: type[TokenEngine] = SessionManager     # what the API server's token prompts use

@@ -4,6 +4,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from engine.api import ChatEngine
+
 
 def kv_state_of(info: Any) -> tuple[str, int]:
     """What the sidebar shows for a session: "disk" when its KV is saved (a pinned chat, even
@@ -17,7 +19,7 @@ def kv_state_of(info: Any) -> tuple[str, int]:
     return ("disk", disk) if where == "disk" else ("none", 0)
 
 
-def chat_salt(engine: Any, store: Any, chat_id: str, detail: Any = None,
+def chat_salt(engine: ChatEngine, store: Any, chat_id: str, detail: Any = None,
               temporary: bool = False) -> str | None:
     """The salt to open a chat with: the stored one, or — for an engine that wants one per chat
     (remote vLLM / Amber servers) — a new 256-bit salt, stored with the chat first. Temporary
@@ -27,13 +29,13 @@ def chat_salt(engine: Any, store: Any, chat_id: str, detail: Any = None,
     if detail is None:
         detail = store.get_conversation(chat_id)
     salt = getattr(detail, "cache_salt", None)
-    if salt or temporary or not getattr(engine, "per_chat_salt", False):
+    if salt or temporary or not engine.capabilities.per_chat_salt:
         return salt
     salt = secrets.token_urlsafe(32)     # 256 bits, as engine.remote.engine.new_cache_salt
     store.set_cache_salt(chat_id, salt)
     return salt
 
 
-def is_remote_engine(engine: Any) -> bool:
+def is_remote_engine(engine: ChatEngine) -> bool:
     """An engine on another machine (engine.remote): it cannot delete local KV files."""
-    return bool(getattr(engine, "is_remote", False))
+    return engine.capabilities.remote

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Generator, Literal
+from typing import Any, Callable, Generator, Iterator, Literal, Sequence
 
-from engine.api import (CancelToken, ChatEngine, ChatMessage, GenerationResult, PrefillProgress, SessionKind,
-                        TextChunk)
+from engine.api import (CancelToken, ChatEngine, ChatMessage, GenerationResult, PrefillProgress, SamplingParams,
+                        SessionKind, SessionNotOpen, StreamEvent, TextChunk)
 
 from .kv import chat_salt, kv_state_of
 from .overflow import overflow_policy
@@ -93,8 +93,11 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
         ids = [m.id for m in path]
         path = path[: ids.index(req.parent_id) + 1] if req.parent_id in ids else path
     yield UserSaved(user)
-    if req.open_session:
+    def open_session() -> None:
         engine.open(chat_id, req.kind, chat_salt(engine, store, chat_id, detail, req.temporary))
+
+    if req.open_session:
+        open_session()
     overrides = dict(getattr(detail, "settings", None) or {})
     system = getattr(detail, "system_prompt", "") or settings.system_prompt
     messages = ([ChatMessage("system", system)] if system else []) + \
@@ -103,7 +106,7 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
     sampling.overflow = overflow_policy(overrides, settings)
     reply, result, error = "", None, None
     try:
-        for ev in engine.generate(chat_id, messages, sampling, cancel):
+        for ev in _reply(engine, chat_id, messages, sampling, cancel, open_session):
             if isinstance(ev, TextChunk):
                 reply += ev.text
                 yield Chunk(ev.text, len(ev.token_ids))
@@ -132,6 +135,24 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
         store.set_kv_state(chat_id, *kv_state_of(info))
     return TurnOutcome(rows=rows, assistant=assistant, figures=figures, info=info, error=error,
                        detail=store.get_conversation(chat_id), text=reply)
+
+
+def _reply(engine: ChatEngine, chat_id: str, messages: Sequence[ChatMessage], sampling: SamplingParams,
+           cancel: CancelToken, open_session: Callable[[], None]) -> Iterator[StreamEvent]:
+    """The engine's reply. A session the engine does not have open although the window thought
+    so (closed meanwhile, say) is opened and asked once more: a stale record never makes every
+    later message of the chat fail."""
+    first: StreamEvent | None
+    try:      # an engine may raise at the call or at the first event
+        events = iter(engine.generate(chat_id, messages, sampling, cancel))
+        first = next(events, None)
+    except SessionNotOpen:
+        open_session()
+        events = iter(engine.generate(chat_id, messages, sampling, cancel))
+        first = next(events, None)
+    if first is not None:
+        yield first
+    yield from events
 
 
 def drain(gen: Generator[TurnEvent, None, TurnOutcome]) -> tuple[list[TurnEvent], TurnOutcome]:

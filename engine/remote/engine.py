@@ -26,9 +26,10 @@ from typing import Any, Iterator, Sequence
 
 import httpx2 as httpx
 
-from engine.api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
-                  KVLocation, OverflowPolicy, SamplingParams, SessionInfo, SessionKind, StreamEvent,
-                  TextChunk)
+from engine.api import (CacheSaltMismatch, CancelToken, ChatMessage, EngineCapabilities, FinishReason,
+                        GenerationFigures, GenerationResult, KVLocation, ModelNotReady, OverflowPolicy,
+                        SamplingParams, SessionBusy, SessionInfo, SessionKind, SessionKindConflict,
+                        SessionNotOpen, StreamEvent, TextChunk)
 from engine.remote.http import (MAX_JSON_BODY, ContextOverflow, RemoteEndpoint, RemoteError,
                           make_client, one_line, parse_json, read_bounded, read_error_body, redact, socket_of,
                           sse_data, status_error, transport_error)
@@ -99,6 +100,7 @@ class _Session:
     salt: str | None          # the chat's stored salt (None for temporary chats)
     wire_salt: str | None     # what is sent: the stored salt, or a memory-only one
     tokens: int = 0
+    generating: bool = False
 
 
 def _drop_oldest(msgs: list[Any], keep_system: bool) -> tuple[list[Any], int]:
@@ -120,8 +122,8 @@ def _num(v: Any) -> float | None:
 class RemoteEngine:
     """A chat engine whose model runs on an OpenAI-compatible server. Thread-safe."""
 
-    per_chat_salt = True      # the GUI stores a salt with each (non-temporary) chat for us
-    is_remote = True
+    # The GUI stores a salt with each (non-temporary) chat for us; no KV is kept on this machine.
+    capabilities = EngineCapabilities(remote=True, per_chat_salt=True)
 
     def __init__(self, endpoint: RemoteEndpoint, *, connect: bool = True):
         self.endpoint = endpoint
@@ -131,6 +133,7 @@ class RemoteEngine:
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
         self._requests = 0
+        self._closed = False
         if connect:
             self.connect()
 
@@ -164,9 +167,16 @@ class RemoteEngine:
     def open(self, session_id: str, kind: SessionKind = SessionKind.REGULAR,
              cache_salt: str | None = None) -> SessionInfo:
         kind = SessionKind(kind)
+        if self._closed:
+            raise ModelNotReady(f"the connection to {self.endpoint.host} was shut down")
         with self._lock:
             s = self._sessions.get(session_id)
-            if s is None or (kind == SessionKind.TEMPORARY) != (s.kind == SessionKind.TEMPORARY):
+            if s is not None and (kind == SessionKind.TEMPORARY) != (s.kind == SessionKind.TEMPORARY):
+                raise SessionKindConflict(f"session {session_id} is {s.kind.value}; a temporary session cannot "
+                                          "become persistent or the other way round")
+            if s is not None and s.salt and cache_salt != s.salt:
+                raise CacheSaltMismatch(f"session {session_id} was opened with another cache salt")
+            if s is None:
                 temp = kind == SessionKind.TEMPORARY
                 salt = None if temp else cache_salt
                 # No stored salt (or a temporary chat): one held in memory only, never reused later.
@@ -186,9 +196,18 @@ class RemoteEngine:
 
     def _set_kind(self, session_id: str, kind: SessionKind) -> None:
         with self._lock:
-            s = self._sessions.get(session_id)
-            if s is not None and s.kind != SessionKind.TEMPORARY:
-                s.kind = kind
+            s = self._get(session_id)
+            if s.kind == SessionKind.TEMPORARY:
+                if kind == SessionKind.PINNED:
+                    raise SessionKindConflict("a temporary session cannot be pinned")
+                return
+            s.kind = kind
+
+    def _get(self, session_id: str) -> _Session:
+        s = self._sessions.get(session_id)
+        if s is None:
+            raise SessionNotOpen(f"session {session_id} is not open")
+        return s
 
     def close(self, session_id: str) -> None:
         with self._lock:
@@ -199,7 +218,7 @@ class RemoteEngine:
 
     def info(self, session_id: str) -> SessionInfo:
         with self._lock:
-            s = self._sessions.get(session_id) or _Session(SessionKind.REGULAR, None, None)
+            s = self._get(session_id)
         return SessionInfo(session_id=session_id, kind=s.kind, tokens=s.tokens,
                            kv_location=KVLocation.NONE, kv_bytes_memory=0, kv_bytes_disk=0,
                            cache_salt=s.salt)
@@ -221,6 +240,7 @@ class RemoteEngine:
 
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._lock:
+            self._closed = True
             self._sessions.clear()
         self._client.close()
 
@@ -275,8 +295,21 @@ class RemoteEngine:
         the overflow policy applies here (the server's tokenizer is unknown to Amber): older
         messages are left out and the turn is retried (`truncate_middle` keeps the system prompt,
         `rolling` does not; `stop` passes the server's error on)."""
-        if session_id not in self._sessions:
-            self.open(session_id)
+        if self._closed:
+            raise ModelNotReady(f"the connection to {self.endpoint.host} was shut down")
+        with self._lock:
+            s = self._get(session_id)
+            if s.generating:
+                raise SessionBusy(f"session {session_id} is already generating")
+            s.generating = True
+        try:
+            yield from self._turn(session_id, messages, sampling, cancel)
+        finally:
+            with self._lock:
+                s.generating = False
+
+    def _turn(self, session_id: str, messages: Sequence[ChatMessage | dict[str, Any]],
+              sampling: SamplingParams | None, cancel: CancelToken | None) -> Iterator[StreamEvent]:
         msgs = list(messages)
         policy = (sampling or SamplingParams()).overflow
         dropped = 0

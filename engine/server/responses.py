@@ -130,8 +130,8 @@ def router(service: Service) -> APIRouter:
 
                 def run() -> Iterator[Any]:
                     try:
-                        gen = getattr(engine, "generate_tokens", None)
-                        yield from (gen(sid, ids, params, cancel) if gen is not None
+                        tokens = service.tokens
+                        yield from (tokens.generate_tokens(sid, ids, params, cancel) if tokens is not None
                                     else engine.generate(sid, prompt, params, cancel))
                     finally:
                         chains.release(sid)

@@ -75,7 +75,7 @@ def serve_in_thread(engine: ChatEngine, host: str = LOOPBACK, port: int = 0, sta
     """Starts the server on its own thread and event loop; returns once it accepts connections.
     OSError when the address cannot be bound."""
     if state_dir is None:
-        state_dir = getattr(engine, "state_dir", None)
+        state_dir = engine.capabilities.state_dir
         if state_dir is None:
             state_dir = paths.state_dir()
     sock = _bind(host, port)

@@ -8,11 +8,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence, cast
 
 from starlette.requests import Request
 
-from engine.api import ChatEngine, ChatMessage, FinishReason, GenerationResult, SamplingParams, SessionKind, TextChunk
+from engine.api import (ChatEngine, ChatMessage, FinishReason, GenerationResult, ModelNotReady, SamplingParams,
+                        SessionError, SessionKind, TextChunk, TokenEngine)
 from .auth import Caller, KeyRing
 from .errors import ApiError
 from .scheduler import END, Job, Scheduler
@@ -67,10 +68,11 @@ def to_api_error(exc: BaseException) -> ApiError:
     """An engine exception as the client's error: bad input is a 4xx, never a 500."""
     # The server imports no engine implementation at load (it serves any ChatEngine).
     from engine.runtime.model import ModelRunError  # noqa: PLC0415
-    from engine.sessions.manager import SessionError  # noqa: PLC0415
     from engine.text.chat_template import ChatTemplateError  # noqa: PLC0415
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, ModelNotReady):
+        return ApiError(503, str(exc), code="model_not_ready")
     if isinstance(exc, SessionError):
         return ApiError(409, str(exc), code="session_busy")
     if isinstance(exc, ChatTemplateError):
@@ -92,8 +94,13 @@ class Service:
         self.keys = keys
         # Generations on threads of their own when the engine batches their decode steps (issue 18).
         self.scheduler = Scheduler(config.max_active, config.max_queued,
-                                   parallel=bool(getattr(engine, "batches_decode", False)))
+                                   parallel=engine.capabilities.batches_decode)
         self.created = int(time.time())
+
+    @property
+    def tokens(self) -> TokenEngine | None:
+        """The engine as a `TokenEngine` when it takes token prompts (Amber's SessionManager)."""
+        return cast(TokenEngine, self.engine) if self.engine.capabilities.token_prompts else None
 
     # ---- models and limits --------------------------------------------------------------------
     @property
@@ -134,7 +141,7 @@ class Service:
         """A request without state: a regular session under the caller's salt, closed at the end, so
         its prefix stays in the shared cache (of that salt only) for the next request; or a temporary
         one (nothing on disk, nothing published)."""
-        engine = self.engine
+        engine, tokens = self.engine, self.tokens
 
         def start(cancel: threading.Event) -> Iterator[Any]:
             prompt = encode()
@@ -145,9 +152,8 @@ class Service:
 
             def run() -> Iterator[Any]:
                 try:
-                    gen = getattr(engine, "generate_tokens", None)
-                    if gen is not None:
-                        yield from gen(sid, prompt, params, cancel)
+                    if tokens is not None:
+                        yield from tokens.generate_tokens(sid, prompt, params, cancel)
                     else:      # a ChatEngine without token prompts (GUI fakes): chat messages only
                         yield from engine.generate(sid, list(messages or []), params, cancel)
                 finally:
@@ -156,17 +162,17 @@ class Service:
         return start
 
     def encode_chat(self, messages: Sequence[ChatMessage]) -> Callable[[], list[int]]:
-        gen = getattr(self.engine, "generator", None)
-        if gen is None:
+        tokens = self.tokens
+        if tokens is None:
             return lambda: [0] * 1        # engines without a tokenizer: the engine checks the length
-        return lambda: gen.encode_chat(messages)
+        return lambda: tokens.encode_chat(messages)
 
     def encode_text(self, prompt: str | list[int]) -> Callable[[], list[int]]:
-        gen = getattr(self.engine, "generator", None)
-        if gen is None:
+        tokens = self.tokens
+        if tokens is None:
             raise ApiError(400, "this engine serves chat only (no raw completions)")
         if isinstance(prompt, list):
-            vocab = self._vocab_size()
+            vocab = tokens.vocab_size
 
             def ids() -> list[int]:
                 bad = [t for t in prompt if not 0 <= t < vocab]
@@ -174,12 +180,8 @@ class Service:
                     raise ApiError(400, f"the prompt has token ids outside [0, {vocab}): {bad[0]}", "prompt")
                 return list(prompt)
             return ids
-        return lambda: gen.encode_prompt(prompt)
-
-    def _vocab_size(self) -> int:
-        model = getattr(self.engine, "model", None)
-        tok = getattr(model, "tokenizer", None)
-        return int(tok.get_vocab_size(with_added_tokens=True)) if tok is not None else 1 << 31
+        text = prompt
+        return lambda: tokens.encode_prompt(text)
 
     async def submit(self, caller: Caller, start: Callable[[threading.Event], Iterator[Any]],
                      request: Request) -> "Run":

@@ -19,8 +19,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from engine.api import (KV_STORE_MODEL, CancelToken, ChatMessage, GenerationFigures, GenerationResult,
-                        KVLocation, SamplingParams, SessionInfo, SessionKind, StreamEvent)
+from engine.api import (KV_STORE_MODEL, CacheSaltMismatch, CancelToken, ChatMessage, EngineCapabilities,
+                        GenerationFigures, GenerationResult, KVLocation, ModelNotReady, SamplingParams,
+                        SessionBusy, SessionInfo, SessionKind, SessionKindConflict, SessionNotOpen,
+                        StreamEvent)
 from engine.generation.chat_history import ChatPlanner
 from engine.generation.generate import Generator, common_prefix
 from engine.kvstore.blockstore import DEFAULT_BLOCK_TOKENS, BlockStore
@@ -35,7 +37,8 @@ from engine.sessions.refs import BlockRefs
 from engine.sessions.session import Session, SessionError, store_shape
 from engine.sessions.writer import SerialWriter
 
-__all__ = ["DEFAULT_MEMORY_BUDGET", "SessionError", "SessionManager", "store_shape"]
+__all__ = ["DEFAULT_MEMORY_BUDGET", "CacheSaltMismatch", "ModelNotReady", "SessionBusy", "SessionError",
+           "SessionKindConflict", "SessionManager", "SessionNotOpen", "store_shape"]
 
 _Session = Session
 
@@ -106,16 +109,34 @@ class SessionManager:
         runner = self.generator.runner
         return runner.batcher is not None and runner.batch_decode
 
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(batches_decode=self.batches_decode, token_prompts=True,
+                                  state_dir=self.state_dir,
+                                  provider_fallback=self.model.provider_fallback_reason)
+
+    # ---- TokenEngine surface ------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.tokenizer.get_vocab_size(with_added_tokens=True))
+
+    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
+        return self.generator.encode_chat(messages)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        return self.generator.encode_prompt(prompt)
+
     def open(self, session_id: str | None = None, kind: SessionKind | str | None = None,
              cache_salt: str | None = None) -> SessionInfo:
         """Opens (or creates) a session. An existing pinned/regular session keeps its kind unless
         one is given; a new one is regular unless told otherwise."""
+        self._check_running()
         sid = str(uuid.UUID(session_id)) if session_id else str(uuid.uuid4())
         wanted = SessionKind(kind) if kind is not None else None
         s = self._open_locked(sid, wanted, cache_salt)
         if wanted is not None and wanted != s.kind:
             if SessionKind.TEMPORARY in (wanted, s.kind):
-                raise SessionError(f"session {sid} is {s.kind.value}; a temporary session cannot "
+                raise SessionKindConflict(f"session {sid} is {s.kind.value}; a temporary session cannot "
                                    "become persistent or the other way round")
             # Outside the lock: unpin waits for the writer, which takes the lock.
             (self.pin if wanted == SessionKind.PINNED else self.unpin)(sid)
@@ -136,7 +157,7 @@ class SessionManager:
                 if s is None:
                     if wanted == SessionKind.TEMPORARY:
                         if self._manifests.load(sid, repair=False).manifest is not None:
-                            raise SessionError(f"session {sid} is saved on disk; a temporary session "
+                            raise SessionKindConflict(f"session {sid} is saved on disk; a temporary session "
                                                "cannot reuse a persistent session's id")
                         s = _Session(sid, wanted, cache_salt)
                     else:
@@ -151,7 +172,7 @@ class SessionManager:
         try:
             self.locks.lock_session(sid, self.lock_wait_s)
         except LockTimeout:
-            raise SessionError(f"this chat is open in another Amber process (session {sid}); "
+            raise SessionBusy(f"this chat is open in another Amber process (session {sid}); "
                                "close it there, or try again") from None
 
     def _check_salt(self, s: _Session, cache_salt: str | None) -> None:
@@ -170,7 +191,7 @@ class SessionManager:
                else "was made with another cache salt")
         if self._open.get(s.id) is not s:
             self._release_lock_if_closed(s.id)
-        raise SessionError(f"session {s.id} {why}")
+        raise CacheSaltMismatch(f"session {s.id} {why}")
 
     def _release_lock_if_closed(self, sid: str) -> None:
         with self._lock:
@@ -187,13 +208,16 @@ class SessionManager:
         The prompt is the token ids the session already holds for the part of the conversation it
         has seen, plus the tokenization of the rest (engine.generation.history); `sampling.overflow` decides
         what is left out when it does not fit the context window (engine.generation.overflow)."""
+        self._check_running()
         s = self._get(session_id)
         job = self.planner.prepare(messages, sampling, tools=tools)     # template and policy errors: now
         return self._stream(s, job, sampling, cancel)
 
     def generate_tokens(self, session_id: str, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
                         cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
-        return self._stream(self._get(session_id), list(prompt_ids), sampling, cancel)
+        self._check_running()
+        s = self._get(session_id)
+        return self._stream(s, list(prompt_ids), sampling, cancel)
 
     def generate_text(self, session_id: str, prompt: str, sampling: SamplingParams | None = None,
                       cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
@@ -222,7 +246,7 @@ class SessionManager:
         """Makes a session persistent: its KV is written in the background."""
         s = self._get(session_id)
         if s.kind == SessionKind.TEMPORARY:
-            raise SessionError("a temporary session cannot be pinned")
+            raise SessionKindConflict("a temporary session cannot be pinned")
         with self._lock:
             s.kind = SessionKind.PINNED
         self.disk.save_async(s)
@@ -311,7 +335,7 @@ class SessionManager:
         try:
             return self.prefix.clear()
         except LockTimeout:
-            raise SessionError("the block store is busy (a save in another Amber process); try again") from None
+            raise SessionBusy("the block store is busy (a save in another Amber process); try again") from None
 
     def cache_gc(self) -> dict[str, int]:
         """One janitor pass now (budget and age)."""
@@ -365,8 +389,12 @@ class SessionManager:
         with self._lock:
             s = self._open.get(session_id)
         if s is None:
-            raise SessionError(f"session {session_id} is not open")
+            raise SessionNotOpen(f"session {session_id} is not open")
         return s
+
+    def _check_running(self) -> None:
+        if self._closed:
+            raise ModelNotReady(f"the engine for {self.model.name} was shut down")
 
     def _stream(self, s: _Session, prompt_or_job: Any, sampling: SamplingParams | None,
                 cancel: CancelToken | None,
@@ -374,10 +402,10 @@ class SessionManager:
         """`prompt_or_job`: token ids, or a chat job of the planner (planned here, under the
         session's lock, against the history the session holds now)."""
         if not s.lock.acquire(blocking=False):
-            raise SessionError(f"session {s.id} is already generating")
+            raise SessionBusy(f"session {s.id} is already generating")
         try:
             if self._open.get(s.id) is not s:
-                raise SessionError(f"session {s.id} was closed")
+                raise SessionNotOpen(f"session {s.id} was closed")
             started = time.perf_counter()
             figures = GenerationFigures()
             plan = None

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import numpy as np
 
-from engine.api import KV_STORE_MODEL, KV_STORES, SessionKind
+from engine.api import KV_STORE_MODEL, KV_STORES, SessionError, SessionKind
 from engine.generation.history import TokenHistory
 from engine.kvstore.kvfile import KVShape
 from engine.runtime.kvcache import KVCache
@@ -23,8 +23,7 @@ def nothing() -> Iterator[None]:
     yield
 
 
-class SessionError(Exception):
-    """A session operation cannot be done (unknown id, busy, bad kind); the message says why."""
+__all__ = ["LOAD_THREADS", "Session", "SessionError", "nothing", "store_shape"]
 
 
 @dataclass

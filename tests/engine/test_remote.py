@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from engine.api import ChatMessage, GenerationResult, SamplingParams, SessionKind, TextChunk
+from engine.api import ChatMessage, GenerationResult, SamplingParams, SessionKind, SessionNotOpen, TextChunk
 from engine.remote.engine import RemoteEndpoint, RemoteEngine, RemoteError, detect_flavor, list_models
 from engine.remote.http import normalize_base_url
 
@@ -154,6 +154,7 @@ def test_refused_connection_is_one_line():
 ])
 def test_error_replies_become_one_clear_message(server, mode, pattern):
     eng = RemoteEngine(RemoteEndpoint(server.base_url, "m", api_key="sk-very-secret"))
+    eng.open(SID)
     server.behaviour = mode
     if mode == "cut":      # ends without finish_reason or [DONE]: what arrived, then the error
         got = []
@@ -176,6 +177,7 @@ def test_missing_key_is_named(server):
 
 def test_a_server_that_ignores_stream_still_answers(server):
     eng = RemoteEngine(RemoteEndpoint(server.base_url, "m"))
+    eng.open(SID)
     server.behaviour = "json"
     chunks, result = run(eng)
     assert chunks == ["whole reply"] and result.figures.prompt_tokens == 7
@@ -185,6 +187,7 @@ def test_a_server_that_ignores_stream_still_answers(server):
 
 def test_silent_server_times_out(server):
     eng = RemoteEngine(RemoteEndpoint(server.base_url, "m", read_timeout_s=0.5))
+    eng.open(SID)
     server.behaviour = "silent"
     got: list[str] = []
     with pytest.raises(RemoteError, match=r"sent nothing for 0\.5 s \(timed out\)"):
@@ -197,6 +200,7 @@ def test_silent_server_times_out(server):
 
 def test_cancel_cuts_a_silent_stream_and_the_server_sees_it(server):
     eng = RemoteEngine(RemoteEndpoint(server.base_url, "m"))
+    eng.open(SID)
     server.behaviour = "silent"
     cancel = threading.Event()
     events = []
@@ -244,6 +248,7 @@ def test_clear_cache_forgets_every_session_but_the_pinned_ones():
     assert eng.clear_cache() == 0
     assert eng.stats()["open_sessions"] == 1
     assert eng.info(pinned).cache_salt == "salt-p" and eng.info(pinned).kind == SessionKind.PINNED
-    assert eng.info(regular).cache_salt is None        # forgotten: reopened with its stored salt
+    with pytest.raises(SessionNotOpen):                # forgotten: reopened with its stored salt
+        eng.info(regular)
     eng.open(temp, SessionKind.TEMPORARY)
     assert eng.request_body(temp, msgs, SamplingParams())["cache_salt"] not in (temp_salt, None)

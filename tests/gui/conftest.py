@@ -84,7 +84,7 @@ class WindowFactory:
             progress(0.5, "Preparing the fake model…")
             return model_dir
 
-        kwargs: dict[str, Any] = dict(engine_factory=lambda md, sd, s: engine,
+        kwargs: dict[str, Any] = dict(engine_factory=lambda md, sd, s: engine.revived(),
                                       model_preparer=prepare, model_lister=lambda: [])
         kwargs.update(overrides)
         return Backend(**kwargs)

@@ -56,7 +56,7 @@ def test_connect_list_models_chat_and_store(make_window, engine, home, qtbot, am
     assert dlg.buttons.button(QDialogButtonBox.StandardButton.Cancel) is not None
     with qtbot.waitSignal(w.engineReady, timeout=20000):
         dlg.connect_btn.click()
-    assert getattr(w.engine, "is_remote", False) and w.engine.flavor == "amber"
+    assert w.engine.capabilities.remote and w.engine.flavor == "amber"
     assert w.settings.model.startswith("remote:")
     assert w.status.provider.text() == f"remote · Amber · 127.0.0.1:{amber_server.port}"
     qtbot.waitUntil(lambda: w.model_picker.currentData() == w.settings.model, timeout=5000)

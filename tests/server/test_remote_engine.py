@@ -140,6 +140,7 @@ def test_errors_from_amber_are_one_line(server, keys):
     with pytest.raises(RemoteError, match=rf"does not serve model 'gpt-9' \(it serves: {MODEL}\)"):
         RemoteEngine(RemoteEndpoint(server.url, "gpt-9", api_key=keys[0]))
     eng = RemoteEngine(RemoteEndpoint(server.url, MODEL, api_key=keys[0]))
+    eng.open(CHAT_1, SessionKind.REGULAR, new_cache_salt())
     try:
         eng.endpoint.model = "gpt-9"         # the server itself refuses an unknown model
         with pytest.raises(RemoteError, match=r"404") as e:

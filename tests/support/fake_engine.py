@@ -7,6 +7,11 @@ under its state directory so that a second instance over the same directory (an 
 restart) resumes them from disk. Like the real engine it sends `PrefillProgress` events while it
 "prefills" (`prefill_steps` of them, `prefill_delay` apart) and applies `SamplingParams.overflow`
 when a history does not fit its `context_window` (reporting `dropped_messages/_tokens`).
+
+Its sessions follow the engine contract that tests/engine/test_engine_contract.py runs against
+the real engines (this fake too): the same typed errors (`SessionNotOpen`, `SessionBusy`,
+`SessionKindConflict`, `CacheSaltMismatch`, `ModelNotReady`) in the same cases; `close` forgets a
+session (a pinned one stays on disk, and opening it again resumes it).
 """
 from __future__ import annotations
 
@@ -17,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from engine.api import (ChatMessage, GenerationFigures, GenerationResult, KVLocation,
-                        OverflowPolicy, PrefillProgress, SamplingParams, SessionInfo,
-                        SessionKind, StreamEvent, TextChunk)
+from engine.api import (CacheSaltMismatch, ChatMessage, EngineCapabilities, GenerationFigures,
+                        GenerationResult, KVLocation, ModelNotReady, OverflowPolicy, PrefillProgress,
+                        SamplingParams, SessionBusy, SessionInfo, SessionKind, SessionKindConflict,
+                        SessionNotOpen, StreamEvent, TextChunk)
 
 DEFAULT_REPLY = (
     "Sure! Here is a short answer with **bold** text, a list and some code:\n\n"
@@ -47,6 +53,9 @@ class _Session:
     saving: bool = False
     from_disk: bool = False
     save_error: str | None = None
+    salt: str | None = None
+    generating: bool = False
+    saved_tokens: int = 0            # tokens whose KV the file on disk holds
 
 
 class FakeEngine:
@@ -70,6 +79,7 @@ class FakeEngine:
         self.prefill_steps = prefill_steps
         self.prefill_delay = prefill_delay
         self.model_name = model_name
+        self.capabilities = EngineCapabilities(state_dir=self.state_dir)
         self.prefilling = threading.Event()   # set while the fake prefill runs
         self.release_prefill = threading.Event()  # with hold_prefill: the prefill waits for it
         self.hold_prefill = False
@@ -104,28 +114,65 @@ class FakeEngine:
     def open(self, session_id: str, kind: SessionKind = SessionKind.REGULAR,
              cache_salt: str | None = None) -> SessionInfo:
         self._record("open", session_id, SessionKind(kind), cache_salt)
+        kind = SessionKind(kind)
+        temporary = kind is SessionKind.TEMPORARY
+        if self.shut_down:
+            raise ModelNotReady("the fake engine was shut down")
+        disk = self._disk(session_id)
         with self._lock:
             s = self.sessions.get(session_id)
             if s is None:
-                s = _Session(SessionKind(kind))
-                disk = self._disk(session_id)
-                if disk is not None and disk.exists() and kind == SessionKind.PINNED:
-                    s.history = json.loads(disk.read_text())["history"]
-                    s.location = KVLocation.DISK
-                    s.from_disk = True
-                self.sessions[session_id] = s
-            s.kind = SessionKind(kind)
+                if disk is not None and disk.exists():
+                    if temporary:
+                        raise SessionKindConflict(f"session {session_id} is saved on disk; a temporary "
+                                                  "session cannot reuse a persistent session's id")
+                    saved = json.loads(disk.read_text())
+                    s = _Session(SessionKind.PINNED, history=saved["history"], salt=saved.get("salt"),
+                                 saved_tokens=len(saved["history"]))
+                    if s.history:
+                        s.location, s.from_disk = KVLocation.DISK, True
+                else:
+                    s = _Session(kind, salt=cache_salt)
+            if (s.kind is SessionKind.TEMPORARY) != temporary:
+                raise SessionKindConflict(f"session {session_id} is {s.kind.value}; a temporary session "
+                                          "cannot become persistent or the other way round")
+            if s.salt != cache_salt:
+                if s.salt is not None:
+                    raise CacheSaltMismatch(f"session {session_id} was made with another cache salt")
+                s.salt = cache_salt
+            self.sessions[session_id] = s
+            change = None if s.kind is kind else kind
+        if change is SessionKind.PINNED:
+            self.pin(session_id)
+        elif change is SessionKind.REGULAR:
+            self.unpin(session_id)
         return self.info(session_id)
+
+    def _get(self, session_id: str) -> _Session:
+        s = self.sessions.get(session_id)
+        if s is None:
+            raise SessionNotOpen(f"session {session_id} is not open")
+        return s
 
     def generate(self, session_id: str, messages: Sequence[ChatMessage],
                  sampling: SamplingParams | None = None, cancel: Any = None
                  ) -> Iterator[StreamEvent]:
         self._record("generate", session_id, list(messages), sampling)
         self.generations.append(list(messages))
+        if self.shut_down:
+            raise ModelNotReady("the fake engine was shut down")
         with self._lock:
-            s = self.sessions.get(session_id)
-            if s is None:
-                raise KeyError(f"session {session_id} is not open")
+            s = self._get(session_id)
+            if s.generating:
+                raise SessionBusy(f"session {session_id} is already generating")
+            s.generating = True
+        try:
+            yield from self._generate(session_id, s, messages, sampling, cancel)
+        finally:
+            s.generating = False
+
+    def _generate(self, session_id: str, s: _Session, messages: Sequence[ChatMessage],
+                  sampling: SamplingParams | None, cancel: Any) -> Iterator[StreamEvent]:
         sampling = sampling or SamplingParams()
         messages, dropped, dropped_tokens = self._fit(list(messages), sampling)
         self.prompts.append(list(messages))
@@ -170,6 +217,9 @@ class FakeEngine:
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
                     self.cancelled_count += 1
+                    break
+                if n == sampling.max_new_tokens:
+                    finish = "length"
                     break
                 if self.delay:
                     time.sleep(self.delay)
@@ -228,8 +278,12 @@ class FakeEngine:
                     s.saving = False
                     return
                 s.save_error = None
+                if s.kind is not SessionKind.PINNED:   # unpinned meanwhile: nothing to keep
+                    s.saving = False
+                    return
                 disk.parent.mkdir(parents=True, exist_ok=True)
-                disk.write_text(json.dumps({"history": s.history}))
+                disk.write_text(json.dumps({"history": s.history, "salt": s.salt}))
+                s.saved_tokens = len(s.history)
                 s.saving = False
                 if s.kind is SessionKind.PINNED:
                     s.location = KVLocation.DISK
@@ -241,17 +295,24 @@ class FakeEngine:
     def pin(self, session_id: str) -> None:
         self._record("pin", session_id)
         with self._lock:
-            s = self.sessions.setdefault(session_id, _Session(SessionKind.PINNED))
+            s = self._get(session_id)
+            if s.kind is SessionKind.TEMPORARY:
+                raise SessionKindConflict("a temporary session cannot be pinned")
             s.kind = SessionKind.PINNED
         self._save_async(session_id)
 
     def unpin(self, session_id: str) -> None:
         self._record("unpin", session_id)
         with self._lock:
-            s = self.sessions.get(session_id)
-            if s is not None:
-                s.kind = SessionKind.REGULAR
-                s.location = KVLocation.MEMORY if s.history else KVLocation.NONE
+            s = self._get(session_id)
+            if s.kind is not SessionKind.PINNED:
+                return
+            s.kind = SessionKind.REGULAR
+            s.saved_tokens = 0
+            in_memory = bool(s.history) and not s.from_disk      # else only on disk, which goes now
+            s.location = KVLocation.MEMORY if in_memory else KVLocation.NONE
+            if not in_memory:
+                s.history = []
         for t in list(self._saves):
             t.join()
         disk = self._disk(session_id)
@@ -261,9 +322,7 @@ class FakeEngine:
     def close(self, session_id: str) -> None:
         self._record("close", session_id)
         with self._lock:
-            s = self.sessions.get(session_id)
-            if s is not None and s.kind is SessionKind.TEMPORARY:
-                del self.sessions[session_id]
+            self.sessions.pop(session_id, None)   # a pinned one stays on disk
 
     def delete(self, session_id: str) -> None:
         self._record("delete", session_id)
@@ -275,14 +334,11 @@ class FakeEngine:
 
     def info(self, session_id: str) -> SessionInfo:
         with self._lock:
-            s = self.sessions.get(session_id)
-            if s is None:
-                raise KeyError(session_id)
-            disk = self._disk(session_id)
-            on_disk = disk.stat().st_size if disk is not None and disk.exists() else 0
+            s = self._get(session_id)
             return SessionInfo(session_id, s.kind, len(s.history), s.location,
                                kv_bytes_memory=len(s.history) * 1000 if s.history else 0,
-                               kv_bytes_disk=on_disk, saving=s.saving, save_error=s.save_error)
+                               kv_bytes_disk=s.saved_tokens * 1000 if s.kind is SessionKind.PINNED else 0,
+                               cache_salt=s.salt, saving=s.saving, save_error=s.save_error)
 
     def stats(self) -> dict[str, Any]:
         return {"sessions": len(self.sessions)}
@@ -291,6 +347,16 @@ class FakeEngine:
         """Like SessionManager.clear_cache: the shared cache goes, pinned sessions keep theirs."""
         self._record("clear_cache")
         return 0
+
+    def revived(self) -> "FakeEngine":
+        """This engine as a new one over the same state folder (what the window's engine factory
+        makes when it loads a model again): nothing open, what was pinned is on disk."""
+        for t in list(self._saves):
+            t.join()
+        with self._lock:
+            self.sessions.clear()
+        self.shut_down = False
+        return self
 
     def shutdown(self, timeout: float = 10.0) -> None:
         self._record("shutdown", timeout)

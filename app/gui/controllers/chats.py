@@ -4,6 +4,7 @@ close, search, siblings. Work runs off the UI thread; what changed is a signal."
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, Signal
 
 from app.store.memory import MemoryStore
-from engine.api import ChatEngine, SessionInfo, SessionKind
+from engine.api import ChatEngine, SessionInfo, SessionKind, SessionNotOpen
 
 from ...chat.kv import chat_salt, kv_state_of
 from .. import chat_figures
@@ -64,10 +65,26 @@ class ChatsController(QObject):
         self.search_query = ""
         self.load_seq = 0                     # a chat's messages arrive only if still wanted
         self._watching: set[str] = set()
+        self._engine_work: dict[str, threading.Event] = {}   # each chat's last pin / close: done?
         self.model.renameRequested.connect(self.rename)
 
     def _fail(self, exc: BaseException) -> None:
         self.errorOccurred.emit(exc)
+
+    def _in_chat_order(self, chat_id: str, work: Callable[[], Any]) -> Callable[[], Any]:
+        """`work` run once the pin / unpin / close asked before it for the same chat is done (on
+        the UI thread): a pin followed at once by a close saves the pinned KV, then closes."""
+        before, done = self._engine_work.get(chat_id), threading.Event()
+        self._engine_work[chat_id] = done
+
+        def run() -> Any:
+            try:
+                if before is not None:
+                    before.wait()
+                return work()
+            finally:
+                done.set()
+        return run
 
     # --- what a chat is ----------------------------------------------------------------------
     @property
@@ -274,11 +291,14 @@ class ChatsController(QObject):
             store.set_pinned(chat_id, pin)
             if engine is None:
                 return None
-            info = _pin(engine, store, chat_id) if pin else _unpin(engine, chat_id)
+            try:
+                (_pin if pin else _unpin)(engine, store, chat_id)
+            except BaseException:
+                store.set_pinned(chat_id, not pin)   # the engine did not follow: as it was
+                raise
+            info = _settled(engine, chat_id)
             if info is not None:
                 store.set_kv_state(chat_id, *kv_state_of(info))
-            else:
-                store.set_kv_state(chat_id, "none", 0)
             return info
 
         def done(info: Any) -> None:
@@ -289,10 +309,16 @@ class ChatsController(QObject):
                                   **({} if pin else {"kv_state": "none", "kv_bytes": 0}))
 
         def failed(exc: BaseException) -> None:
-            self.model.update(chat_id, saving=False)
+            # As it was; what the engine has open is unknown now: the next send opens it again.
+            self.opened.pop(chat_id, None)
+            if self.model.chat(chat_id) is not None:
+                self.model.update(chat_id, pinned=not pin, saving=False)
+                self.listChanged.emit()
+                if chat_id == self.current_id:
+                    self.headerChanged.emit()
             self._fail(exc)
 
-        self.tasks.run_task(work, done, failed)
+        self.tasks.run_task(self._in_chat_order(chat_id, work), done, failed)
 
     def duplicate(self, chat_id: str, upto_message_id: Any = None) -> None:
         """A copy of the chat (up to a message: a branch), listed and opened."""
@@ -316,7 +342,7 @@ class ChatsController(QObject):
         engine = self.engines.engine
         if engine is not None and chat_id in self.opened:
             self.opened.pop(chat_id, None)
-            self.tasks.run_task(lambda: engine.close(chat_id))
+            self.tasks.run_task(self._in_chat_order(chat_id, lambda: engine.close(chat_id)))
 
     def discard_temporary(self, chat_id: str) -> None:
         engine = self.engines.engine
@@ -406,25 +432,32 @@ def _wait_saved(engine: ChatEngine, chat_id: str) -> SessionInfo:
     return info
 
 
-def _pin(engine: ChatEngine, store: Any, chat_id: str) -> SessionInfo:
+def _settled(engine: ChatEngine, chat_id: str) -> SessionInfo | None:
+    """The session's info once its save is done; None when the chat was closed meanwhile (a
+    pinned one's save goes on without it)."""
     try:
-        engine.info(chat_id)
-    except KeyError:
-        engine.open(chat_id, SessionKind.PINNED,
-                    getattr(store.get_conversation(chat_id), "cache_salt", None))
-    engine.pin(chat_id)
-    return _wait_saved(engine, chat_id)
+        return _wait_saved(engine, chat_id)
+    except SessionNotOpen:
+        return None
 
 
-def _unpin(engine: ChatEngine, chat_id: str) -> SessionInfo | None:
+def _pin(engine: ChatEngine, store: Any, chat_id: str) -> None:
+    """Pins the chat's session (saved in the background). A chat the engine has not open (not
+    opened since launch, or closed) is opened first, with its salt, as it is on disk."""
+    try:
+        engine.pin(chat_id)
+    except SessionNotOpen:
+        engine.open(chat_id, SessionKind.PINNED, chat_salt(engine, store, chat_id))
+        engine.pin(chat_id)      # saved now: a session opened as new has nothing on disk yet
+
+
+def _unpin(engine: ChatEngine, store: Any, chat_id: str) -> None:
+    """Unpins the chat's session: what was saved for it goes. A chat the engine has not open
+    is opened as regular, which unpins the session saved on disk."""
     try:
         engine.unpin(chat_id)
-    except KeyError:
-        pass
-    try:
-        return engine.info(chat_id)
-    except KeyError:
-        return None
+    except SessionNotOpen:
+        engine.open(chat_id, SessionKind.REGULAR, chat_salt(engine, store, chat_id))
 
 
 def clean_snippet(s: str) -> str:

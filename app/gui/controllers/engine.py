@@ -82,8 +82,7 @@ class EngineController(QObject):
         def done(engine: ChatEngine) -> None:
             self.loading = False
             self.engine = engine
-            self.provider_fallback = getattr(getattr(engine, "model", None),
-                                             "provider_fallback_reason", None)
+            self.provider_fallback = engine.capabilities.provider_fallback
             self.ready.emit(engine)
 
         def failed(exc: BaseException) -> None:
