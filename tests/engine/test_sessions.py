@@ -787,7 +787,6 @@ def test_memory_budget_drops_the_lru_idle_regular_session_never_a_temporary(tiny
     ra = collect(m.generate_tokens(a, pa, greedy(4)))
     st = m.stats()
     assert st["evictions"] == 0 and st["over_budget_by_temporary"] and st["memory_bytes"] == 2 * one
-    time.sleep(0.01)
     collect(m.generate_tokens(b, pb, greedy(4)))
     st = m.stats()
     assert st["evictions"] == 1 and st["memory_bytes"] == 2 * one
@@ -803,6 +802,25 @@ def test_memory_budget_drops_the_lru_idle_regular_session_never_a_temporary(tiny
     assert again.token_ids == ra.token_ids
     assert m.stats()["evictions"] == 2 and m.info(b).kv_location.value == "none"
     assert m.info(t).kv_location.value == "memory"
+
+
+def test_memory_budget_drops_the_least_recently_used_of_two_idle_sessions(tiny_model, managers):
+    """Use order, not open order or a clock's reading: `a` opened first but used again after `b`,
+    so `b` is the one dropped when `c` goes over budget (then `a`, once `b` comes back)."""
+    one = 2 * 2 * 2 * 256 * 16 * 4
+    m = managers(memory_budget_bytes=int(2.5 * one))
+    a, b, c = (m.open(None, "regular").session_id for _ in range(3))
+    pa, pb, pc = random_prompt(30, seed=21), random_prompt(30, seed=22), random_prompt(30, seed=23)
+    first_a = collect(m.generate_tokens(a, pa, greedy(4)))
+    collect(m.generate_tokens(b, pb, greedy(4)))
+    collect(m.generate_tokens(a, pa + first_a.token_ids + random_prompt(5, seed=24), greedy(4)))
+    assert m.stats()["evictions"] == 0
+    collect(m.generate_tokens(c, pc, greedy(4)))
+    assert m.stats()["evictions"] == 1
+    assert [m.info(x).kv_location.value for x in (a, b, c)] == ["memory", "none", "memory"]
+    collect(m.generate_tokens(b, pb, greedy(4)))
+    assert m.stats()["evictions"] == 2
+    assert [m.info(x).kv_location.value for x in (a, b, c)] == ["none", "memory", "memory"]
 
 
 def test_evicted_pinned_session_resumes_from_disk(tiny_model, managers):
