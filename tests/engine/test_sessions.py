@@ -341,7 +341,7 @@ def test_killed_while_saving_keeps_a_valid_state(tiny_model, tiny_dir, managers,
     if not new_state:
         # The previous state is intact. Besides it, only complete blocks written before the crash
         # remain: unreferenced, they are the shared prefix cache's disk tier (valid KV files).
-        assert set(saved1["files"]) <= set(left)
+        assert saved1["files"] and set(saved1["files"]) <= set(left)
         assert all(f.endswith(".kvb") and looks_like_kv_file(state / f) for f in extra), extra
         assert len(extra) == (0 if n == 0 else 1 if (mode, n) == ("block", 1) else 2)
     else:
