@@ -57,7 +57,7 @@ def write_gguf(path: Path, shape: dict[str, int], wtype: str, seed: int = 0) -> 
     """Streams a random-weight qwen2 GGUF to `path`: matrices as F16, Q4_0 or Q8_0, vectors F32."""
     import gguf
     import numpy as np
-    from gguf import GGMLQuantizationType as QT
+    from gguf import GGMLQuantizationType as GgmlType
     from gguf import quants
     rng = np.random.default_rng(seed)
     n_vocab = shape["vocab"]
@@ -86,30 +86,30 @@ def write_gguf(path: Path, shape: dict[str, int], wtype: str, seed: int = 0) -> 
     w.add_token_merges([f"t {i}" for i in range(10)])
     w.add_bos_token_id(tokens.index("<|im_start|>"))
     w.add_eos_token_id(tokens.index("<|im_end|>"))
-    qt = {"F16": QT.F16, "Q4_0": QT.Q4_0, "Q8_0": QT.Q8_0}[wtype]
+    qt = {"F16": GgmlType.F16, "Q4_0": GgmlType.Q4_0, "Q8_0": GgmlType.Q8_0}[wtype]
     plan = []
     for name, shp in _tensors(shape):
         if len(shp) == 1:
-            plan.append((name, shp, QT.F32))
+            plan.append((name, shp, GgmlType.F32))
         else:
             plan.append((name, shp, qt))
     for name, shp, t in plan:
         traits = gguf.GGML_QUANT_SIZES[t]
         nbytes = int(np.prod(shp)) // traits[0] * traits[1]
-        if t in (QT.F32, QT.F16):
-            w.add_tensor_info(name, shp, np.dtype(np.float32 if t == QT.F32 else np.float16), nbytes)
+        if t in (GgmlType.F32, GgmlType.F16):
+            w.add_tensor_info(name, shp, np.dtype(np.float32 if t == GgmlType.F32 else np.float16), nbytes)
         else:   # quantized: the writer takes the byte shape
             w.add_tensor_info(name, (shp[0], shp[1] // traits[0] * traits[1]), np.dtype(np.uint8), nbytes,
                               raw_dtype=t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for name, shp, t in plan:
-        if t == QT.F32:
+    for _name, shp, t in plan:
+        if t == GgmlType.F32:
             data = (1.0 + 0.1 * rng.standard_normal(shp)).astype(np.float32)
         else:
             x = (rng.standard_normal(shp, dtype=np.float32) * (1.0 / np.sqrt(shp[1]))).astype(np.float32)
-            data = x.astype(np.float16) if t == QT.F16 else quants.quantize(x, t)
+            data = x.astype(np.float16) if t == GgmlType.F16 else quants.quantize(x, t)
         w.write_tensor_data(data)
         del data
     w.close()
@@ -232,7 +232,8 @@ def run(quick: bool = False, shapes: list[str] | None = None, baseline: str | No
                         print("convert: Q4_K_M skipped (no side venv: python -m bench deps)", flush=True)
                         continue
                     if not f16.exists():
-                        _child("write_gguf_worker", {"path": str(f16), "shape": shape_name, "wtype": "F16"}, common.REPO)
+                        _child("write_gguf_worker", {"path": str(f16), "shape": shape_name, "wtype": "F16"},
+                               common.REPO)
                     res, _ = _child("quantize_llama_cpp", {"src": str(f16), "dst": str(src)}, common.REPO, python=side)
                     if res["rc"] != 0:
                         print(f"convert: llama.cpp quantize failed ({res['rc']})", flush=True)
@@ -313,7 +314,8 @@ def section(res: dict[str, Any], kept: dict[tuple[str, str], list[str]] | None =
                          f"{x['onnx_bytes'] / r['gguf_bytes']:.3f}", f"{x['seconds']:.0f} s", mib(x["rss"]),
                          mib(x["load_rss"]) if "load_rss" in x else "",
                          mib(x["run_rss"]) if "run_rss" in x else "",
-                         f"{x['load_s']:.1f} s" if "load_s" in x else "", f"{x['prefill_tok_s']:.0f}" if "load_s" in x else "",
+                         f"{x['load_s']:.1f} s" if "load_s" in x else "",
+                         f"{x['prefill_tok_s']:.0f}" if "load_s" in x else "",
                          f"{x['decode_tok_s']:.1f}" if "load_s" in x else ""])
     lines.append(table(HEADERS, rows))
     lines.append("")
@@ -321,9 +323,8 @@ def section(res: dict[str, Any], kept: dict[tuple[str, str], list[str]] | None =
         sizes = (r.get("after") or {}).get("sizes") or {}
         if not sizes:
             continue
-        def count(k):
-            return (f" ({r['types'][k]} tensors)" if r.get("types", {}).get(k) else "")
-        parts = [f"{k} {v['onnx'] / max(v['gguf'], 1):.3f}×{count(k)}"
+        types = r.get("types", {})
+        parts = [f"{k} {v['onnx'] / max(v['gguf'], 1):.3f}×" + (f" ({types[k]} tensors)" if types.get(k) else "")
                  for k, v in sorted(sizes.items()) if v["gguf"] and k != "other"]
         lines.append(f"- {r['shape']} {r['quant']} size by type (ONNX / GGUF): " + ", ".join(parts))
     lines += NOTES
@@ -402,7 +403,8 @@ def _teacher_forced_logits(folder: Path, ids: list[int]) -> Any:
     names = ["logits"] + [n.replace("past_key_values", "present") for n in past]
     rows = []
     for t, tok in enumerate(ids):
-        outs = sess.run(names, {"input_ids": np.array([[tok]], np.int64), "attention_mask": np.ones((1, t + 1), np.int64),
+        outs = sess.run(names, {"input_ids": np.array([[tok]], np.int64),
+                                "attention_mask": np.ones((1, t + 1), np.int64),
                                 "position_ids": np.array([[t]], np.int64), **past})
         rows.append(outs[0][0, -1].astype(np.float64))
         past = dict(zip(past, outs[1:], strict=False))
@@ -428,8 +430,10 @@ def kl_worker(gguf: str, root: str, n_tokens: int = 48) -> dict[str, Any]:
         ids = tok.encode(common.pseudo_text(60, seed)).ids[:n_tokens]
         a = _teacher_forced_logits(folders["exact"], ids)
         b = _teacher_forced_logits(folders["fast"], ids)
-        pa = np.exp(a - a.max(-1, keepdims=True)); pa /= pa.sum(-1, keepdims=True)
-        lb = b - b.max(-1, keepdims=True); lb -= np.log(np.exp(lb).sum(-1, keepdims=True))
+        pa = np.exp(a - a.max(-1, keepdims=True))
+        pa /= pa.sum(-1, keepdims=True)
+        lb = b - b.max(-1, keepdims=True)
+        lb -= np.log(np.exp(lb).sum(-1, keepdims=True))
         la = np.log(pa)
         kls.extend((pa * (la - lb)).sum(-1).tolist())
         out.setdefault("exact_logits_sample", a[:2, :5].tolist())

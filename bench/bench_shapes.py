@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from . import common
+from .bench_shapes_doc import render
 from .common import Section, median, ok
+from .shapes_spec import AMBER_NOSPIN, N_CTX, SECOND, TARGETS
 from .weight_bytes import gguf_decode_bytes, onnx_decode_bytes, onnx_kernel_bytes, worker_bandwidth  # noqa: F401 (workers)
 from engine.convert.native_form import DEFAULT_KERNELS
 
@@ -39,8 +41,6 @@ LABELS = {"135m": "SmolLM2-135M (default model)", "0.5b": "Qwen2.5-0.5B shape", 
 VOCAB_135M = 49152
 PREFILL_SIZES = (512, 2048)
 DECODE_CONTEXTS = (100, 1000)
-N_CTX = 2304            # llama.cpp's context: room for the 2048 prefill and 1000 + steps (Amber sizes to need)
-TARGETS = {"decode": 1.2, "prefill_2048": 1.5, "rss": 1.2, "bw_share": 0.70}
 # llama.cpp's OpenMP threads spin while waiting by default; on a busy machine (6 helpers on 2 cores)
 # that makes it 10-80x slower (135M decode: ~1 tok/s spinning, ~100 passive), so its best
 # configuration there is OMP_WAIT_POLICY=PASSIVE. On an idle machine its spinning default is the
@@ -52,14 +52,7 @@ LLAMA_SPIN = ("llama.cpp FA on, spinning", {"flash_attn": True}, {})
 # 1-minute load average below which the machine counts as quiet: the bench's own two threads (the
 # previous figure's processes) count, other sessions' work does not fit under it.
 QUIET_LOAD = 3.0
-AMBER_NOSPIN = "Amber, ORT spinning off"   # an experiment: not the engine's path unless it adopts it
 AMBER_KERNELS = ("ort", "native")          # --amber-kernels: Amber's conversions measured side by side
-AMBER_NATIVE = "Amber native"              # the native form's column when "ort" is scored
-AMBER_ORT = "Amber ORT form"               # the ORT form's column when "native" (the default) is scored
-# A second Amber conversion measured beside the scored one: its column, its ratios to llama.cpp's
-# best, and its ratios to the scored column (keys of a stored result).
-SECOND = {"native": (AMBER_NATIVE, "ratios_native", "ratios_native_vs_ort"),
-          "ort": (AMBER_ORT, "ratios_ort", "ratios_ort_vs_native")}
 
 
 def plan(shape: str, quick: bool) -> dict[str, Any]:
@@ -546,7 +539,6 @@ def _llama_build() -> dict[str, Any]:
 
 # ---- docs/BENCHMARKS.md ---------------------------------------------------------------------------
 def section(res: dict[str, Any]) -> Section:
-    from .bench_shapes_doc import render
     return Section("perf18", "Performance at real sizes (issue 18)", render(res), common.ORDER.get("compare", 20) + 1)
 
 

@@ -5,6 +5,7 @@ from typing import Any
 
 from . import common
 from .common import ok, table
+from .shapes_spec import AMBER_NOSPIN, N_CTX, SECOND, TARGETS
 
 MIB = 2**20
 
@@ -86,7 +87,6 @@ def detail_table(m: dict[str, Any]) -> str:
 
 
 def render(res: dict[str, Any]) -> str:
-    from .bench_shapes import N_CTX, TARGETS
     models = res.get("models", [])
     facts = res.get("facts") or common.machine_facts()
     bw = res.get("bandwidth", {})
@@ -127,12 +127,10 @@ def render(res: dict[str, Any]) -> str:
     if met:
         out += [f"Targets met: {sum(met)} of {len(met)}.", ""]
     if any("ratios_nospin" in m for m in models):
-        from .bench_shapes import AMBER_NOSPIN
         out += ["**Experiment, not the engine's path:** Amber with ONNX Runtime's intra-op threads not spinning "
                 "(`session.intra_op.allow_spinning = 0`, the counterpart of llama.cpp's OMP_WAIT_POLICY=PASSIVE), "
                 "same ratios against the same llama.cpp figures:", "",
                 summary_table(models, TARGETS, "ratios_nospin", AMBER_NOSPIN), ""]
-    from .bench_shapes import SECOND
     for form, (name, key, vs_key) in SECOND.items():
         if not any(key in m for m in models):
             continue

@@ -16,6 +16,10 @@ shared with other sessions (each in its own scheduler autogroup, where `nice` do
 the figures in docs/BENCHMARKS.md were taken with the bench's autogroup at nice -20
 (`echo -20 > /proc/self/autogroup` in the shell that starts it; `echo 0` after).
 
+`python -m bench.bench_spin idle [MODEL]` measures the other side, what a session costs while
+the app waits between replies: the process CPU time in 50 ms windows of waiting after a run, with
+Amber's policy (AMBER_ORT_SPIN auto, off) and ORT's default (on) for contrast.
+
 Knobs: AMBER_BENCH_SPIN_SETTINGS ("name;name", from CATALOG), AMBER_BENCH_SPIN_BUSY ("0,1,2"),
 AMBER_BENCH_SPIN_ROUNDS, AMBER_BENCH_SPIN_CONDITION (a label for the tables), AMBER_BENCH_SPIN_JSON
 (where the run's figures go); `python -m bench.bench_spin write [--notes F] RUN.json …` writes
@@ -123,6 +127,42 @@ def worker_spin(model_dir: str, entries: dict[str, str], threads: int, tokens: l
         out["decode"][str(ctx)] = [r for r, _ in pairs]
         out["cpu_per_token"][str(ctx)] = [c for _, c in pairs]
     return out
+
+
+# ---- the idle cost --------------------------------------------------------------------------------
+def idle_cpu(model_dir: Path, mode: str, windows: int = 10, seconds: float = 0.05,
+             threads: int = 2) -> list[float]:
+    """Process CPU seconds in each of `windows` waits of `seconds` right after a decode step, the
+    session made under AMBER_ORT_SPIN=`mode` (ORT's default "on" goes on spinning for milliseconds
+    after a run; auto's spin is bounded to microseconds; off never spins)."""
+    import resource
+
+    from engine.runtime import spin
+    from engine.runtime.model import load_model
+    from engine.runtime.runner import Runner
+    os.environ[spin.SPIN_ENV] = mode
+    try:
+        runner = Runner(load_model(model_dir, provider="cpu", threads=threads))
+    finally:
+        del os.environ[spin.SPIN_ENV]
+    cache = runner.new_cache()
+    runner.forward(cache, list(range(3, 60)))
+    used = []
+    for _ in range(windows):
+        runner.forward(cache, [5])
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        time.sleep(seconds)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        used.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return used
+
+
+def print_idle_cpu(shape: str = "135m") -> None:
+    label, folder = _model(shape)
+    print(f"spin idle: {label}, CPU ms in each 50 ms wait after a decode step (median, max of 10)")
+    for mode in ("auto", "off", "on"):
+        used = idle_cpu(folder, mode)
+        print(f"  AMBER_ORT_SPIN={mode:<4}  {median(used) * 1000:6.2f}  {max(used) * 1000:6.2f}")
 
 
 # ---- the load generator ---------------------------------------------------------------------------
@@ -278,9 +318,14 @@ if __name__ == "__main__":
     # `python -m bench.bench_spin write [--notes FILE.md] RUN.json [RUN.json ...]`: the section from
     # saved runs (each `python -m bench spin` run saves its JSON: AMBER_BENCH_SPIN_JSON), with FILE's
     # text (what the figures decided) first.
+    # `python -m bench.bench_spin idle [MODEL]`: an idle session's CPU under each spin mode.
     args = sys.argv[1:]
+    if args[:1] == ["idle"] and len(args) <= 2:
+        print_idle_cpu(*args[1:])
+        raise SystemExit(0)
     if args[:1] != ["write"] or len(args) < 2:
-        raise SystemExit("usage: python -m bench.bench_spin write [--notes FILE.md] RUN.json [RUN.json ...]")
+        raise SystemExit("usage: python -m bench.bench_spin write [--notes FILE.md] RUN.json [RUN.json ...]\n"
+                         "       python -m bench.bench_spin idle [135m | CONVERTED_FOLDER]")
     args = args[1:]
     notes = ""
     if args[:1] == ["--notes"]:

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from bench import bench_shapes, llama_build
+from bench import bench_shapes, llama_build, shapes_spec
 from bench.bench_shapes_doc import render
 
 ZEN5 = ("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx f16c fma bmi1 avx2 bmi2 avx512f avx512dq "
@@ -221,7 +221,7 @@ def test_native_column_is_scored_against_llama_and_against_the_ort_form(tmp_path
              "llama": {"decode_bytes": 90 << 20}, "gguf_file_bytes": 90 << 20, "onnx_file_bytes": 100 << 20}
     native = eng(80.0, 30.0, 200 << 20)
     model = {"shape": "135m", "quant": "Q4_1", "label": "SmolLM2-135M", "plan": {}, "sizes": sizes,
-             "engines": {"Amber": eng(100.0, 20.0, 300 << 20), bench_shapes.AMBER_NATIVE: native,
+             "engines": {"Amber": eng(100.0, 20.0, 300 << 20), shapes_spec.AMBER_NATIVE: native,
                          "llama.cpp FA on": eng(50.0, 25.0, 250 << 20)}}
     best = model["best"] = bench_shapes._best({"llama.cpp FA on": model["engines"]["llama.cpp FA on"]})
     model["ratios"] = bench_shapes._ratios(model["engines"]["Amber"], best)
@@ -231,10 +231,10 @@ def test_native_column_is_scored_against_llama_and_against_the_ort_form(tmp_path
     assert model["ratios_native_vs_ort"]["decode_100"] == pytest.approx(1.5)
     assert model["ratios_native_vs_ort"]["rss"] == pytest.approx(200 / 300)
     bench_shapes._score(model, bandwidth=float(1 << 30))
-    assert model["bw_share"][bench_shapes.AMBER_NATIVE] == pytest.approx(90 * 30 / 1024)   # older results
+    assert model["bw_share"][shapes_spec.AMBER_NATIVE] == pytest.approx(90 * 30 / 1024)   # older results
     sizes["native"]["kernel_bytes"] = 80 << 20      # what its kernels read, as Amber's column counts
     bench_shapes._score(model, bandwidth=float(1 << 30))
-    assert model["bw_share"][bench_shapes.AMBER_NATIVE] == pytest.approx(80 * 30 / 1024)
+    assert model["bw_share"][shapes_spec.AMBER_NATIVE] == pytest.approx(80 * 30 / 1024)
     text = render({"models": [model], "threads": 2, "facts": {"date": "d", "cpu": "c", "logical_cores": 2,
                                                                 "memory_gib": 1, "os": "o", "python": "p", "ort": "r",
                                                                 "threads": 2, "load_avg": [1.0, 1.0, 1.0]}})
@@ -255,11 +255,11 @@ def test_ort_form_as_the_second_column_when_native_is_scored() -> None:
     ort_form = eng(100.0, 20.0, 300 << 20)
     model = {"shape": "135m", "quant": "Q4_1", "label": "SmolLM2-135M", "plan": {}, "sizes": sizes,
              "kernels": ["native", "ort"],
-             "engines": {"Amber": eng(80.0, 30.0, 200 << 20), bench_shapes.AMBER_ORT: ort_form,
+             "engines": {"Amber": eng(80.0, 30.0, 200 << 20), shapes_spec.AMBER_ORT: ort_form,
                          "llama.cpp FA on": eng(50.0, 25.0, 250 << 20)}}
     best = model["best"] = bench_shapes._best({"llama.cpp FA on": model["engines"]["llama.cpp FA on"]})
     model["ratios"] = bench_shapes._ratios(model["engines"]["Amber"], best)
-    name, key, vs_key = bench_shapes.SECOND["ort"]
+    name, key, vs_key = shapes_spec.SECOND["ort"]
     model[key] = bench_shapes._ratios(ort_form, best)
     model[vs_key] = bench_shapes._ratios(ort_form, bench_shapes._as_best(model["engines"]["Amber"]))
     assert model[vs_key]["decode_100"] == pytest.approx(20 / 30)

@@ -37,7 +37,8 @@ FLOAT_TYPES = (QT.F32, QT.F16, QT.BF16)
 
 def pack_nibbles(levels: np.ndarray) -> np.ndarray:
     """uint8 levels 0..15 [.., 2m] -> MatMulNBits bytes [.., m], low nibble first."""
-    return (levels[..., 0::2] | (levels[..., 1::2] << 4)).astype(np.uint8)
+    packed: np.ndarray = (levels[..., 0::2] | (levels[..., 1::2] << 4)).astype(np.uint8)
+    return packed
 
 
 def pack_bits(levels: np.ndarray, bits: int) -> np.ndarray:
@@ -68,7 +69,7 @@ class Scale:
             return b
         return np.repeat(b, self.group, axis=1) * self.factor.astype(np.float32)
 
-    def layout(self) -> tuple:
+    def layout(self) -> tuple[str, str | None, int]:
         return (self.base.dtype.str, None if self.factor is None else self.factor.dtype.str, self.group)
 
     def rows(self, perm: np.ndarray) -> "Scale":
@@ -111,7 +112,7 @@ class Weight:
             assert self.raw is not None
             return np.asarray(quants.dequantize(self.raw, QT(self.ggml_type)), np.float32).reshape(self.n, self.k)
         assert self.levels is not None and self.scale is not None
-        w = self.scale.value()[..., None] * (self.levels.astype(np.float32) - np.float32(self.center))
+        w: np.ndarray = self.scale.value()[..., None] * (self.levels.astype(np.float32) - np.float32(self.center))
         if self.offset is not None:
             w = w - self.offset.value()[..., None]
         return w.reshape(self.n, self.k)
@@ -172,13 +173,13 @@ def concat_rows(weights: list[Weight]) -> Weight | None:
         # The GGUF's rows one after the other: one GgufMatMul when the parts share a type.
         if any(w.ggml_type != first.ggml_type for w in weights):
             return None
-        return Weight("native", n, first.k, raw=np.concatenate([w.raw for w in weights]),  # type: ignore[misc]
+        return Weight("native", n, first.k, raw=np.concatenate([w.raw for w in weights]),
                       ggml_type=first.ggml_type, qtype=first.qtype)
     if first.kind == "dense":
         dts = {w.dense.dtype for w in weights}  # type: ignore[union-attr]
         if len(dts) != 1:
             return None
-        return Weight("dense", n, first.k, dense=np.concatenate([w.dense for w in weights]),  # type: ignore
+        return Weight("dense", n, first.k, dense=np.concatenate([w.dense for w in weights]),
                       qtype=first.qtype)
     if any(w.qbits != first.qbits or w.block != first.block or w.scale.layout() != first.scale.layout()  # type: ignore
            for w in weights):
@@ -295,10 +296,10 @@ def from_q5_k(raw: np.ndarray, n: int, k: int) -> Weight:
 def from_q6_k(raw: np.ndarray, n: int, k: int) -> Weight:
     nsb = k // 256
     blocks = raw.reshape(n, nsb, 210)
-    ql = blocks[..., 0:128].reshape(n, nsb, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 1, 2, 1)
-    ql = (ql & 0x0F).reshape(n, nsb, 8, 32)
-    qh = blocks[..., 128:192].reshape(n, nsb, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 1, 4, 1)
-    qh = (qh & 0x03).reshape(n, nsb, 8, 32)
+    qls = blocks[..., 0:128].reshape(n, nsb, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 1, 2, 1)
+    ql = (qls & 0x0F).reshape(n, nsb, 8, 32)
+    qhs = blocks[..., 128:192].reshape(n, nsb, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 1, 4, 1)
+    qh = (qhs & 0x03).reshape(n, nsb, 8, 32)
     levels = (ql | (qh << 4)).reshape(n, nsb * 16, 16).astype(np.uint8)
     sc = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).reshape(n, nsb * 16)
     d = _f16(blocks[..., 208:210])

@@ -34,7 +34,7 @@ from engine.sessions.locks import LockTimeout, StateLocks, default_wait_s
 from engine.sessions.manifest import ManifestDir
 from engine.sessions.persistence import SessionFiles
 from engine.sessions.refs import BlockRefs
-from engine.sessions.session import Session, SessionError, store_shape
+from engine.sessions.session import Session, SessionError, next_use, store_shape
 from engine.sessions.writer import SerialWriter
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "CacheSaltMismatch", "ModelNotReady", "SessionBusy", "SessionError",
@@ -432,7 +432,7 @@ class SessionManager:
                 origin = KVLocation.DISK
             figures.resume_ms += (time.perf_counter() - t0) * 1000 if (
                 figures.cache_tokens_memory or figures.cache_tokens_disk) else 0.0
-            s.last_used = time.monotonic()
+            s.last_used = next_use()
             finished = False
             events = self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin,
                                            figures=figures, started=started)
@@ -458,7 +458,7 @@ class SessionManager:
         self._enforce_budget(keep=s.id)
 
     def _after_generation(self, s: _Session) -> None:
-        s.last_used = time.monotonic()
+        s.last_used = next_use()
         # A device cache's blocks are copied in the writer, from the save's snapshot when pinned
         # (never a download on this thread); host arrays are copied here, at once.
         on_device = s.cache is not None and s.cache.on_device

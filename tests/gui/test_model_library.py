@@ -123,17 +123,23 @@ def test_offline_search_shows_one_message(qtbot, local_hub, monkeypatch):
 
 
 def test_a_late_answer_for_an_earlier_pick_is_ignored(qtbot, local_hub, monkeypatch):
-    import time
+    import threading
 
     import engine.hub
     from app.gui.dialogs.model_library import ModelLibraryDialog
     real = engine.hub.plan
+    f32_may_answer = threading.Event()
+    f32_answered = threading.Event()
 
-    def slow_for_f32(repo, which=None, **kw):
+    def held_for_f32(repo, which=None, **kw):
         if which and "F32" in which:
-            time.sleep(1.5)             # the first pick's answer arrives last
+            assert f32_may_answer.wait(30)   # the first pick's answer arrives last
+            try:
+                return real(repo, which, **kw)
+            finally:
+                f32_answered.set()
         return real(repo, which, **kw)
-    monkeypatch.setattr(engine.hub, "plan", slow_for_f32)
+    monkeypatch.setattr(engine.hub, "plan", held_for_f32)
     dlg = ModelLibraryDialog()
     qtbot.addWidget(dlg)
     pick_repo(qtbot, dlg, "tiny", REPO)
@@ -141,9 +147,11 @@ def test_a_late_answer_for_an_earlier_pick_is_ignored(qtbot, local_hub, monkeypa
     dlg.files.selectRow(rows["F32"])
     dlg.files.selectRow(rows["Q8_0"])
     qtbot.waitUntil(lambda: dlg.plan is not None, timeout=15000)
-    qtbot.wait(2500)                    # the F32 answer has come and gone
+    assert dlg.plan.variant.quant == "Q8_0" and not f32_answered.is_set()
+    f32_may_answer.set()
+    assert dlg.tasks.wait(30)           # the F32 answer has been delivered to the dialog
+    assert f32_answered.is_set()
     assert dlg.plan.variant.quant == "Q8_0" and "Tiny-Chat-Q8_0.gguf" in dlg.info.text()
-    dlg.tasks.wait(5)
 
 
 def test_control_characters_from_the_hub_never_reach_the_dialog(qtbot, local_hub, tiny_q8):

@@ -107,14 +107,38 @@ def test_screenshot_first_launch_loading(make_window, engine, qtbot, shots):
     qtbot.waitUntil(lambda: w.engine is not None, timeout=3000)
 
 
+def _colours(img, rect, step: int = 2) -> set[int]:
+    """The distinct pixel values of `img` sampled over `rect` (image pixels)."""
+    return {img.pixel(x, y) for x in range(rect.left(), rect.right() + 1, step)
+            for y in range(rect.top(), rect.bottom() + 1, step)}
+
+
 def test_screenshot_settings(make_window, engine, qtbot, shots):
+    from PySide6.QtCore import QPoint, QRect
+    from PySide6.QtGui import QImage
+    from PySide6.QtWidgets import QDialogButtonBox
+
     from app.gui.dialogs.settings_dialog import SettingsDialog
 
     w = make_window(engine)
     dlg = SettingsDialog(w.settings, w.home, parent=w)
     dlg.show()
     qtbot.waitExposed(dlg)
-    shots(dlg, "07-settings")
+    img = QImage(str(shots(dlg, "07-settings")))
+    ratio = dlg.devicePixelRatioF()
+    assert (img.width(), img.height()) == (round(dlg.width() * ratio), round(dlg.height() * ratio))
+    assert len(_colours(img, img.rect(), step=7)) > 10          # a drawn dialog, not a blank picture
+    assert dlg.system_prompt.toPlainText() == w.settings.system_prompt
+    box = dlg.findChild(QDialogButtonBox)
+    for role, label in ((QDialogButtonBox.StandardButton.Ok, "OK"),
+                        (QDialogButtonBox.StandardButton.Cancel, "Cancel")):
+        button = box.button(role)
+        assert button.isVisible() and button.text().replace("&", "") == label
+        where = QRect(button.mapTo(dlg, QPoint(0, 0)), button.size())
+        assert dlg.rect().contains(where)                       # whole, not cut off by the dialog's edge
+        pixels = QRect(round(where.x() * ratio), round(where.y() * ratio),
+                       round(where.width() * ratio), round(where.height() * ratio))
+        assert len(_colours(img, pixels)) > 3                   # drawn in the picture: frame and label
     dlg.reject()
 
 

@@ -100,7 +100,8 @@ def test_delete_is_one_gesture_then_offers_undo(make_window, engine, qtbot, monk
     assert w.current_id == first and w.toast.isVisible()     # the neighbour is shown
     qtbot.mouseClick(w.toast.button, Qt.MouseButton.LeftButton)
     assert second in w.chat_model.visible_chat_ids() and w.current_id == second
-    qtbot.wait(450)
+    assert second not in w.pending_deletes           # no countdown left to delete it
+    wait_idle(qtbot, w)
     assert engine.called("delete") == []
     assert w.store.get_conversation(second)
     # left alone: deleted from the store and the engine when the undo expires

@@ -116,16 +116,12 @@ def test_search_is_a_flat_ranked_list_and_hidden_rows_stay_hidden():
     assert model.chat("c5").snippet == ""
 
 
-def test_ten_thousand_rows_build_quickly():
-    import time
+def test_ten_thousand_rows_are_all_listed():
+    """Every row once, under its headers (how long it takes: `python -m bench gui`, sidebar_10k)."""
     rows = [row(i, days=i % 40, pinned=i % 500 == 0) for i in range(10_000)]
-    t = time.perf_counter()
     items = build_items(rows, today=TODAY.date())
-    assert time.perf_counter() - t < 0.5
     model = ChatListModel()
-    t = time.perf_counter()
     model.set_rows(rows, items)
-    assert time.perf_counter() - t < 0.2
     assert model.rowCount() == 10_000 + len(model.headers())
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.fake_engine import FakeEngine
-from tests.support.gui import open_chat, send
+from tests.support.gui import open_chat, send, wait_idle
 
 from app.gui import chat_figures
 from app.gui.widgets.turn import LiveTurn, overflow_notice, prefill_text
@@ -78,7 +78,7 @@ def test_switching_chats_leaves_no_figures_of_the_other_chat(make_window, home, 
     other = w.current_id
     open_chat(qtbot, w, pinned)
     open_chat(qtbot, w, other)
-    qtbot.wait(100)   # the engine's answer about the session arrives after the switch
+    wait_idle(qtbot, w)   # every answer of the engine about the sessions has arrived, after the switch
     assert "on disk" not in w.status.kv.text()
     used = w.store.active_path(other)[-1].figures["context_used"]
     assert w.status.context.text() == f"{used:,} / 8,192 tokens"

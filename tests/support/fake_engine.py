@@ -83,6 +83,9 @@ class FakeEngine:
         self.prefilling = threading.Event()   # set while the fake prefill runs
         self.release_prefill = threading.Event()  # with hold_prefill: the prefill waits for it
         self.hold_prefill = False
+        # Cleared by a test: a save starts its work (save_delay) once this is set (it waits up to 60 s).
+        self.saves_may_finish = threading.Event()
+        self.saves_may_finish.set()
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.generations: list[list[ChatMessage]] = []   # what the GUI asked for
         self.prompts: list[list[ChatMessage]] = []       # ... and what fitted (overflow policy)
@@ -271,6 +274,7 @@ class FakeEngine:
         s.saving = True
 
         def save() -> None:
+            self.saves_may_finish.wait(60)
             time.sleep(self.save_delay)
             with self._lock:
                 if self.fail_saves:

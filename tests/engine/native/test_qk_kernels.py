@@ -3,12 +3,13 @@
 The oracle is gguf-py's own numpy dequantizer (gguf.quants.dequantize) of the raw super-blocks,
 dotted in float64 with the activations as the library quantized them (its Q8_K buffer decoded
 here): the kernels' integer arithmetic must match it to float rounding. Blocks are random bytes
-(with finite fp16 scales) and, where the random-weight GGUFs quantized by llama.cpp itself are on
-this machine, real blocks from them (CI lacks those files: that case skips, the rest stand alone).
+(with finite fp16 scales) and, where llama.cpp's Python binding is installed (this venv or the
+bench's side venv, `python -m bench deps`), real blocks that its own quantizer writes into a
+temporary folder from a random-weight model (without it that case skips, the rest stand alone).
 """
 from __future__ import annotations
 
-from pathlib import Path
+import subprocess
 
 import numpy as np
 import pytest
@@ -20,11 +21,15 @@ Q4_K, Q5_K, Q6_K = 12, 13, 14
 BLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}
 ACT_BLOCK = 292   # float d, int8 q[256], int16 bsums[16]
 ISAS = ("scalar", "avx2", "avxvnni", "avx512vnni")
-# GGUFs quantized by llama.cpp's own quantizer (random weights at real shapes), where present:
-# Q4_K + Q6_K from a Q4_K_M file, Q5_K from a Q5_K_M one.
-REAL_GGUFS = (Path("/work/scratch/perf-bench/models/1b-Q4_K_M.gguf"),
-              Path("/work/scratch/kernk/tiny-Q5_K_M.gguf"))
+# llama.cpp's file types whose GGUFs hold real blocks of each K-quant: Q4_K + Q6_K in a Q4_K_M
+# file, Q5_K in a Q5_K_M one (llama_ftype LLAMA_FTYPE_MOSTLY_Q4_K_M, LLAMA_FTYPE_MOSTLY_Q5_K_M).
+LLAMA_FTYPES = {"Q4_K_M": 15, "Q5_K_M": 17}
 REAL_BLOCKS = 40 * 17   # N = 40 rows of K = 4352
+# llama.cpp's quantizer, as `llama-quantize SRC DST` runs it: argv = src, dst, ftype.
+QUANTIZE = ("import sys, llama_cpp\n"
+            "p = llama_cpp.llama_model_quantize_default_params()\n"
+            "p.ftype = int(sys.argv[3])\n"
+            "sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))\n")
 
 
 @pytest.fixture(scope="session")
@@ -98,13 +103,26 @@ def dequant(typ: int, raw: np.ndarray, n: int, k: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="session")
-def real_blocks():
-    """{type: raw super-blocks} from the llama.cpp-quantized GGUFs present (types absent: no key)."""
+def real_blocks(tmp_path_factory):
+    """{type: raw super-blocks} from GGUFs that llama.cpp's quantizer writes here from a random-weight
+    qwen2 model of the bench's `tiny` shape; empty where llama.cpp's binding is not installed."""
     from gguf import GGUFReader
+
+    from bench.bench_convert import SHAPES, write_gguf
+    from bench.common import python_with
+
+    python = python_with("llama_cpp")
+    if python is None:
+        return {}
+    root = tmp_path_factory.mktemp("llama-cpp-quantized")
+    f16 = root / "tiny-F16.gguf"
+    write_gguf(f16, SHAPES["tiny"], "F16")
     out: dict[int, np.ndarray] = {}
-    for path in REAL_GGUFS:
-        if not path.is_file():
-            continue
+    for name, ftype in LLAMA_FTYPES.items():
+        path = root / f"tiny-{name}.gguf"
+        done = subprocess.run([python, "-c", QUANTIZE, str(f16), str(path), str(ftype)],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
         for t in GGUFReader(str(path)).tensors:
             typ = int(t.tensor_type)
             if typ in BLOCK_BYTES and typ not in out and t.data.nbytes >= REAL_BLOCKS * BLOCK_BYTES[typ]:
@@ -160,7 +178,7 @@ def test_random_blocks_match_the_oracle(lib, typ, isa, k):
 @pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
 def test_real_llama_cpp_blocks_match_the_oracle(lib, real_blocks, typ, isa):
     if typ not in real_blocks:
-        pytest.skip(f"no llama.cpp-quantized blocks of type {typ} on this machine")
+        pytest.skip(f"no llama.cpp-quantized blocks of type {typ} (llama.cpp's Python binding not installed)")
     _use_isa(lib, isa)
     rng = np.random.default_rng(typ)
     k, n = 4096 + 256, 40
