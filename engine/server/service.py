@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import functools
 import threading
 import time
 import uuid
@@ -111,6 +113,34 @@ class Service:
         if name != self.model_id and name not in self.config.model_aliases:
             raise ApiError(404, f"the model '{name[:200]}' does not exist (this server serves '{self.model_id}')",
                            "model", "model_not_found")
+
+    @functools.cached_property
+    def system_fingerprint(self) -> str:
+        """OpenAI's `system_fingerprint`: from the model's fingerprint (its graph, weights and
+        tokenizer), so a client sees when the model behind the same name changed."""
+        fingerprint = getattr(getattr(self.engine, "model", None), "fingerprint", None)
+        basis = fingerprint if isinstance(fingerprint, str) and fingerprint else self.model_id
+        return "fp_" + hashlib.sha256(basis.encode()).hexdigest()[:12]
+
+    @functools.cached_property
+    def token_bytes(self) -> Callable[[int], bytes] | None:
+        """Each token id's bytes (engine.text.logprobs.TokenBytes); None for an engine without a
+        tokenizer here, which cannot report log-probabilities."""
+        tok = getattr(getattr(self.engine, "model", None), "tokenizer", None)
+        if tok is None or getattr(self.engine, "generate_tokens", None) is None:
+            return None
+        from engine.text.logprobs import TokenBytes  # noqa: PLC0415 - loaded only with a real engine
+        return TokenBytes(tok)
+
+    def check_options(self, logprobs: int | None, bias: dict[int, float] | None) -> None:
+        """The options that need the model's tokenizer: a clear 400 where they cannot be served."""
+        if logprobs is not None and self.token_bytes is None:
+            raise ApiError(400, "this engine does not report log-probabilities", "logprobs")
+        if bias:
+            vocab = self._vocab_size()
+            bad = [t for t in bias if t >= vocab]
+            if bad:
+                raise ApiError(400, f"'logit_bias' names token id {bad[0]}; the vocabulary has {vocab}", "logit_bias")
 
     def caller(self, request: Request) -> Caller:
         return self.keys.caller(request.headers.get("authorization"))
@@ -267,3 +297,93 @@ class Run:
     def cancel(self) -> None:
         self.job.cancel.set()
         self.stop_watching()
+
+
+class Choices:
+    """The `n` generations of one request (each a `Run` of its own, so a batching engine decodes
+    them together), seen as one: started, awaited, streamed and cancelled together."""
+
+    def __init__(self, runs: list[Run]) -> None:
+        self.runs = runs
+
+    @classmethod
+    async def submit(cls, service: Service, caller: Caller,
+                     starts: Sequence[Callable[[threading.Event], Iterator[Any]]], request: Request) -> "Choices":
+        """Submits every choice, then waits for each one's first output (errors before any output,
+        such as a prompt too long or a full queue, raise ApiError here with every choice cancelled)."""
+        self = cls([])
+        try:
+            for start in starts:
+                self.runs.append(await service.submit(caller, start, request))
+            await asyncio.gather(*(run.first() for run in self.runs))
+        except BaseException:
+            self.cancel()
+            raise
+        return self
+
+    @property
+    def queue_ms(self) -> float:
+        return self.runs[0].queue_ms
+
+    async def collect(self) -> list[GenerationResult]:
+        try:
+            return list(await asyncio.gather(*(run.collect() for run in self.runs)))
+        finally:
+            self.cancel()
+
+    async def events(self) -> AsyncIterator[tuple[int, TextChunk | GenerationResult]]:
+        """(choice index, event) as they come from every choice; stops them all if left early."""
+        if len(self.runs) == 1:
+            async for event in self.runs[0].events():
+                yield 0, event
+            return
+        queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        done = object()
+
+        async def pump(index: int, run: Run) -> None:
+            try:
+                async for event in run.events():
+                    queue.put_nowait((index, event))
+            except Exception as exc:    # noqa: BLE001 - raised to the consumer below
+                queue.put_nowait((index, exc))
+            finally:
+                queue.put_nowait((index, done))
+        tasks = [asyncio.ensure_future(pump(i, run)) for i, run in enumerate(self.runs)]
+        try:
+            left = len(tasks)
+            while left:
+                index, item = await queue.get()
+                if item is done:
+                    left -= 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield index, item
+        finally:
+            for task in tasks:
+                task.cancel()
+            self.cancel()
+
+    def cancel(self) -> None:
+        for run in self.runs:
+            run.cancel()
+
+
+def computed_once(compute: Callable[[], list[int]]) -> Callable[[], list[int]]:
+    """`compute` run by the first caller only (a prompt's tokens, shared by a request's choices,
+    which start on threads of their own); later callers get a copy of its result, or its error."""
+    lock = threading.Lock()
+    made: list[list[int]] = []
+    failed: list[BaseException] = []
+
+    def get() -> list[int]:
+        with lock:
+            if not made and not failed:
+                try:
+                    made.append(compute())
+                except Exception as exc:    # noqa: BLE001 - raised to every caller below
+                    failed.append(exc)
+            if failed:
+                raise failed[0]
+            return list(made[0])
+    return get
