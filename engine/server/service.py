@@ -136,6 +136,8 @@ class Service:
         """The options that need the model's tokenizer: a clear 400 where they cannot be served."""
         if logprobs is not None and self.token_bytes is None:
             raise ApiError(400, "this engine does not report log-probabilities", "logprobs")
+        if bias and self.token_bytes is None:
+            raise ApiError(400, "this engine does not apply 'logit_bias'", "logit_bias")
         if bias:
             vocab = self._vocab_size()
             bad = [t for t in bias if t >= vocab]
@@ -309,13 +311,14 @@ class Choices:
     @classmethod
     async def submit(cls, service: Service, caller: Caller,
                      starts: Sequence[Callable[[threading.Event], Iterator[Any]]], request: Request) -> "Choices":
-        """Submits every choice, then waits for each one's first output (errors before any output,
-        such as a prompt too long or a full queue, raise ApiError here with every choice cancelled)."""
+        """Submits every choice, then waits for the first one's first output: errors before any
+        output (a full queue, a prompt too long: the same for every choice) raise ApiError here,
+        with every choice cancelled. Not for the others': beyond `max_active` they wait for a place."""
         self = cls([])
         try:
             for start in starts:
                 self.runs.append(await service.submit(caller, start, request))
-            await asyncio.gather(*(run.first() for run in self.runs))
+            await self.runs[0].first()
         except BaseException:
             self.cancel()
             raise

@@ -17,11 +17,16 @@ from tokenizers import Tokenizer
 from engine.api import TokenLogprob
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")     # SentencePiece's byte fallback
+UNLIKELY = -9999.0     # OpenAI's value for a token too unlikely to have one (a -inf logit): JSON has no -inf
+
+
+def _finite(logprob: float) -> float:
+    return logprob if logprob >= UNLIKELY else UNLIKELY      # NaN too
 
 
 def token_logprob(logits: np.ndarray, token: int, top: int) -> TokenLogprob:
     """`token`'s log-probability under `logits` (vocab,) and the `top` most likely ids, best first
-    (ties by lower id)."""
+    (ties by lower id); never below `UNLIKELY`."""
     z = np.asarray(logits, dtype=np.float64)
     peak = z.max()
     log_total = peak + np.log(np.exp(z - peak).sum())
@@ -30,8 +35,8 @@ def token_logprob(logits: np.ndarray, token: int, top: int) -> TokenLogprob:
         k = min(top, z.shape[0])
         ids = np.argpartition(-z, k - 1)[:k]
         ids = ids[np.lexsort((ids, -z[ids]))]
-        best = [(int(i), float(z[i] - log_total)) for i in ids]
-    return TokenLogprob(int(token), float(z[token] - log_total), best)
+        best = [(int(i), _finite(float(z[i] - log_total))) for i in ids]
+    return TokenLogprob(int(token), _finite(float(z[token] - log_total)), best)
 
 
 @lru_cache(maxsize=1)

@@ -387,7 +387,7 @@ def test_token_logprob_is_the_log_softmax_and_its_top():
     assert entry.token_id == 2 and entry.logprob == pytest.approx(want[2])
     assert [t for t, _ in entry.top] == [1, 3, 2]           # ties by the lower id
     assert [lp for _, lp in entry.top] == pytest.approx([want[1], want[3], want[2]])
-    assert token_logprob(logits, 4, 0).logprob == -np.inf and token_logprob(logits, 4, 0).top == []
+    assert token_logprob(logits, 4, 0).logprob == -9999.0 and token_logprob(logits, 4, 0).top == []
     assert len(token_logprob(logits, 0, 20).top) == 5
 
 

@@ -224,6 +224,11 @@ def test_n_choices_are_decoded_together_by_the_batcher(tiny_model, tmp_path):
         assert len({c.message.content for c in r.choices}) == 1
         # Four choices, each on a thread of its own, decoding at once: their steps shared runs.
         assert batcher.batched_steps > 0 and batcher.batched_rows > batcher.batched_steps
+        # More choices than the scheduler's places (4): the rest wait for one, and all finish.
+        chunks = list(client.chat.completions.create(model=MODEL, messages=messages(), n=6, max_tokens=6,
+                                                     temperature=0, stream=True))
+        finished = sorted(ch.index for c in chunks for ch in c.choices if ch.finish_reason)
+        assert finished == list(range(6))
     finally:
         handle.stop()
         manager.shutdown()
