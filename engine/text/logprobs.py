@@ -8,6 +8,7 @@ they are the same whatever the sampling settings.
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import lru_cache
 
@@ -15,6 +16,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from engine.api import TokenLogprob
+from engine.text.sampling import top_k_ids
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")     # SentencePiece's byte fallback
 UNLIKELY = -9999.0     # OpenAI's value for a token too unlikely to have one (a -inf logit): JSON has no -inf
@@ -26,17 +28,17 @@ def _finite(logprob: float) -> float:
 
 def token_logprob(logits: np.ndarray, token: int, top: int) -> TokenLogprob:
     """`token`'s log-probability under `logits` (vocab,) and the `top` most likely ids, best first
-    (ties by lower id); never below `UNLIKELY`."""
-    z = np.asarray(logits, dtype=np.float64)
-    peak = z.max()
-    log_total = peak + np.log(np.exp(z - peak).sum())
+    (ties by lower id); never below `UNLIKELY`. About 0.2 ms at 49k ids: float32 sums in float64,
+    and the top from the sampler's narrowed partition, not a sort of the vocabulary."""
+    z = np.asarray(logits, dtype=np.float32)
+    peak = float(z.max())
+    log_total = peak + math.log(float(np.exp(z - peak).sum(dtype=np.float64)))
     best: list[tuple[int, float]] = []
     if top > 0:
-        k = min(top, z.shape[0])
-        ids = np.argpartition(-z, k - 1)[:k]
-        ids = ids[np.lexsort((ids, -z[ids]))]
-        best = [(int(i), _finite(float(z[i] - log_total))) for i in ids]
-    return TokenLogprob(int(token), _finite(float(z[token] - log_total)), best)
+        ids = top_k_ids(z, min(top, z.shape[0]))[0]          # every id tied at the edge too
+        ids = ids[np.lexsort((ids, -z[ids]))][:top]
+        best = [(int(i), _finite(float(z[i]) - log_total)) for i in ids]
+    return TokenLogprob(int(token), _finite(float(z[token]) - log_total), best)
 
 
 @lru_cache(maxsize=1)
