@@ -15,7 +15,8 @@ from engine.api import ChatMessage, GenerationResult, TextChunk, TokenLogprob
 from .errors import ApiError, sse_error
 from .logprobs import LegacyLogprobs, chat_logprobs
 from .schemas import ChatCompletionRequest, CompletionRequest
-from .service import Choices, Service, amber_figures, chat_usage, computed_once, finish_reason
+from .choices import Choices, computed_once
+from .service import Service, amber_figures, chat_usage, finish_reason
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
