@@ -269,6 +269,15 @@ class TokenEngine(ChatEngine, Protocol):
     @property
     def vocab_size(self) -> int: ...
 
+    @property
+    def model_fingerprint(self) -> str:
+        """A stable hash of the model's graph, weights and tokenizer (the API's system_fingerprint)."""
+        ...
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes a token id stands for in text (the API's log-probabilities show them)."""
+        ...
+
     def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
         """The prompt token ids of `messages` under the model's chat template."""
         ...

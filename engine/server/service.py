@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import functools
+import hashlib
 import threading
 import time
 import uuid
@@ -117,29 +117,27 @@ class Service:
     @functools.cached_property
     def system_fingerprint(self) -> str:
         """OpenAI's `system_fingerprint`: from the model's fingerprint (its graph, weights and
-        tokenizer), so a client sees when the model behind the same name changed."""
-        fingerprint = getattr(getattr(self.engine, "model", None), "fingerprint", None)
-        basis = fingerprint if isinstance(fingerprint, str) and fingerprint else self.model_id
+        tokenizer; the model's name for an engine without one), so a client sees when the model
+        behind the same name changed."""
+        tokens = self.tokens
+        basis = tokens.model_fingerprint if tokens is not None else self.model_id
         return "fp_" + hashlib.sha256(basis.encode()).hexdigest()[:12]
 
-    @functools.cached_property
+    @property
     def token_bytes(self) -> Callable[[int], bytes] | None:
-        """Each token id's bytes (engine.text.logprobs.TokenBytes); None for an engine without a
-        tokenizer here, which cannot report log-probabilities."""
-        tok = getattr(getattr(self.engine, "model", None), "tokenizer", None)
-        if tok is None or getattr(self.engine, "generate_tokens", None) is None:
-            return None
-        from engine.text.logprobs import TokenBytes  # noqa: PLC0415 - loaded only with a real engine
-        return TokenBytes(tok)
+        """Each token id's bytes; None for an engine without a tokenizer here (no logprobs)."""
+        tokens = self.tokens
+        return None if tokens is None else tokens.token_bytes
 
     def check_options(self, logprobs: int | None, bias: dict[int, float] | None) -> None:
         """The options that need the model's tokenizer: a clear 400 where they cannot be served."""
-        if logprobs is not None and self.token_bytes is None:
+        tokens = self.tokens
+        if logprobs is not None and tokens is None:
             raise ApiError(400, "this engine does not report log-probabilities", "logprobs")
-        if bias and self.token_bytes is None:
+        if bias and tokens is None:
             raise ApiError(400, "this engine does not apply 'logit_bias'", "logit_bias")
-        if bias:
-            vocab = self._vocab_size()
+        if bias and tokens is not None:
+            vocab = tokens.vocab_size
             bad = [t for t in bias if t >= vocab]
             if bad:
                 raise ApiError(400, f"'logit_bias' names token id {bad[0]}; the vocabulary has {vocab}", "logit_bias")

@@ -232,3 +232,24 @@ def test_n_choices_are_decoded_together_by_the_batcher(tiny_model, tmp_path):
     finally:
         handle.stop()
         manager.shutdown()
+
+
+def test_an_engine_without_token_prompts_refuses_logprobs_and_logit_bias(tmp_path):
+    """Served over an engine that takes no token prompts (the GUI tests' fake, as the remote engine):
+    what needs the model's tokenizer is a clear 400; n and the fingerprint still work."""
+    from engine.server import serve_in_thread
+    from tests.support.fake_engine import FakeEngine
+    engine = FakeEngine(tmp_path / "fake", delay=0)
+    handle = serve_in_thread(engine, "127.0.0.1", 0, state_dir=tmp_path / "state")
+    try:
+        client = openai.OpenAI(base_url=handle.url, api_key="unused", max_retries=0, timeout=60)
+        name = engine.model_name
+        for kw, needle in [({"logprobs": True}, "log-probabilities"), ({"logit_bias": {"1": 5}}, "logit_bias")]:
+            with pytest.raises(openai.BadRequestError) as e:
+                client.chat.completions.create(model=name, messages=messages(), **kw)
+            assert needle in e.value.message
+        r = client.chat.completions.create(model=name, messages=messages(), n=2)
+        assert [c.index for c in r.choices] == [0, 1] and r.system_fingerprint.startswith("fp_")
+    finally:
+        handle.stop()
+        engine.shutdown()
