@@ -116,6 +116,8 @@ def test_logit_bias_bans_and_forces_tokens(client_a, tiny_model):
     forced_id = tiny_model.tokenizer.token_to_id("a")
     forced = chat(client_a, max_tokens=4, logit_bias={str(forced_id): 100})
     assert forced.choices[0].message.content == "a" * 4
+    streamed = chat(client_a, max_tokens=4, logit_bias={str(forced_id): 100}, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == "a" * 4
     for bias, needle in [({"abc": 1}, "logit_bias"), ({"5": 101}, "logit_bias"), ({str(vocab): 1}, "vocabulary"),
                          ({"5": "x"}, "logit_bias")]:
         with pytest.raises(openai.BadRequestError) as e:
@@ -130,6 +132,9 @@ def test_stop_takes_up_to_sixteen_strings(client_a):
     stops = [f"never-{i}" for i in range(15)] + [cut]
     r = chat(client_a, max_tokens=16, stop=stops)
     assert r.choices[0].message.content == whole[:whole.index(cut)] and r.choices[0].finish_reason == "stop"
+    chunks = list(chat(client_a, max_tokens=16, stop=stops, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == r.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == "stop"
     with pytest.raises(openai.BadRequestError) as e:
         chat(client_a, stop=stops + ["one more"])
     assert "at most 16" in e.value.message
