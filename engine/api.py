@@ -53,6 +53,10 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     overflow: str = OverflowPolicy.TRUNCATE_MIDDLE.value   # an OverflowPolicy value
     frequency_penalty: float | None = None   # OpenAI's: subtracted once per occurrence of a seen token
+    # Added to the logits before sampling, by token id (OpenAI's logit_bias); -100 bans the token.
+    logit_bias: dict[int, float] | None = None
+    # Report each sampled token's log-probability and this many most likely alternatives (None: off).
+    logprobs: int | None = None
 
 
 @dataclass
@@ -82,18 +86,30 @@ class GenerationFigures:
 
 
 @dataclass
+class TokenLogprob:
+    """A sampled token's log-probability under the model's own logits (log-softmax, before any
+    temperature, penalty or bias) and the `top` most likely tokens there: (id, logprob), best first."""
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
 class TextChunk:
-    """A piece of streamed text (always whole UTF-8 characters) and the token ids behind it."""
+    """A piece of streamed text (always whole UTF-8 characters) and the token ids behind it;
+    with `SamplingParams.logprobs`, the log-probabilities of the tokens sampled since the last chunk."""
     text: str
     token_ids: list[int]
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass
 class GenerationResult:
-    """The last event of a stream."""
+    """The last event of a stream (`logprobs`: every chunk's, in order, with `SamplingParams.logprobs`)."""
     text: str
     token_ids: list[int]
     figures: GenerationFigures
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass
@@ -252,6 +268,15 @@ class TokenEngine(ChatEngine, Protocol):
 
     @property
     def vocab_size(self) -> int: ...
+
+    @property
+    def model_fingerprint(self) -> str:
+        """A stable hash of the model's graph, weights and tokenizer (the API's system_fingerprint)."""
+        ...
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes a token id stands for in text (the API's log-probabilities show them)."""
+        ...
 
     def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
         """The prompt token ids of `messages` under the model's chat template."""

@@ -7,9 +7,10 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from engine.api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
-                  KVLocation, PrefillProgress, SamplingParams, StreamEvent, TextChunk)
+                  KVLocation, PrefillProgress, SamplingParams, StreamEvent, TextChunk, TokenLogprob)
 from engine.text.chat_template import ChatTemplate, load_chat_template
 from engine.text.detokenize import IncrementalDecoder, StopStringMatcher
+from engine.text.logprobs import token_logprob
 from engine.runtime.kvcache import KVCache
 from engine.runtime.model import LoadedModel
 from engine.runtime.runner import PREFILL_CHUNK, Runner
@@ -74,11 +75,12 @@ class Generator:
         fig = figures or GenerationFigures()
         fig.prompt_tokens, fig.provider, fig.context_window = len(prompt), self.model.provider_short, window
 
-        def finish(reason: FinishReason, text: str, tokens: list[int]) -> GenerationResult:
+        def finish(reason: FinishReason, text: str, tokens: list[int],
+                   logprobs: list[TokenLogprob] | None = None) -> GenerationResult:
             fig.finish_reason = reason.value
             fig.generated_tokens = len(tokens)
             fig.context_used = len(prompt) + len(tokens)
-            return GenerationResult(text=text, token_ids=tokens, figures=fig)
+            return GenerationResult(text=text, token_ids=tokens, figures=fig, logprobs=logprobs or [])
 
         if not prompt:
             raise ValueError("empty prompt")
@@ -125,6 +127,11 @@ class Generator:
         eos = set(self.model.eos_token_ids)
         generated: list[int] = []
         pieces: list[str] = []
+        # Log-probabilities travel with the text of their tokens: those whose text a stop string
+        # swallowed are dropped with it. EOS has none (it is no part of the reply).
+        top = sampling.logprobs
+        pending: list[TokenLogprob] = []
+        delivered: list[TokenLogprob] = []
         reason = FinishReason.LENGTH
         t_first = 0.0
         # Other sessions decoding at the same time may share each step's run (engine.runtime.batcher).
@@ -140,10 +147,14 @@ class Generator:
                 generated.append(token)
                 history[n_hist] = token
                 n_hist += 1
+                if top is not None:
+                    pending.append(token_logprob(logits, token, top))
                 text, stopped = matcher.feed(decoder.push(token))
                 if text:
                     pieces.append(text)
-                    yield TextChunk(text, [token])
+                    delivered += pending
+                    yield TextChunk(text, [token], pending)
+                    pending = []
                 if stopped:
                     reason = FinishReason.STOP
                     break
@@ -163,13 +174,14 @@ class Generator:
             tail += "" if stopped else matcher.flush()
             if stopped:
                 reason = FinishReason.STOP
-            if tail:
+            if tail or pending:
                 pieces.append(tail)
-                yield TextChunk(tail, [])
+                delivered += pending
+                yield TextChunk(tail, [], pending)
         decode_s = time.perf_counter() - t_first if t_first else 0.0
         if len(generated) > 1 and decode_s > 0:
             fig.decode_tokens_per_s = (len(generated) - 1) / decode_s
-        yield finish(reason, "".join(pieces), generated)
+        yield finish(reason, "".join(pieces), generated, delivered)
 
 
 def collect(events: Iterator[StreamEvent]) -> GenerationResult:

@@ -179,6 +179,14 @@ def create_app(engine: ChatEngine, state_dir: Path | str, config: ServerConfig |
         service.check_model(model_id)
         return JSONResponse(model_card())
 
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> JSONResponse:
+        # Said plainly, not a route-not-found: a chat model's hidden states make poor embeddings.
+        service.caller(request)
+        raise ApiError(404, f"'{service.model_id}' is a chat model and cannot serve embeddings: Amber's server "
+                            "does not offer /v1/embeddings (use an embedding model's own server)", "model",
+                       "embeddings_not_supported")
+
     @app.get("/health")
     async def health() -> JSONResponse:
         return JSONResponse({"status": "ok", **service.scheduler.load()})

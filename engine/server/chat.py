@@ -1,18 +1,22 @@
 """POST /v1/chat/completions and POST /v1/completions (stateless: the prefix cache carries reuse)."""
 from __future__ import annotations
 
+import functools
 import json
+import threading
 import time
 import uuid
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.api import GenerationResult, TextChunk
+from engine.api import ChatMessage, GenerationResult, TextChunk, TokenLogprob
 from .errors import ApiError, sse_error
+from .logprobs import LegacyLogprobs, chat_logprobs
 from .schemas import ChatCompletionRequest, CompletionRequest
-from .service import Run, Service, amber_figures, chat_usage, finish_reason
+from .choices import Choices, computed_once
+from .service import Service, amber_figures, chat_usage, finish_reason
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -21,35 +25,55 @@ def sse(obj: Any) -> bytes:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
 
 
-def stream_sse(run: Run, chunk: Callable[[str | None, str | None], dict[str, Any]],
-               usage_chunk: Callable[[GenerationResult], dict[str, Any]] | None,
-               first: dict[str, Any] | None = None) -> StreamingResponse:
-    """Server-sent events: `first` (if any), a chunk per text piece, the finishing chunk, the usage
-    chunk if asked, then `data: [DONE]`. Leaving early (client gone) cancels the generation."""
+def stream_sse(choices: Choices, chunk: Callable[[int, TextChunk | None, str | None], dict[str, Any]],
+               usage_chunk: Callable[[list[GenerationResult]], dict[str, Any]] | None,
+               first: Sequence[dict[str, Any]] = ()) -> StreamingResponse:
+    """Server-sent events: `first` (if any), a chunk per text piece of each choice, each choice's
+    finishing chunk, the usage chunk if asked, then `data: [DONE]`. Leaving early (client gone)
+    cancels the generations."""
 
     async def body() -> AsyncIterator[bytes]:
+        results: dict[int, GenerationResult] = {}
         try:
-            if first is not None:
-                yield sse(first)
-            async for event in run.events():
+            for item in first:
+                yield sse(item)
+            async for index, event in choices.events():
                 if isinstance(event, TextChunk):
-                    if event.text:
-                        yield sse(chunk(event.text, None))
+                    if event.text or event.logprobs:
+                        yield sse(chunk(index, event, None))
                 else:
-                    yield sse(chunk(None, finish_reason(event.figures.finish_reason)))
-                    if usage_chunk is not None:
-                        yield sse(usage_chunk(event))
+                    results[index] = event
+                    yield sse(chunk(index, None, finish_reason(event.figures.finish_reason)))
+                    if usage_chunk is not None and len(results) == len(choices.runs):
+                        yield sse(usage_chunk([results[i] for i in range(len(results))]))
         except ApiError as exc:
             yield sse_error(exc)
         finally:
-            run.cancel()       # no-op when finished; stops the generation if the client left
+            choices.cancel()       # no-op when finished; stops the generations if the client left
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
+def usage(results: Sequence[GenerationResult]) -> dict[str, Any]:
+    """The usage of a request's choices: the prompt once, every choice's tokens."""
+    out = chat_usage(results[0])
+    completion = sum(r.figures.generated_tokens for r in results)
+    out["completion_tokens"] = completion
+    out["total_tokens"] = out["prompt_tokens"] + completion
+    return out
+
+
 def router(service: Service) -> APIRouter:
     r = APIRouter()
+
+    def starts(body: ChatCompletionRequest | CompletionRequest, salt: str, encode: Callable[[], list[int]],
+               wanted: int | None, stop: list[str],
+               messages: Sequence[ChatMessage] | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
+        service.check_options(body.top_logprobs_wanted(), body.bias())
+        encode = computed_once(encode)
+        return [service.stateless(salt, encode, wanted, functools.partial(body.sampling, stop=stop, choice=i), messages)
+                for i in range(body.n)]
 
     @r.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
@@ -58,40 +82,41 @@ def router(service: Service) -> APIRouter:
         body.check()
         stop = body.stop_list()
         messages = [m.to_chat() for m in body.messages]
-        start = service.stateless(caller.salt(body.cache_salt), service.encode_chat(messages), body.wanted_tokens(),
-                                  lambda n: body.sampling(n, stop), messages)
-        run = await service.submit(caller, start, request)
+        choices = await Choices.submit(service, caller, starts(body, caller.salt(body.cache_salt),
+                                                               service.encode_chat(messages), body.wanted_tokens(),
+                                                               stop, messages), request)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        try:
-            await run.first()
-        except BaseException:
-            run.cancel()
-            raise
+        token_bytes = service.token_bytes if body.top_logprobs_wanted() is not None else None
+
+        def logprobs(entries: Sequence[TokenLogprob]) -> dict[str, Any] | None:
+            return None if token_bytes is None else chat_logprobs(token_bytes, entries)
+
         if not body.stream:
-            try:
-                result = await run.collect()
-            finally:
-                run.cancel()
+            results = await choices.collect()
             return JSONResponse({
                 "id": rid, "object": "chat.completion", "created": created, "model": service.model_id,
-                "system_fingerprint": None,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text, "refusal": None},
-                             "logprobs": None, "finish_reason": finish_reason(result.figures.finish_reason)}],
-                "usage": chat_usage(result), "amber": amber_figures(result, run.queue_ms)})
+                "system_fingerprint": service.system_fingerprint,
+                "choices": [{"index": i, "message": {"role": "assistant", "content": result.text, "refusal": None},
+                             "logprobs": logprobs(result.logprobs),
+                             "finish_reason": finish_reason(result.figures.finish_reason)}
+                            for i, result in enumerate(results)],
+                "usage": usage(results), "amber": amber_figures(results[0], choices.queue_ms)})
 
         base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": service.model_id,
-                "system_fingerprint": None}
+                "system_fingerprint": service.system_fingerprint}
 
-        def chunk(text: str | None, finish: str | None) -> dict[str, Any]:
-            delta = {} if text is None else {"content": text}
-            return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        def chunk(index: int, event: TextChunk | None, finish: str | None) -> dict[str, Any]:
+            delta = {} if event is None else {"content": event.text}
+            return {**base, "choices": [{"index": index, "delta": delta,
+                                         "logprobs": None if event is None else logprobs(event.logprobs),
+                                         "finish_reason": finish}]}
 
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        usage = (lambda res: {**base, "choices": [], "usage": chat_usage(res),
-                              "amber": amber_figures(res, run.queue_ms)}) if include_usage else None
-        first = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                      "logprobs": None, "finish_reason": None}]}
-        return stream_sse(run, chunk, usage, first)
+        usage_chunk = (lambda res: {**base, "choices": [], "usage": usage(res),
+                                    "amber": amber_figures(res[0], choices.queue_ms)}) if include_usage else None
+        first = [{**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
+                                       "logprobs": None, "finish_reason": None}]} for i in range(body.n)]
+        return stream_sse(choices, chunk, usage_chunk, first)
 
     @r.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -100,32 +125,35 @@ def router(service: Service) -> APIRouter:
         body.check()
         stop = body.stop_list()
         prompt = body.prompt[0] if isinstance(body.prompt, list) and isinstance(body.prompt[0], str) else body.prompt
-        start = service.stateless(caller.salt(body.cache_salt), service.encode_text(prompt), body.max_tokens,
-                                  lambda n: body.sampling(n, stop))
-        run = await service.submit(caller, start, request)
+        choices = await Choices.submit(service, caller, starts(body, caller.salt(body.cache_salt),
+                                                               service.encode_text(prompt), body.max_tokens, stop),
+                                       request)
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        try:
-            await run.first()
-        except BaseException:
-            run.cancel()
-            raise
-        base = {"id": rid, "object": "text_completion", "created": created, "model": service.model_id,
-                "system_fingerprint": None}
-        if not body.stream:
-            try:
-                result = await run.collect()
-            finally:
-                run.cancel()
-            return JSONResponse({**base, "choices": [{"index": 0, "text": result.text, "logprobs": None,
-                                                      "finish_reason": finish_reason(result.figures.finish_reason)}],
-                                 "usage": chat_usage(result), "amber": amber_figures(result, run.queue_ms)})
+        token_bytes = service.token_bytes if body.top_logprobs_wanted() is not None else None
+        shapes = [None if token_bytes is None else LegacyLogprobs(token_bytes) for _ in range(body.n)]
 
-        def chunk(text: str | None, finish: str | None) -> dict[str, Any]:
-            return {**base, "choices": [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}]}
+        def logprobs(index: int, entries: Sequence[TokenLogprob]) -> dict[str, Any] | None:
+            shape = shapes[index]
+            return None if shape is None else shape.shape(entries)
+
+        base = {"id": rid, "object": "text_completion", "created": created, "model": service.model_id,
+                "system_fingerprint": service.system_fingerprint}
+        if not body.stream:
+            results = await choices.collect()
+            return JSONResponse({**base, "choices": [{"index": i, "text": result.text,
+                                                      "logprobs": logprobs(i, result.logprobs),
+                                                      "finish_reason": finish_reason(result.figures.finish_reason)}
+                                                     for i, result in enumerate(results)],
+                                 "usage": usage(results), "amber": amber_figures(results[0], choices.queue_ms)})
+
+        def chunk(index: int, event: TextChunk | None, finish: str | None) -> dict[str, Any]:
+            return {**base, "choices": [{"index": index, "text": "" if event is None else event.text,
+                                         "logprobs": None if event is None else logprobs(index, event.logprobs),
+                                         "finish_reason": finish}]}
 
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        usage = (lambda res: {**base, "choices": [], "usage": chat_usage(res),
-                              "amber": amber_figures(res, run.queue_ms)}) if include_usage else None
-        return stream_sse(run, chunk, usage)
+        usage_chunk = (lambda res: {**base, "choices": [], "usage": usage(res),
+                                    "amber": amber_figures(res[0], choices.queue_ms)}) if include_usage else None
+        return stream_sse(choices, chunk, usage_chunk)
 
     return r

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import threading
 import time
 import uuid
@@ -24,6 +25,10 @@ from .errors import ApiError, error_body
 from .response_store import ResponseRecord, ResponseStore, new_response_id
 from .schemas import ResponseRequest
 from .service import Service, amber_figures
+
+
+DEFAULT_ITEMS = 20     # input items listed per page, unless `limit` says (OpenAI's default and bound)
+MAX_ITEMS = 100
 
 
 class Chains:
@@ -64,11 +69,35 @@ class Chains:
                 del self._busy[session_id]
 
 
-def _usage(result: GenerationResult) -> dict[str, Any]:
+def _usage(result: GenerationResult | None, stored: bool) -> dict[str, Any]:
+    """The spec's usage object (zeros while the response is in progress). A stored response's
+    prompt tokens computed now are written to its chain's saved KV: `cache_write_tokens`."""
+    if result is None:
+        return {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0}
     f = result.figures
-    return {"input_tokens": f.prompt_tokens, "input_tokens_details": {"cached_tokens": f.reused_tokens},
+    return {"input_tokens": f.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": f.reused_tokens,
+                                     "cache_write_tokens": f.prefilled_tokens if stored else 0},
             "output_tokens": f.generated_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": f.prompt_tokens + f.generated_tokens}
+
+
+def _input_items(record: ResponseRecord) -> list[dict[str, Any]]:
+    """The items a stored response was made from, oldest first: its chain's conversation before
+    its own output (instructions are no item). Ids are derived from the response's id and the
+    item's place, so they stay the same from one listing to the next (for `after`)."""
+    items = []
+    for i, m in enumerate(record.messages[:-1]):
+        item_id = "msg_" + hashlib.sha256(f"{record.id}:{i}".encode()).hexdigest()[:48]
+        if m["role"] == "assistant":
+            items.append({"id": item_id, "type": "message", "role": "assistant", "status": "completed",
+                          "content": [{"type": "output_text", "text": m["content"], "annotations": [],
+                                       "logprobs": []}]})
+        else:
+            items.append({"id": item_id, "type": "message", "role": m["role"], "status": "completed",
+                          "content": [{"type": "input_text", "text": m["content"]}]})
+    return items
 
 
 def _response(rid: str, msg_id: str, created: int, body: ResponseRequest, model: str, text: str | None,
@@ -87,7 +116,7 @@ def _response(rid: str, msg_id: str, created: int, body: ResponseRequest, model:
             "temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
             "parallel_tool_calls": False, "tool_choice": "none", "tools": [], "text": {"format": {"type": "text"}},
             "truncation": "disabled", "metadata": {},
-            "usage": _usage(result) if result is not None else None, "amber": amber}
+            "usage": _usage(result, body.store), "amber": amber}
 
 
 def router(service: Service) -> APIRouter:
@@ -204,6 +233,32 @@ def router(service: Service) -> APIRouter:
         caller = service.caller(request)
         record = await asyncio.to_thread(store.get, response_id, caller.namespace)
         return JSONResponse(record.body)
+
+    @r.get("/v1/responses/{response_id}/input_items")
+    async def input_items(response_id: str, request: Request) -> Response:
+        caller = service.caller(request)
+        query = request.query_params
+        raw_limit = query.get("limit", str(DEFAULT_ITEMS))
+        if not (raw_limit.isascii() and raw_limit.isdigit() and len(raw_limit) <= 3
+                and 1 <= int(raw_limit) <= MAX_ITEMS):
+            raise ApiError(400, f"'limit' is a whole number from 1 to {MAX_ITEMS}", "limit")
+        limit = int(raw_limit)
+        order = query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise ApiError(400, "'order' is 'asc' or 'desc'", "order")
+        record = await asyncio.to_thread(store.get, response_id, caller.namespace)
+        items = _input_items(record)
+        if order == "desc":
+            items.reverse()
+        after = query.get("after")
+        if after is not None:
+            ids = [item["id"] for item in items]
+            if after not in ids:
+                raise ApiError(400, f"'after' names no input item of this response: '{after[:80]}'", "after")
+            items = items[ids.index(after) + 1:]
+        page = items[:limit]
+        return JSONResponse({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                             "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit})
 
     @r.delete("/v1/responses/{response_id}")
     async def delete(response_id: str, request: Request) -> Response:

@@ -11,10 +11,13 @@ from engine.api import ChatMessage, OverflowPolicy, SamplingParams
 from .errors import ApiError
 
 MAX_MESSAGES = 4096
-MAX_STOP = 4
+MAX_STOP = 16           # OpenAI allows 4; clients (agent frameworks) send more
 MAX_STOP_CHARS = 256
 MAX_SALT_CHARS = 256
 MAX_ID_CHARS = 128
+MAX_CHOICES = 8         # n: choices decoded together for one request
+MAX_TOP_LOGPROBS = 20   # OpenAI's bound for top_logprobs (and for completions' logprobs here)
+MAX_LOGIT_BIAS = 1024   # entries in one logit_bias map
 
 Number = StrictFloat | StrictInt
 Penalty = Annotated[Number, Field(ge=-2.0, le=2.0)]
@@ -79,19 +82,30 @@ class _Sampling(_Request):
     stream: StrictBool = False
     cache_salt: Annotated[StrictStr, Field(min_length=1, max_length=MAX_SALT_CHARS)] | None = None
 
-    def sampling(self, max_new_tokens: int, stop: list[str]) -> SamplingParams:
+    def sampling(self, max_new_tokens: int, stop: list[str], choice: int = 0) -> SamplingParams:
+        """The engine's parameters for choice number `choice` (each choice of `n` draws with a seed
+        of its own: the request's seed plus its index, or fresh entropy without one)."""
         top_p = None if self.top_p is None else float(self.top_p)
         # OpenAI allows top_p = 0 (only the most likely token); the engine's nucleus needs > 0.
         greedy = top_p == 0.0
-        seed = None if self.seed is None else self.seed % (1 << 63)   # OpenAI allows negative seeds
+        seed = None if self.seed is None else (self.seed + choice) % (1 << 63)   # OpenAI allows negative seeds
         return SamplingParams(temperature=None if self.temperature is None else float(self.temperature),
                               top_p=None if greedy else top_p, seed=seed, greedy=greedy,
                               presence_penalty=None if self.presence_penalty is None else float(self.presence_penalty),
                               frequency_penalty=None if self.frequency_penalty is None
                               else float(self.frequency_penalty),
                               max_new_tokens=max_new_tokens, stop=stop,
+                              logit_bias=self.bias(), logprobs=self.top_logprobs_wanted(),
                               # an API caller is told the prompt is too long (400), never silently cut
                               overflow=OverflowPolicy.STOP.value)
+
+    def bias(self) -> dict[int, float] | None:
+        """`logit_bias` by token id (endpoints without one: None)."""
+        return None
+
+    def top_logprobs_wanted(self) -> int | None:
+        """How many alternatives each token's log-probability comes with (None: no logprobs)."""
+        return None
 
 
 def _stop_list(stop: str | list[str] | None) -> list[str]:
@@ -137,27 +151,53 @@ def _unsupported(body: BaseModel, *names: str) -> None:
             raise ApiError(400, f"'{name}' is not supported by Amber's server", name)
 
 
-class _OneChoice(_Sampling):
-    """`n` (only 1) and `stream_options`, shared by chat completions and completions."""
+class _Choices(_Sampling):
+    """`n`, `logit_bias` and `stream_options`, shared by chat completions and completions."""
     n: StrictInt = 1
+    logit_bias: dict[StrictStr, Number] | None = None
     stream_options: StreamOptions | None = None
 
     @field_validator("n")
     @classmethod
-    def _one(cls, n: int) -> int:
-        if n != 1:
-            raise ValueError("only n=1 is supported")
+    def _choices(cls, n: int) -> int:
+        if not 1 <= n <= MAX_CHOICES:
+            raise ValueError(f"n is the number of choices, 1 to {MAX_CHOICES} here; got {n}")
         return n
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, bias: dict[str, float | int] | None) -> dict[str, float | int] | None:
+        if bias is None:
+            return None
+        if len(bias) > MAX_LOGIT_BIAS:
+            raise ValueError(f"takes at most {MAX_LOGIT_BIAS} token ids, got {len(bias)}")
+        for key, value in bias.items():
+            if not (key.isascii() and key.isdigit() and len(key) <= 10):
+                raise ValueError(f"maps token ids (whole numbers >= 0, as strings) to biases; got the key "
+                                 f"{key[:20]!r}")
+            if not -100 <= value <= 100:
+                raise ValueError(f"biases are in [-100, 100]; token {key} has {value}")
+        return bias
 
-class ChatCompletionRequest(_OneChoice):
+    def bias(self) -> dict[int, float] | None:
+        return None if not self.logit_bias else {int(k): float(v) for k, v in self.logit_bias.items()}
+
+
+class ChatCompletionRequest(_Choices):
     messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     stop: StrictStr | list[StrictStr] | None = None
+    logprobs: StrictBool | None = None
+    top_logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
 
     def check(self) -> None:
-        _unsupported(self, "tools", "functions", "logprobs", "top_logprobs", "audio", "logit_bias")
+        _unsupported(self, "tools", "functions", "audio")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
+
+    def top_logprobs_wanted(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def wanted_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -166,17 +206,21 @@ class ChatCompletionRequest(_OneChoice):
         return _stop_list(self.stop)
 
 
-class CompletionRequest(_OneChoice):
+class CompletionRequest(_Choices):
     prompt: StrictStr | Annotated[list[StrictInt], Field(min_length=1)] | Annotated[
         list[StrictStr], Field(min_length=1, max_length=1)]
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = 16      # OpenAI's default for completions
     stop: StrictStr | list[StrictStr] | None = None
+    logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
 
     def check(self) -> None:
-        _unsupported(self, "logprobs", "echo", "suffix", "logit_bias")
+        _unsupported(self, "echo", "suffix")
         extra = self.model_extra or {}
         if extra.get("best_of") not in (None, 1):
             raise ApiError(400, "only best_of=1 is supported", "best_of")
+
+    def top_logprobs_wanted(self) -> int | None:
+        return self.logprobs
 
     def stop_list(self) -> list[str]:
         return _stop_list(self.stop)

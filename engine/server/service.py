@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import hashlib
 import threading
 import time
 import uuid
@@ -111,6 +113,34 @@ class Service:
         if name != self.model_id and name not in self.config.model_aliases:
             raise ApiError(404, f"the model '{name[:200]}' does not exist (this server serves '{self.model_id}')",
                            "model", "model_not_found")
+
+    @functools.cached_property
+    def system_fingerprint(self) -> str:
+        """OpenAI's `system_fingerprint`: from the model's fingerprint (its graph, weights and
+        tokenizer; the model's name for an engine without one), so a client sees when the model
+        behind the same name changed."""
+        tokens = self.tokens
+        basis = tokens.model_fingerprint if tokens is not None else self.model_id
+        return "fp_" + hashlib.sha256(basis.encode()).hexdigest()[:12]
+
+    @property
+    def token_bytes(self) -> Callable[[int], bytes] | None:
+        """Each token id's bytes; None for an engine without a tokenizer here (no logprobs)."""
+        tokens = self.tokens
+        return None if tokens is None else tokens.token_bytes
+
+    def check_options(self, logprobs: int | None, bias: dict[int, float] | None) -> None:
+        """The options that need the model's tokenizer: a clear 400 where they cannot be served."""
+        tokens = self.tokens
+        if logprobs is not None and tokens is None:
+            raise ApiError(400, "this engine does not report log-probabilities", "logprobs")
+        if bias and tokens is None:
+            raise ApiError(400, "this engine does not apply 'logit_bias'", "logit_bias")
+        if bias and tokens is not None:
+            vocab = tokens.vocab_size
+            bad = [t for t in bias if t >= vocab]
+            if bad:
+                raise ApiError(400, f"'logit_bias' names token id {bad[0]}; the vocabulary has {vocab}", "logit_bias")
 
     def caller(self, request: Request) -> Caller:
         return self.keys.caller(request.headers.get("authorization"))
@@ -267,3 +297,4 @@ class Run:
     def cancel(self) -> None:
         self.job.cancel.set()
         self.stop_watching()
+

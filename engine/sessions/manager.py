@@ -12,6 +12,7 @@ budget: engine.sessions.budget. The locking rules: docs/DESIGN.md, "Locking".
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import types
@@ -36,6 +37,7 @@ from engine.sessions.persistence import SessionFiles
 from engine.sessions.refs import BlockRefs
 from engine.sessions.session import Session, SessionError, next_use, store_shape
 from engine.sessions.writer import SerialWriter
+from engine.text.logprobs import TokenBytes
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "CacheSaltMismatch", "ModelNotReady", "SessionBusy", "SessionError",
            "SessionKindConflict", "SessionManager", "SessionNotOpen", "store_shape"]
@@ -119,6 +121,17 @@ class SessionManager:
     @property
     def vocab_size(self) -> int:
         return int(self.model.tokenizer.get_vocab_size(with_added_tokens=True))
+
+    @property
+    def model_fingerprint(self) -> str:
+        return self.model.fingerprint
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self._token_bytes(token_id)
+
+    @functools.cached_property
+    def _token_bytes(self) -> TokenBytes:
+        return TokenBytes(self.model.tokenizer)
 
     def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
         return self.generator.encode_chat(messages)

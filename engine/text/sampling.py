@@ -3,7 +3,7 @@
 One small module, in the spirit of nanoGPT's `generate`: resolve the user's `SamplingParams`
 against the model's `generation_config.json`, then, once per decoded token:
 
-    logits --(repetition / presence penalty over the history)--> penalised logits
+    logits --(logit bias)--(repetition / presence penalty over the history)--> penalised logits
            --greedy?--> argmax
            --/ temperature --> top-k --> top-p (nucleus) --> min-p --> renormalise --> draw
 
@@ -29,6 +29,7 @@ HF_DEFAULT_TOP_K = 50
 HF_DEFAULT_TOP_P = 1.0
 HF_DEFAULT_MIN_P = 0.0           # HF's default is None (disabled); 0.0 means the same here
 HF_DEFAULT_REPETITION_PENALTY = 1.0
+MAX_LOGIT_BIAS = 100.0           # OpenAI's range; a bias of -100 bans the token outright
 
 
 # --------------------------------------------------------------------------------------------
@@ -48,6 +49,7 @@ class ResolvedSampling:
     presence_penalty: float
     seed: int | None
     frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()     # (token id, bias) pairs; -100 bans the token
 
 
 def _number(value: Any, name: str, source: str) -> float:
@@ -137,6 +139,14 @@ def resolve_sampling(params: SamplingParams | None,
         if seed < 0:
             raise ValueError(f"seed from sampling parameters must be >= 0, got {seed}")
 
+    logit_bias = tuple((_integer(t, "logit_bias token id", "sampling parameters"),
+                        _number(b, "logit_bias value", "sampling parameters"))
+                       for t, b in (getattr(params, "logit_bias", None) or {}).items())
+    for token, bias in logit_bias:
+        if token < 0 or not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+            raise ValueError(f"logit_bias from sampling parameters maps token ids >= 0 to values in "
+                             f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}], got {token}: {bias}")
+
     user_shaped = any(getattr(params, f) is not None
                       for f in ("temperature", "top_k", "top_p", "min_p"))
     do_sample = bool(config.get("do_sample", False))
@@ -145,7 +155,7 @@ def resolve_sampling(params: SamplingParams | None,
     return ResolvedSampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
                             min_p=min_p, repetition_penalty=repetition_penalty,
                             presence_penalty=presence_penalty, seed=seed,
-                            frequency_penalty=frequency_penalty)
+                            frequency_penalty=frequency_penalty, logit_bias=logit_bias)
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,6 +305,9 @@ class Sampler:
     def __init__(self, settings: ResolvedSampling):
         self.settings = settings
         self.rng = np.random.default_rng(settings.seed)  # seed None -> fresh OS entropy
+        self._bias_ids = np.array([t for t, _ in settings.logit_bias], dtype=np.int64)
+        self._bias = np.array([-np.inf if b <= -MAX_LOGIT_BIAS else b for _, b in settings.logit_bias],
+                              dtype=np.float32)
 
     def sample(self, logits: np.ndarray, history: Sequence[int] | np.ndarray = ()) -> int:
         """One token id from `logits` (vocab,), penalising the ids in `history` (prompt +
@@ -304,6 +317,14 @@ class Sampler:
         if x.ndim != 1 or x.shape[0] == 0:
             raise ValueError(f"logits must be a non-empty 1-D array, got shape {x.shape}")
         vocab = x.shape[0]
+
+        # 0. Logit bias, added to the model's logits (OpenAI's order); -100 is a ban, not a nudge.
+        if self._bias_ids.size:
+            if self._bias_ids.max() >= vocab:
+                raise ValueError(f"logit_bias names token id {int(self._bias_ids.max())}; the vocabulary "
+                                 f"has {vocab}")
+            x = np.array(x, dtype=np.float32, copy=True)
+            x[self._bias_ids] += self._bias
 
         # 1. Penalties over every token seen so far (prompt + generated). One copy, if any.
         if (s.repetition_penalty != 1.0 or s.presence_penalty != 0.0) and len(history):

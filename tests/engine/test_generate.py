@@ -484,3 +484,41 @@ def test_greedy_on_the_default_model_is_the_argmax_despite_its_configs_penalty(d
     penalised = collect(gen.stream(gen.new_cache(), prompt,
                                    SamplingParams(greedy=True, repetition_penalty=1.1, max_new_tokens=48)))
     assert penalised.token_ids != ref
+
+
+def test_logprobs_travel_with_their_text_and_equal_the_raw_logits(tiny_model, generator):
+    prompt = generator.encode_chat(CHAT)
+    chunks, full = events(generator, generator.new_cache(), prompt, greedy(24, logprobs=3))
+    assert [e for c in chunks for e in c.logprobs] == full.logprobs
+    assert [e.token_id for e in full.logprobs] == full.token_ids       # every reply token, EOS none
+    want, _ = reference_greedy(tiny_model, prompt, 24)
+    assert full.token_ids == want
+    runner = Runner(tiny_model)
+    cache = runner.new_cache()
+    logits = runner.forward(cache, prompt)
+    for token, entry in zip(want, full.logprobs, strict=True):
+        z = np.asarray(logits, np.float64)
+        logsm = z - (z.max() + np.log(np.exp(z - z.max()).sum()))
+        assert entry.logprob == pytest.approx(logsm[token], abs=CACHE_TOL)
+        assert [t for t, _ in entry.top] == list(np.argsort(-logsm, kind="stable")[:3])
+        assert entry.top[0] == (token, entry.logprob)       # greedy: the best one
+        logits = runner.forward(cache, [token])
+    # Without logprobs, none; a stop string drops the logprobs of the tokens it swallowed.
+    plain_chunks, plain = events(generator, generator.new_cache(), prompt, greedy(24))
+    assert plain.logprobs == [] and all(c.logprobs == [] for c in plain_chunks)
+    assert [c.text for c in plain_chunks] == [c.text for c in chunks]
+    stop, start = _boundary_stop(plain_chunks, plain.text, 1)
+    cut_chunks, cut = events(generator, generator.new_cache(), prompt, greedy(24, stop=[stop], logprobs=0))
+    assert cut.text == plain.text[:start]
+    assert [e for c in cut_chunks for e in c.logprobs] == cut.logprobs
+    assert len(cut.logprobs) < len(cut.token_ids) and all(e.top == [] for e in cut.logprobs)
+    assert [e.token_id for e in cut.logprobs] == cut.token_ids[:len(cut.logprobs)]
+
+
+def test_logit_bias_in_the_generation(generator):
+    prompt = generator.encode_chat(CHAT)
+    base = fresh(generator, prompt, greedy(6))
+    banned = fresh(generator, prompt, greedy(6, logit_bias={base.token_ids[0]: -100}))
+    assert banned.token_ids[0] != base.token_ids[0]
+    forced = fresh(generator, prompt, greedy(5, logit_bias={77: 100}))
+    assert forced.token_ids == [77] * 5

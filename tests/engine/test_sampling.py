@@ -359,3 +359,50 @@ def test_frequency_penalty_subtracts_once_per_occurrence():
     assert Sampler(r).sample(logits, np.array([3, 3, 3])) == 2
     with pytest.raises(ValueError, match="frequency_penalty"):
         resolve_sampling(SamplingParams(frequency_penalty=float("nan")), {})
+
+
+# ---------------------------------------------------------------- logit bias and logprobs
+
+def test_logit_bias_adds_to_the_logits_and_minus_100_bans():
+    logits = np.array([3.0, 2.5, 0.0, -1.0], np.float32)
+    greedy = resolve_sampling(SamplingParams(greedy=True, logit_bias={0: -100}))
+    assert Sampler(greedy).sample(logits) == 1
+    assert Sampler(resolve_sampling(SamplingParams(greedy=True, logit_bias={3: 5.0}))).sample(logits) == 3
+    # a ban holds for sampling too, even at a high temperature and with a bias that would outweigh 100
+    banned = Sampler(settings(logit_bias=((0, -100.0), (1, -100.0)), temperature=50.0))
+    assert {banned.sample(logits) for _ in range(300)} == {2, 3}
+    assert logits.tolist() == [3.0, 2.5, 0.0, -1.0]        # never modified
+    with pytest.raises(ValueError, match="vocabulary"):
+        Sampler(resolve_sampling(SamplingParams(greedy=True, logit_bias={4: 1.0}))).sample(logits)
+    for bad in ({0: 101.0}, {-1: 1.0}, {0: float("nan")}, {0: "x"}):
+        with pytest.raises(ValueError, match="logit_bias"):
+            resolve_sampling(SamplingParams(logit_bias=bad))
+
+
+def test_token_logprob_is_the_log_softmax_and_its_top():
+    from engine.text.logprobs import token_logprob
+    logits = np.array([1.0, 3.0, 2.0, 3.0, -np.inf], np.float32)
+    entry = token_logprob(logits, 2, 3)
+    with np.errstate(divide="ignore"):      # the -inf logit's probability is 0
+        want = np.log(softmax(logits))
+    assert entry.token_id == 2 and entry.logprob == pytest.approx(want[2])
+    assert [t for t, _ in entry.top] == [1, 3, 2]           # ties by the lower id
+    assert [lp for _, lp in entry.top] == pytest.approx([want[1], want[3], want[2]])
+    assert token_logprob(logits, 4, 0).logprob == -9999.0 and token_logprob(logits, 4, 0).top == []
+    assert len(token_logprob(logits, 0, 20).top) == 5
+
+
+def test_token_bytes_of_byte_level_and_sentencepiece_tokenizers():
+    from tests.support.tiny_gguf import trained_tokenizer
+    from engine.text.logprobs import TokenBytes
+    tok = trained_tokenizer()
+    token_bytes = TokenBytes(tok)
+    ids = tok.encode(" héllo wörld", add_special_tokens=False).ids
+    assert b"".join(token_bytes(i) for i in ids) == " héllo wörld".encode()
+    assert token_bytes(0) == tok.id_to_token(0).encode()       # a special token: its content
+    from tokenizers import Tokenizer, decoders, models
+    spm = Tokenizer(models.BPE({"<0xC3>": 0, "<0xA9>": 1, "▁the": 2}, [], byte_fallback=True))
+    spm.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback()])
+    token_bytes = TokenBytes(spm)
+    assert [token_bytes(i) for i in range(3)] == [b"\xc3", b"\xa9", b" the"]
+    assert token_bytes.text(0) == "\\xc3"
