@@ -42,14 +42,25 @@ ROOT = Path(__file__).resolve().parents[1]
 # What the engine imports (not the GUI): installed next to the ORT under test, at the project's pins.
 ENGINE_PACKAGES = ("numpy", "onnx", "gguf", "tokenizers", "jinja2", "xxhash", "platformdirs", "psutil", "filelock")
 PROMPT = "What is the capital of France? Answer in one sentence."
-CONTINUATION = " The capital of France is Paris, a city on the Seine."
+CONTINUATION = (" The capital of France is Paris, a city on the Seine. It has been the seat of the French"
+                " government for most of the last thousand years, and today it is known for its museums,"
+                " such as the Louvre, for its cafés and its wide boulevards, and for the Eiffel Tower, which"
+                " was built for the World's Fair of 1889.")
+DECODE_STEPS = 100   # at most, of CONTINUATION's tokens
+# The prompt's schedules: one chunk, two chunks (split at its middle), a token at a time. Each is the
+# same model on the same tokens through other kernel calls, so in a graph that quantizes activations
+# each is another draw of the rounding noise: their mean KL from the float32 twin is a steadier
+# measure than one run's (see KL_FACTOR).
+SCHEDULES = ("one chunk", "two chunks", "token by token")
 # Agreement required between the two releases, per decode step: the float32 logits within
 # ATOL + RTOL * max|reference| (kernels may reorder sums; MatMulNBits at accuracy level 4
 # quantizes activations), and the same greedy token wherever the reference's top two differ by
 # more than the difference measured.
 ATOL, RTOL = 1e-3, 2e-3
-# Accuracy-level-4 graphs (see compare_accuracy): measured on the default model, both releases sit
-# ~2.3e-3 mean KL from the float32 twin (1.31.1: 2.30e-3, 1.23.2: 2.36e-3).
+# Graphs that quantize activations (see compare_accuracy), measured on the default model (native
+# form): one schedule's prompt and 12 decode steps sit 2.0e-3 to 3.4e-3 mean KL from the float32
+# twin on 1.31.1 alone (a single run is too noisy for a 1.5x limit); the three schedules with 79
+# decode steps each, 2.80e-3 on 1.31.1 and 3.12e-3 on 1.23.2.
 KL_FACTOR, KL_SLACK = 1.5, 1e-4
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 
@@ -62,7 +73,8 @@ def graph_ops(model_dir: Path) -> list[str]:
 
 
 def probe(model_dir: Path, out: Path) -> None:
-    """Runs in the interpreter under test: writes the logits of every step and what ran to `out`."""
+    """Runs in the interpreter under test: writes the logits of every step (the prompt's last token
+    and each decode step, for each of SCHEDULES in turn) and what ran to `out`."""
     import onnxruntime as ort
 
     from engine.generation.generate import Generator
@@ -76,12 +88,18 @@ def probe(model_dir: Path, out: Path) -> None:
         prompt = gen.encode_chat([{"role": "user", "content": PROMPT}])
     except Exception:  # noqa: BLE001 - a model without a chat template (the plain graph)
         prompt = gen.encode_prompt(PROMPT)
-    cont = model.tokenizer.encode(CONTINUATION, add_special_tokens=False).ids[:12]
+    cont = model.tokenizer.encode(CONTINUATION, add_special_tokens=False).ids[:DECODE_STEPS]
     runner = Runner(model)
-    cache = runner.new_cache()
-    steps = [runner.forward(cache, list(prompt))]
-    for token in cont:
-        steps.append(runner.forward(cache, [token]))
+    steps = []
+    for schedule in SCHEDULES:
+        cache = runner.new_cache()
+        cut = {"one chunk": [len(prompt)], "two chunks": [len(prompt) // 2, len(prompt)],
+               "token by token": list(range(1, len(prompt) + 1))}[schedule]
+        for start, end in zip([0, *cut[:-1]], cut, strict=True):
+            last = runner.forward(cache, list(prompt[start:end]))
+        steps.append(last)
+        for token in cont:
+            steps.append(runner.forward(cache, [token]))
     half = np.random.default_rng(0).standard_normal(4099).astype(np.float16)
     half_ok = bool(np.array_equal(half_to_float(half), half.astype(np.float32)))
     np.savez(out, logits=np.stack([np.asarray(s, np.float32) for s in steps]),
@@ -391,7 +409,8 @@ def check_models(python: Path | str, runs: Sequence[tuple[Path, Path | None]], w
         ok = result.ok and got_info["halfcast_exact"] and got_info["ort"] == version
         failed += not ok
         print(f"{'ok  ' if ok else 'FAIL'}  {name}: onnxruntime {got_info['ort']} vs {ref_info['ort']} "
-              f"({ref_info['prompt_tokens']}-token prefill + {ref_info['decode_steps']} decode steps): "
+              f"({len(SCHEDULES)} x ({ref_info['prompt_tokens']}-token prompt + "
+              f"{ref_info['decode_steps']} decode steps)): "
               + result.line + ("" if got_info["halfcast_exact"] else "; float16 KV cast differs"))
         print(f"      ops: {', '.join(graph_ops(model_dir))}")
     return failed
