@@ -3,13 +3,14 @@
 Intel Macs get onnxruntime 1.23.2 (the last release with a macOS x86_64 wheel) while every other
 platform runs 1.31/1.32. This script installs the older release into a throwaway venv (never the
 project's), runs the same models through Amber's own loader and runner in both interpreters — a
-fixed prompt prefilled in one chunk, then fixed tokens decoded one at a time, through the
-shared-buffer IO binding Amber uses — and compares the logits of every step. Models: tiny GGUFs
-converted by Amber's importer (Q4_1 llama like the default model, Q4_0 qwen2 with biases, F16),
-an optimum-style plain-attention graph, and the real default model. It also runs the float16 KV
-cast (engine/runtime/halfcast.py), and each of Amber's own ops (ai.amber GgufMatMul for every GGML
-type, with and without the SwiGLU epilogue, and Attention over a shared float16 KV buffer) alone in a
-one-node graph on two threads: those must give the same bits on both releases, since everything they
+fixed prompt prefilled in one chunk, in two and a token at a time (SCHEDULES), each followed by
+fixed tokens decoded one at a time, through the shared-buffer IO binding Amber uses — and
+compares the logits of every step. Models: tiny GGUFs converted by Amber's importer (Q4_1 llama
+like the default model, Q4_0 qwen2 with biases, F16), an optimum-style plain-attention graph, and
+the real default model. It also runs the float16 KV cast (engine/runtime/halfcast.py), and each of
+Amber's own ops (ai.amber GgufMatMul for every GGML type, with and without the SwiGLU epilogue, and
+Attention over a float16 KV buffer longer than the sequence) alone in a one-node graph on two
+threads: those must give the same bits on both releases, since everything they
 compute is the library's and they reach ONNX Runtime only through its C API.
 
 Whole graphs whose matmuls quantize activations to int8 (Amber's GgufMatMul, MatMulNBits at accuracy
