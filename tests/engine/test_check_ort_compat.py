@@ -23,7 +23,7 @@ def test_the_probe_runs_the_engine_and_matches_itself(tiny_dir, tmp_path):
     assert info["halfcast_exact"] is True and info["prompt_tokens"] > 0 and info["decode_steps"] > 0
     with np.load(tmp_path / "a.npz") as a, np.load(tmp_path / "b.npz") as b:
         ref, got = a["logits"], b["logits"]
-    assert ref.shape[0] == info["decode_steps"] + 1 and np.all(np.isfinite(ref))
+    assert ref.shape[0] == len(oc.SCHEDULES) * (info["decode_steps"] + 1) and np.all(np.isfinite(ref))
     result = oc.compare(ref, got)
     assert result.ok and f"equal at {len(ref)}/{len(ref)}" in result.line
     ops = oc.graph_ops(tiny_dir)
@@ -76,3 +76,18 @@ def test_compare_accuracy_measures_against_the_float32_twin():
     assert oc.compare_accuracy(ref, close, exact).ok
     result = oc.compare_accuracy(ref, far, exact)
     assert not result.ok and "from the float32 twin" in result.line
+
+
+def test_compare_ops_flags_any_differing_bit_and_a_missing_output(tmp_path):
+    y = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    kv = y.astype(np.float16)
+    np.savez(tmp_path / "ref.npz", **{"GgufMatMul-Q4_0-m1/0": y, "Attention-decode/1": kv})
+    flipped = y.copy()
+    flipped.view(np.int32)[1, 2] ^= 1                                  # one ulp in one element
+    np.savez(tmp_path / "ulp.npz", **{"GgufMatMul-Q4_0-m1/0": flipped, "Attention-decode/1": kv})
+    np.savez(tmp_path / "short.npz", **{"GgufMatMul-Q4_0-m1/0": y})
+    assert oc.compare_ops(tmp_path / "ref.npz", tmp_path / "ref.npz") == []
+    bad = oc.compare_ops(tmp_path / "ref.npz", tmp_path / "ulp.npz")
+    assert len(bad) == 1 and bad[0].startswith("GgufMatMul-Q4_0-m1/0: differs")
+    missing = oc.compare_ops(tmp_path / "ref.npz", tmp_path / "short.npz")
+    assert missing == ["Attention-decode/1: missing on one release"]
