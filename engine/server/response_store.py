@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.base.safefs import make_folder, open_regular
+from engine.base.safefs import make_folder, open_regular, unlink_inside
 from engine.kvstore.kvfile import atomic_write
 from engine.sessions.manifest import canonical_id
 from .errors import ApiError
@@ -161,7 +161,9 @@ class ResponseStore:
     def delete(self, response_id: str, owner: str) -> ResponseRecord | None:
         """Removes the caller's record (a damaged one too: then None, its session is unknown)."""
         record, _ = self._load(response_id, owner)
-        self._path(response_id).unlink(missing_ok=True)
+        if not unlink_inside(self.root.parent.parent, self._path(response_id)):     # never through a symlink
+            raise ApiError(500, "the response could not be deleted: server/responses is not a plain folder",
+                           code="storage_error")
         return record
 
     def session_in_use(self, session_id: str) -> bool:

@@ -118,6 +118,31 @@ def test_symlinked_server_folders_are_never_written_through(tiny_model, tmp_path
     assert list(outside.iterdir()) == []
 
 
+def test_a_stored_response_is_never_deleted_through_a_symlinked_folder(tiny_model, tmp_path, outside):
+    import openai
+
+    from engine.server import serve_in_thread
+    state = tmp_path / "state"
+    manager = SessionManager(tiny_model, state, block_tokens=16)
+    handle = serve_in_thread(manager, state_dir=state)
+    try:
+        client = openai.OpenAI(base_url=handle.url, api_key="none", max_retries=0)
+        r = client.responses.create(model="tiny-chat", input="Hello there", max_output_tokens=3, store=True)
+        responses = state / "server" / "responses"
+        for f in responses.iterdir():
+            shutil.move(str(f), outside / f.name)
+        responses.rmdir()
+        responses.symlink_to(outside, target_is_directory=True)
+        kept = sorted(p.name for p in outside.iterdir())
+        with pytest.raises(openai.InternalServerError) as info:
+            client.responses.delete(r.id)
+        assert "could not be deleted" in str(info.value)
+    finally:
+        handle.stop()
+        manager.shutdown()
+    assert sorted(p.name for p in outside.iterdir()) == kept
+
+
 def test_serve_refuses_a_symlinked_server_folder(tiny_dir, tmp_path, outside, run_cli):
     state = tmp_path / "state"
     symlink_folder(state, "server", outside)      # where the server keeps its secret
