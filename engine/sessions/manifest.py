@@ -25,7 +25,7 @@ from typing import Any, TypeGuard
 import xxhash
 
 from engine.kvstore import kvfile
-from engine.base.safefs import is_regular, make_folder, open_new, open_regular, unlink_inside
+from engine.base.safefs import UnsafePathError, is_regular, make_folder, open_new, open_regular, unlink_inside
 
 VERSION = 2                 # 2: checksum; 1 (no checksum) is still read: the KV layout is the same
 READABLE_VERSIONS = (1, 2)
@@ -149,6 +149,8 @@ def validate(data: object, session_id: str) -> Manifest:
 def _reason(exc: OSError) -> str:
     if exc.errno == errno.ELOOP:
         return "a symlink, not a file"
+    if isinstance(exc, UnsafePathError):
+        return str(exc).split(": ", 1)[-1]          # the file's name is said already
     return str(exc.strerror or exc)
 
 
