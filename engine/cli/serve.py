@@ -31,6 +31,7 @@ def _inside(name: object, folder: Path) -> bool:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from engine.base.oneline import one_line
     from engine.base.safefs import UnsafePathError
     from engine.cli.common import CliError, _model_dir
     from engine.runtime.model import ModelLoadError, load_model
@@ -51,6 +52,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
     state = Path(args.state_dir) if args.state_dir else paths.state_dir()
+    if state.is_dir() and not os.access(state, os.W_OK):
+        # The server writes its chats, stored responses and locks there: refused at once, not per request.
+        raise CliError(f"the state folder cannot be used: {one_line(str(state))} is read-only")
     try:
         manager = SessionManager(model, state, kv_store=args.kv_store)
     except OSError as exc:      # an unusable state folder (read-only, not a folder, a symlinked locks/, ...)
