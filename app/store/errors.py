@@ -9,10 +9,19 @@ class StoreError(Exception):
     """The conversation database cannot be used; `reason` says why, `path` where it is."""
 
     def __init__(self, message: str, *, path: Path | str, reason: str) -> None:
-        super().__init__(message)
+        # One line, whatever it quotes (SQLite's own messages and file names can hold newlines).
+        super().__init__(_one_line(message))
         self.path = Path(path)
         # One of: "locked", "read_only", "corrupt", "newer", "migration_failed", "io", "closed".
         self.reason = reason
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+
+
+def _one_line(text: str) -> str:
+    """`text` with every run of line breaks and other control characters made one space."""
+    return _CONTROL.sub(" ", text).strip()
 
 
 class NotFoundError(LookupError):

@@ -1,8 +1,10 @@
-"""Opening and removing files of the state folder without trusting what is on disk.
+"""Opening, creating and removing files of Amber's folders without trusting what is on disk.
 
 Names come from manifests and file headers (untrusted), so every path is checked to lie inside its
 root with no symlink on the way, and only regular files are opened: a FIFO, a device or a
 directory where a KV file should be gives an error at once instead of a hang or a traceback.
+Every folder Amber writes into is made by `make_folder`, which refuses a symlink (or anything but
+a plain folder) anywhere below the root, so nothing is ever written through a link out of it.
 """
 from __future__ import annotations
 
@@ -41,6 +43,45 @@ def check_inside(root: Path, path: Path) -> None:
             return              # nothing below it exists: nothing to follow
         if not stat.S_ISDIR(st.st_mode):
             raise UnsafePathError(f"{path.name}: {part} is not a plain folder (a symlink?)")
+
+
+def make_folder(root: Path, folder: Path) -> Path:
+    """Creates `folder` and the folders between `root` and it, each a plain folder; returns
+    `folder`. UnsafePathError when one of them is a symlink or not a folder, or `folder` is not
+    below `root`. `root` itself is made as it is (the user chose it)."""
+    root, folder = Path(root), Path(folder)
+    try:
+        rel = Path(os.path.normpath(folder)).relative_to(os.path.normpath(root))
+    except ValueError:
+        raise UnsafePathError(f"{folder.name}: outside its folder") from None
+    if ".." in rel.parts:
+        raise UnsafePathError(f"{folder.name}: outside its folder")
+    root.mkdir(parents=True, exist_ok=True)
+    here = root
+    for i, part in enumerate(rel.parts):
+        here = here / part
+        try:
+            os.mkdir(here)
+        except FileExistsError:
+            pass            # made before (or just now, by another process): checked below
+        if not stat.S_ISDIR(os.lstat(here).st_mode):
+            raise UnsafePathError(f"{Path(*rel.parts[:i + 1]).as_posix()} is not a plain folder (a symlink?)")
+    return folder
+
+
+def open_new(path: Path) -> BinaryIO:
+    """Opens `path` for writing from empty (a temp file): never through a symlink at that name,
+    never blocking on a FIFO there."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | _NONBLOCK | _BINARY, 0o666)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePathError(f"{path.name}: not a regular file")
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def is_regular(path: Path) -> bool:

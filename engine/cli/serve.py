@@ -23,7 +23,16 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _inside(name: object, folder: Path) -> bool:
+    """Whether an OSError's file name lies in `folder` (else it is about the address)."""
+    if not isinstance(name, (str, os.PathLike)):
+        return False
+    return os.path.abspath(os.fspath(name)).startswith(os.path.abspath(folder) + os.sep)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    from engine.base.oneline import one_line
+    from engine.base.safefs import UnsafePathError
     from engine.cli.common import CliError, _model_dir
     from engine.runtime.model import ModelLoadError, load_model
     from engine.server import ServerConfig, serve_forever
@@ -43,7 +52,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
     state = Path(args.state_dir) if args.state_dir else paths.state_dir()
-    manager = SessionManager(model, state, kv_store=args.kv_store)
+    if state.is_dir() and not os.access(state, os.W_OK):
+        # The server writes its chats, stored responses and locks there: refused at once, not per request.
+        raise CliError(f"the state folder cannot be used: {one_line(str(state))} is read-only")
+    try:
+        manager = SessionManager(model, state, kv_store=args.kv_store)
+    except OSError as exc:      # an unusable state folder (read-only, not a folder, a symlinked locks/, ...)
+        raise CliError(f"the state folder cannot be used: {exc}") from None
     config = ServerConfig(api_keys=keys, max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
                           max_new_tokens=args.max_tokens, max_queued=args.max_queued, max_active=args.max_active)
 
@@ -59,6 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         serve_forever(manager, args.host, args.port, state, config, on_ready=ready)
     except OSError as exc:
+        if isinstance(exc, UnsafePathError) or _inside(exc.filename, state):    # its secret: server/
+            raise CliError(f"the state folder cannot be used: {exc}") from None
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     except (KeyboardInterrupt, SystemExit):
         pass

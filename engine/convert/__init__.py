@@ -22,6 +22,7 @@ from engine.native.attention import uses_attention
 from .native_form import OP_DOMAIN as NATIVE_DOMAIN
 from .native_form import Kernels, check_kernels, choose_kernels, native_weight
 from .native_swiglu import uses_swiglu
+from .partials import new_partial, unmark
 from .tokenizer import build_tokenizer_files, eos_token_ids
 from .variants import VARIANT_DIR, build_variant
 from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
@@ -225,9 +226,7 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
                                f"has only {rows} rows")
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = new_partial(dest)       # a killed conversion's leftover beside it is removed here
     try:
         # Tensor by tensor: each is read from the memory-mapped GGUF, converted and written to the
         # data file, then dropped (writer.py); only the graph's structure stays in memory.
@@ -270,6 +269,7 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
             "swiglu": swiglu,
             "seconds": round(time.perf_counter() - started, 2),
             "sizes": size_report(src, writer.bytes_by_tag)})
+        unmark(tmp)
         _fsync_tree(tmp)
         if dest.exists():
             dest.rmdir()    # empty, checked above

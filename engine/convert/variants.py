@@ -40,6 +40,7 @@ from onnx import TensorProto, helper, numpy_helper
 from .errors import ModelImportError
 from .fold import LazyValues, fold_lazily
 from .native_form import OP_DOMAIN as NATIVE_DOMAIN
+from .partials import new_partial, unmark
 from .writer import DataWriter
 
 VARIANT_DIR = "gpu"
@@ -391,9 +392,7 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
     rewriter = _Rewriter(model, LazyValues(model, cpu_graph.parent))
     model = rewriter.run()
     model.ir_version = IR_VERSION
-    tmp = folder.parent / f".{folder.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = new_partial(folder)
     try:
         writer = DataWriter(tmp / DATA_FILE, DATA_FILE)
         try:
@@ -403,6 +402,7 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
         onnx.save_model(model, tmp / MODEL_FILE)
         (tmp / MARKER).write_text(json.dumps({"variant": VARIANT_NAME, "format": VARIANT_FORMAT,
                                               "source": _source_stamp(cpu_graph)}))
+        unmark(tmp)
         for p in tmp.iterdir():
             with open(p, "rb") as f:
                 os.fsync(f.fileno())

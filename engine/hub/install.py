@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.base import paths
+from engine.base.safefs import make_folder
 from .catalog import supported_architectures
 from .download import CancelToken, Progress, ProgressFn, download_file
 from .errors import Cancelled, DiskFull, HubError, NotLoadable
@@ -97,7 +98,11 @@ def install(p: Plan, *, token: str | None = None, progress: ProgressFn | None = 
     if not p.fit.disk_ok:
         raise DiskFull(f"not enough disk space: {p.fit.summary()}")
     from filelock import FileLock, Timeout
-    p.work.mkdir(parents=True, exist_ok=True)
+    try:    # every folder a download writes, made below models/ and never through a symlink
+        for f in p.variant.files:
+            make_folder(paths.models_dir(), (p.work / "files" / f.path).parent)
+    except OSError as exc:
+        raise HubError(f"the download folder cannot be used: {exc.strerror or exc}") from None
     # Two Amber processes appending to one .part would corrupt it: the second one is refused
     lock = FileLock(str(p.work / ".lock"))
     try:

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from engine.kvstore.kvfile import KVFileError, KVShape, read_kv_file, read_kv_into, write_kv_file
-from engine.base.safefs import UnsafePathError, check_inside, is_regular, unlink_inside
+from engine.base.safefs import UnsafePathError, check_inside, is_regular, make_folder, unlink_inside
 
 DEFAULT_BLOCK_TOKENS = 128
 _KEY_DOMAIN = b"amber-kv-block-v1"
@@ -42,10 +42,12 @@ def block_keys(fingerprint: str, salt: str | None, tokens: Sequence[int], block_
 
 
 class BlockStore:
-    """Block files on disk: `blocks/<2 hex>/<key>.kvb`."""
+    """Block files on disk: `blocks/<2 hex>/<key>.kvb`. Nothing is read, written or removed
+    through a symlinked folder below the state folder (`blocks/` itself included)."""
 
     def __init__(self, root: Path, shape: KVShape, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> None:
-        self.root = Path(root) / "blocks"
+        self.state = Path(root)
+        self.root = self.state / "blocks"
         self.shape = shape
         self.block_tokens = block_tokens
 
@@ -59,7 +61,7 @@ class BlockStore:
         return is_regular(self.path(key))      # a folder, FIFO or symlink there is no block
 
     def write(self, key: str, token_ids: Sequence[int], payload: np.ndarray) -> int:
-        check_inside(self.root, self.path(key))      # never into a symlinked folder
+        make_folder(self.state, self.path(key).parent)      # never into a symlinked folder
         return write_kv_file(self.path(key), self.shape, token_ids, payload, {"key": key})
 
     def _checked(self, key: str) -> Path:
@@ -68,7 +70,7 @@ class BlockStore:
         if len(key) != 40 or not all(c in "0123456789abcdef" for c in key):
             raise KVFileError(f"{path.name}: not a block key")
         try:
-            check_inside(self.root, path)
+            check_inside(self.state, path)
         except UnsafePathError as exc:
             raise KVFileError(str(exc)) from None
         return path
@@ -80,7 +82,7 @@ class BlockStore:
         read_kv_into(self._checked(key), self.shape, token_ids, views)
 
     def remove(self, key: str) -> None:
-        unlink_inside(self.root, self.path(key), empty_dirs=True)
+        unlink_inside(self.state, self.path(key), empty_dirs=True)
 
     def size(self, key: str) -> int:
         try:
@@ -109,7 +111,7 @@ class BlockStore:
         """`.kvb` files that are not named and placed as a block key would be: strays."""
         n = 0
         for path in self._block_files():
-            if not self._is_key_path(path) and unlink_inside(self.root, path):
+            if not self._is_key_path(path) and unlink_inside(self.state, path):
                 n += 1
         return n
 
@@ -124,6 +126,6 @@ class BlockStore:
                         pid = name.rsplit(".", 2)[-2] if name.count(".") >= 2 else ""
                         if pid.isdigit() and pid_alive(int(pid)):
                             continue
-                        if unlink_inside(self.root, Path(dirpath, name)):
+                        if unlink_inside(self.state, Path(dirpath, name)):
                             n += 1
         return n

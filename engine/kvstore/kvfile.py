@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import xxhash
 
-from engine.base.safefs import open_regular
+from engine.base.safefs import open_new, open_regular
 from engine.runtime.halfcast import half_to_float
 
 MAGIC = b"AMBERKV\x00"
@@ -60,7 +60,7 @@ def atomic_write(path: Path, chunks: Sequence[bytes | memoryview]) -> int:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     written = 0
     try:
-        with open(tmp, "wb") as f:
+        with open_new(tmp) as f:        # never through a symlink left at the temp name
             for chunk in chunks:
                 f.write(chunk)
                 written += len(chunk)

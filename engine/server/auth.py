@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from engine.base.safefs import open_regular
+from engine.base.safefs import make_folder, open_regular
 from engine.kvstore.kvfile import atomic_write
 from .errors import ApiError
 
@@ -47,7 +47,7 @@ def load_secret(state_dir: Path) -> bytes:
     except (OSError, ValueError):     # unreadable or damaged: a new secret (stored responses stay unreachable)
         pass
     value = secrets.token_bytes(32)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(Path(state_dir).parent, path.parent)      # never through a symlinked server/
     atomic_write(path, [value.hex().encode()])
     try:
         os.chmod(path, 0o600)

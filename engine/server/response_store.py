@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.base.safefs import open_regular
+from engine.base.safefs import make_folder, open_regular, unlink_inside
 from engine.kvstore.kvfile import atomic_write
 from engine.sessions.manifest import canonical_id
 from .errors import ApiError
@@ -124,8 +124,12 @@ class ResponseStore:
         return self.root / f"{response_id}.json"
 
     def save(self, record: ResponseRecord) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        atomic_write(self._path(record.id), [json.dumps(asdict(record), ensure_ascii=False).encode()])
+        try:
+            make_folder(self.root.parent.parent, self.root)     # the state folder's server/responses/
+            atomic_write(self._path(record.id), [json.dumps(asdict(record), ensure_ascii=False).encode()])
+        except OSError as exc:
+            raise ApiError(500, f"the response could not be stored: {exc.strerror or exc}",
+                           code="storage_error") from None
 
     def _load(self, response_id: str, owner: str) -> tuple[ResponseRecord | None, str | None]:
         """The caller's record, or (None, why it is damaged); a 404 when there is none, or it is
@@ -157,7 +161,10 @@ class ResponseStore:
     def delete(self, response_id: str, owner: str) -> ResponseRecord | None:
         """Removes the caller's record (a damaged one too: then None, its session is unknown)."""
         record, _ = self._load(response_id, owner)
-        self._path(response_id).unlink(missing_ok=True)
+        path = self._path(response_id)
+        if not unlink_inside(self.root.parent.parent, path) and os.path.lexists(path):    # never through a symlink
+            raise ApiError(500, "the response could not be deleted: server/responses is not a plain folder",
+                           code="storage_error")
         return record
 
     def session_in_use(self, session_id: str) -> bool:

@@ -17,11 +17,15 @@ when a process dies, so a crash never leaves a folder locked.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import threading
 import time
 from pathlib import Path
 from typing import Iterator
+
+from engine.base.safefs import UnsafePathError, make_folder, unlink_inside
 
 try:
     import fcntl
@@ -68,10 +72,12 @@ def _unlock(fd: int) -> None:
 
 
 class FileLock:
-    """One lock file; `acquire` waits at most `timeout` seconds (0: one try)."""
+    """One lock file; `acquire` waits at most `timeout` seconds (0: one try). Its folder is made
+    below `state` (never through a symlink); the file itself must be a regular file (UnsafePathError)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, state: Path) -> None:
         self.path = Path(path)
+        self.state = Path(state)
         self._fd: int | None = None
 
     @property
@@ -81,10 +87,10 @@ class FileLock:
     def acquire(self, timeout: float, shared: bool = False) -> None:
         if self._fd is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(self.state, self.path.parent)
         deadline = time.monotonic() + timeout
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            fd = _open_lock_file(self.path)
             if _try(fd, shared):
                 # The file may have been removed (delete) between our open and our lock: then
                 # this lock guards nothing; start again on the file that is there now.
@@ -111,6 +117,23 @@ class FileLock:
         os.close(fd)
 
 
+def _open_lock_file(path: Path) -> int:
+    """The lock file's descriptor (created if missing): never through a symlink, never a FIFO or
+    a folder in its place (UnsafePathError naming it)."""
+    odd = UnsafePathError(f"locks/{path.name} is a symlink or not a regular file; remove it")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
+                     0o600)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise odd from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise odd
+    return fd
+
+
 def held_elsewhere(path: Path) -> bool:
     """True when some process (this one included, through another lock object) holds the lock."""
     try:
@@ -130,10 +153,11 @@ class StateLocks:
     """The locks of one state folder, for one SessionManager."""
 
     def __init__(self, state_dir: Path) -> None:
-        self.root = Path(state_dir) / "locks"
+        self.state = Path(state_dir)
+        self.root = self.state / "locks"
         self._sessions: dict[str, FileLock] = {}
         self._sessions_mutex = threading.Lock()      # the dict only: never held while waiting
-        self._blocks = FileLock(self.root / "blocks.lock")
+        self._blocks = FileLock(self.root / "blocks.lock", self.state)
         self._blocks_depth = 0
         self._blocks_mutex = threading.RLock()      # the file lock is per process: count in-process users
         self._guard = threading.local()
@@ -146,7 +170,7 @@ class StateLocks:
         """Holds the chat's lock for this process; waits at most `timeout` for another process.
         Threads of this process share it (one that waits sees another one's success)."""
         deadline = time.monotonic() + timeout
-        lock = FileLock(self.session_path(sid))
+        lock = FileLock(self.session_path(sid), self.state)
         while True:
             with self._sessions_mutex:
                 if sid in self._sessions:
@@ -206,7 +230,7 @@ class StateLocks:
             except ValueError:
                 continue
             if not self.pid_alive(pid):
-                p.unlink(missing_ok=True)
+                unlink_inside(self.state, p)     # never through a symlinked folder
 
     # ---- the block store ------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -237,11 +261,11 @@ _process_mutex = threading.Lock()
 
 
 def _process_lock(root: Path) -> FileLock:
-    """One pid lock per process and folder, held until the process ends."""
+    """One pid lock per process and folder (`root`: the locks folder), held until the process ends."""
     key = os.path.normpath(str(root))
     with _process_mutex:
         lock = _process_locks.get(key)
         if lock is None or not lock.path.exists():
-            lock = FileLock(Path(root) / f"pid-{os.getpid()}.lock")
+            lock = FileLock(Path(root) / f"pid-{os.getpid()}.lock", Path(root).parent)
             _process_locks[key] = lock
         return lock

@@ -187,6 +187,8 @@ class SessionManager:
         except LockTimeout:
             raise SessionBusy(f"this chat is open in another Amber process (session {sid}); "
                                "close it there, or try again") from None
+        except OSError as exc:     # locks/ unusable: a symlink, a read-only folder, ...
+            raise SessionError(f"this chat cannot be locked (session {sid}): {exc.strerror or exc}") from None
 
     def _check_salt(self, s: _Session, cache_salt: str | None) -> None:
         """A salted session opens only with its own salt: another salt, or none, is refused (the

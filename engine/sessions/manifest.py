@@ -6,10 +6,13 @@ XXH3 checksum verified, every field's type checked, `session_id` compared with t
 every file name checked to be a bare name of the expected form (so no manifest can make Amber
 touch a file outside the state folder). Before a manifest is replaced, the current one is kept as
 `sessions/prev/<id>.json` (a copy: a hard link would share any damage); a damaged manifest is moved aside to
-`sessions/damaged/` (never overwritten) and the previous version is used instead.
+`sessions/damaged/` (never overwritten) and the previous version is used instead. So is anything
+else found in a manifest's place (a FIFO, a symlink, a folder): moved aside whole, never followed,
+so the chat can be saved again. The folders are made by `safefs.make_folder` (never through a symlink).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -22,7 +25,7 @@ from typing import Any, TypeGuard
 import xxhash
 
 from engine.kvstore import kvfile
-from engine.base.safefs import is_regular, open_regular, unlink_inside
+from engine.base.safefs import UnsafePathError, is_regular, make_folder, open_new, open_regular, unlink_inside
 
 VERSION = 2                 # 2: checksum; 1 (no checksum) is still read: the KV layout is the same
 READABLE_VERSIONS = (1, 2)
@@ -143,17 +146,26 @@ def validate(data: object, session_id: str) -> Manifest:
                     history=history)
 
 
-def read(path: Path, session_id: str) -> Manifest:
-    """Reads and validates one manifest file; FileNotFoundError when there is none."""
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "a symlink, not a file"
+    if isinstance(exc, UnsafePathError):
+        return str(exc).split(": ", 1)[-1]          # the file's name is said already
+    return str(exc.strerror or exc)
+
+
+def read(path: Path, session_id: str, root: Path | None = None) -> Manifest:
+    """Reads and validates one manifest file (below `root` with no symlinked folder on the way,
+    when given); FileNotFoundError when there is none."""
     try:
-        with open_regular(path) as f:
+        with open_regular(path, root) as f:
             size = os.fstat(f.fileno()).st_size
             _need(size <= MAX_BYTES, f"too large ({size} bytes)")
             raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise ManifestError(f"unreadable ({exc.strerror or exc})") from None
+        raise ManifestError(f"unreadable ({_reason(exc)})") from None
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -172,12 +184,11 @@ def _read_valid_bytes(path: Path, session_id: str) -> bytes:
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    """Temp file + fsync + rename (the previous version: not through kvfile.atomic_write, which
-    counts and fails the session's own writes in tests)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Temp file + fsync + rename into an existing folder (the previous version: not through
+    kvfile.atomic_write, which counts and fails the session's own writes in tests)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with open_new(tmp) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -199,6 +210,7 @@ class ManifestDir:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.state = self.root.parent       # nothing below it is written through a symlink
         self.prev = self.root / "prev"
         self.damaged = self.root / "damaged"
 
@@ -226,10 +238,13 @@ class ManifestDir:
             pass
         except ManifestError as exc:
             error = f"{sid}.json: {exc}"
-            moved = self._move_aside(sid) if repair else None
-            error += f"; moved to {moved}" if moved else ""
+            if repair:
+                try:
+                    error += f"; moved to {self._move_aside(sid)}"
+                except OSError as why:
+                    error += f"; could not move it aside ({_reason(why)})"
         try:
-            m = read(self.prev / f"{sid}.json", sid)
+            m = read(self.prev / f"{sid}.json", sid, self.state)
         except (FileNotFoundError, ManifestError):
             m = None
         if error is None and m is not None:
@@ -238,28 +253,40 @@ class ManifestDir:
             error += "; restored the previous version" if m is not None else "; no previous version to restore"
         return Loaded(m, error)
 
-    def _move_aside(self, sid: str) -> str | None:
-        src = self.path(sid)
-        if not is_regular(src):
-            return None
-        self.damaged.mkdir(parents=True, exist_ok=True)
+    def _move_aside(self, sid: str, src: Path | None = None) -> str:
+        """Moves what is in the manifest's place (or at `src`): a damaged file, or a FIFO, a symlink
+        or a folder (the entry itself, never what it points to), to damaged/ under a new name;
+        returns where. OSError when it cannot be moved (then it stays where it is)."""
+        make_folder(self.state, self.damaged)
         name = f"{sid}.{time.strftime('%Y%m%dT%H%M%S')}.{uuid.uuid4().hex[:6]}.json"
-        try:
-            os.replace(src, self.damaged / name)
-        except OSError:
-            return None
+        os.replace(src or self.path(sid), self.damaged / name)
         return f"sessions/damaged/{name}"
 
-    def write(self, m: Manifest) -> None:
-        """Keeps the current manifest as the previous version, then writes the new one atomically."""
+    def write(self, m: Manifest) -> str | None:
+        """Keeps the current manifest as the previous version, then writes the new one atomically.
+        A current one that is not a valid manifest (damaged, or something else put in its place)
+        is moved aside first, never overwritten: returns the note saying so, else None."""
+        make_folder(self.state, self.root)
         path = self.path(m.session_id)
+        note = None
         try:
             current = _read_valid_bytes(path, m.session_id)
-        except (FileNotFoundError, ManifestError):
+        except FileNotFoundError:
+            current = None
+        except (ManifestError, OSError) as exc:
             current = None          # nothing good to keep: the previous version stays as it is
+            why = _reason(exc) if isinstance(exc, OSError) else str(exc)
+            try:
+                note = f"{path.name}: {why}; moved to {self._move_aside(m.session_id)}"
+            except OSError as failed:
+                raise ManifestError(f"{path.name}: {why}, and it cannot be moved aside ({_reason(failed)})") from None
         if current is not None:
-            _write_file(self.prev / f"{m.session_id}.json", current)
+            prev = make_folder(self.state, self.prev) / f"{m.session_id}.json"
+            if os.path.lexists(prev) and not is_regular(prev):
+                self._move_aside(m.session_id, prev)    # a folder or a FIFO there would fail every save
+            _write_file(prev, current)
         kvfile.atomic_write(path, [encode(m)])   # looked up at call time (tests patch it)
+        return note
 
     def remove(self, sid: str) -> None:
         """Forgets the session: its manifest, previous version and damaged copies (the user

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from engine.base.safefs import UnsafePathError, check_inside, unlink_inside
+from engine.base.safefs import UnsafePathError, check_inside, make_folder, unlink_inside
 from engine.generation.chat_history import ChatPlanner
 from engine.generation.history import HistoryFormatError, TokenHistory
 from engine.kvstore.blockstore import BlockStore
@@ -240,7 +240,7 @@ class SessionFiles:
             tail_name = None
             if tail is not None:
                 tail_name = f"{s.id}.{uuid.uuid4().hex[:8]}.kvt"
-                check_inside(self.state_dir, self.tails_dir / tail_name)   # never through a symlinked folder
+                make_folder(self.state_dir, self.tails_dir)     # never through a symlinked folder
                 write_kv_file(self.tails_dir / tail_name, self.shape, tail_toks, tail, {"session": s.id})
             old_tail = s.tail_file
             with self.lock:     # a session field: set under the manager's lock, even here
@@ -319,10 +319,14 @@ class SessionFiles:
                         kind: SessionKind | None = None, history: TokenHistory | None = None) -> None:
         check_inside(self.state_dir, self.manifests.path(s.id))
         history = history if history is not None else s.history
-        self.manifests.write(Manifest(
+        moved = self.manifests.write(Manifest(
             s.id, (kind or s.kind).value, self.shape.fingerprint, s.salt, self.block_tokens, list(tokens),
             list(keys), tail, list(s.transcript), time.time(),
             history=history.to_json() if history.ids else None))    # token-exact history (engine.generation.history)
+        if moved is not None:       # something had taken the manifest's place since it was read: say so once
+            with self.lock:
+                s.manifest_error = f"damaged manifest: {moved}"
+                s.repair_note = f"{s.repair_note}; {s.manifest_error}" if s.repair_note else s.manifest_error
 
     def read_manifest(self, sid: str, repair: bool = True) -> _Session | None:
         """The session as its manifest describes it (engine.sessions.manifest validates every field). A

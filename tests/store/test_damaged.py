@@ -120,3 +120,16 @@ def test_broken_reference_without_a_migration(db_path: Path, one_chat: str) -> N
     assert info.value.reason == "corrupt", info.value
     assert "broken references" in str(info.value)
     assert sha256(db_path) == before
+
+
+def test_a_multi_line_sqlite_message_is_one_line(db_path: Path, one_chat: str) -> None:
+    """SQLite quotes names from the file in its messages, newlines and all (here a trigger that
+    reads a table named over two lines): the StoreError is still one line."""
+    _damage_text(db_path, 'CREATE TRIGGER odd BEFORE INSERT ON messages BEGIN SELECT * FROM "gone\n\r\x1b[2Kaway"; END')
+    with ConversationStore(db_path) as store:
+        with pytest.raises(StoreError) as info:
+            store.add_message(one_chat, "user", "more words")
+    text = str(info.value)
+    assert info.value.reason == "corrupt", text
+    assert text.isprintable() and "no such table: main.gone" in text and "away" in text
+    assert str(db_path) in text
