@@ -68,7 +68,8 @@ class MainWindow(QMainWindow):
 
         self.setWindowTitle("Amber")
         self.setWindowIcon(theme.app_icon())
-        self.resize(1180, 780)
+        screen = self.screen().availableGeometry()   # a 1366×768 laptop: the window fits it
+        self.resize(min(1180, screen.width() - 40), min(780, screen.height() - 48))
         self.setMinimumSize(640, 480)
         self._build()
         self.binding = ChatBinding(self)

@@ -238,3 +238,22 @@ def test_screenshot_chat_settings_overflow(make_window, engine, qtbot, shots):
     assert dlg.values()[1]["overflow"] == "rolling"
     shots(dlg, "17-chat-settings-overflow")
     dlg.reject()
+
+
+def test_screenshot_laptop_1366x768(make_window, engine, qtbot, shots):
+    """The window maximized on a 1366×768 laptop (less the taskbar), and Settings over it."""
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from app.gui.dialogs.settings_dialog import SettingsDialog
+
+    w = make_window(engine)
+    w.resize(1366, 768 - 48)
+    populate(qtbot, w, engine)
+    assert w.size().height() == 768 - 48 and w.composer.isVisible()
+    shots(w, "18-laptop-1366x768")
+    dlg = SettingsDialog(w.settings, w.home, parent=w, server=w.api_server())
+    dlg.show()
+    qtbot.waitExposed(dlg)
+    assert dlg.height() <= 768 - 48 - 32 and dlg.findChild(QDialogButtonBox).isVisible()
+    shots(dlg, "19-settings-1366x768")
+    dlg.reject()
