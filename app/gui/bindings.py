@@ -7,6 +7,7 @@ screen). `EngineBinding` subscribes to `EngineController`: the banner, the provi
 picker, the composer while a model loads."""
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from engine.base import paths
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from engine.api import ChatEngine
 
     from .main_window import MainWindow
+
+log = logging.getLogger(__name__)
 
 
 class ChatBinding:
@@ -236,7 +239,11 @@ class EngineBinding:
     def _on_engine_ready(self, engine: ChatEngine) -> None:
         w = self.w
         w.banner.hide()
-        w.status.set_provider(engine.provider, w.engines.provider_fallback)
+        fallback = w.engines.provider_fallback
+        gpu = bool(fallback) and w.backend.gpu_present()
+        w.status.set_provider(engine.provider, fallback, gpu)
+        if fallback:   # the whole reason, for a bug report; the status bar says it in words
+            log.log(logging.WARNING if gpu else logging.INFO, "GPU provider not used: %s", fallback)
         w.status.show_chat(w.last_figures, w.engines.context_window, w.chats.kv_text(w.current_id))
         w.status.set_message("")
         w.chat_view.model_name = w.engines.model_name or "Assistant"
