@@ -18,7 +18,7 @@ from .lifecycle import freeze_heap
 from .remote_config import temporary_notice
 from .widgets.chat_area import TEMP_NOTICE
 from .controllers.replies import QueuedSend
-from .markdown_render import render
+from .markdown_render import render, render_message, render_plain
 from .widgets.chat_view import MessageItem
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class ChatBinding:
     def on_siblings(self, items: list[MessageItem]) -> None:
         cache, th = self.w.chat_view.rendered_cache(), theme.current()
         for it in items:
-            it.rendered = cache.get(it.id) or render(it.content, th)
+            it.rendered = cache.get(it.id) or render_message(it.role, it.content, th)
         self.w.chat_view.sync(items)
         figs = chat_figures.last_figures(items)
         self.last_figures = figs
@@ -118,7 +118,7 @@ class ChatBinding:
         if req.mode in ("send", "edit"):
             view.append_message(MessageItem(
                 id="pending:user", role="user", content=req.text,
-                rendered=render(req.text, theme.current()), parent_id=req.parent_id))
+                rendered=render_plain(req.text), parent_id=req.parent_id))
         view.scroll_to_bottom()
         view.begin_stream()
         self.show_bubbles(chat_id)
@@ -191,7 +191,7 @@ class ChatBinding:
         running = w.chats.model.chat(stream.chat_id) if stream is not None else None
         self.show_messages(True)
         item = MessageItem(id=q.bubble_id, role="user", content=q.text,
-                           rendered=render(q.text, theme.current()))
+                           rendered=render_plain(q.text))
         item.extra["queued"] = (f"Queued — sends when the reply in “{running.title[:30]}” is done"
                                 if running is not None else "Queued")
         w.chat_view.append_message(item)

@@ -85,6 +85,7 @@ class SettingsDialog(QDialog):
         self.tabs = QTabWidget()
         self.tabs.setObjectName("SettingsTabs")
         self.tabs.setDocumentMode(True)
+        self.tabs.setAccessibleName("Settings pages")
         lay.addWidget(self.tabs, 1)
 
         chat = QGroupBox("New chats")
@@ -266,6 +267,7 @@ def _page(tabs: QTabWidget, title: str, *groups: QWidget) -> None:
     area.setFrameShape(QFrame.Shape.NoFrame)
     area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
     area.setWidget(inner)
+    area.setAccessibleName(f"{title} settings")   # the page scrolls: a screen reader names it
     tabs.addTab(area, title)
 
 

@@ -117,6 +117,7 @@ class StatusBar(QStatusBar):
         self.provider.setText(label)
         self.provider.setToolTip(tip)
         self.provider.setProperty("warning", bool(provider and fallback and gpu_present))
+        self.provider.style().polish(self.provider)   # the colour follows the property
 
     def set_context(self, used: int, window: int) -> None:
         if window:
