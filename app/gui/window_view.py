@@ -36,6 +36,23 @@ class EnterClicks(QObject):
         return False
 
 
+class UndoPassThrough(QObject):
+    """Ctrl+Z in the composer undoes typing while there is typing to undo; with none, it reaches
+    the window's "Undo delete" (a text box otherwise keeps Ctrl+Z for itself)."""
+
+    def __init__(self, w: Any):
+        super().__init__(w)
+        self.w = w
+
+    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802
+        if event.type() == QEvent.Type.ShortcutOverride and \
+                event.matches(QKeySequence.StandardKey.Undo) and \
+                not obj.document().isUndoAvailable() and self.w.deletions.pending:
+            event.ignore()
+            return True
+        return False
+
+
 class ViewController(QObject):
     def __init__(self, w: Any):
         super().__init__(w)
@@ -68,6 +85,8 @@ class ViewController(QObject):
         w.title_label.setMinimumWidth(60)
         w.composer.edit.setPlaceholderText(LONG_PLACEHOLDER)
         self.enter = EnterClicks(self)
+        self.undo_pass = UndoPassThrough(w)
+        w.composer.edit.installEventFilter(self.undo_pass)
         self._keyboard()
         self._icons()
         theme.changed_signal().connect(self._icons)
@@ -132,7 +151,8 @@ class ViewController(QObject):
         sb = w.sidebar
         return [w.composer.edit, w.composer.send_btn, w.chat_view, sb.new_btn, sb.temp_btn,
                 sb.search, sb.view,
-                self.toggle_btn, w.model_picker, w.import_btn, w.chat_settings_btn,
+                self.toggle_btn, w.header.pin_btn, w.header.temp_btn, w.model_picker, w.import_btn,
+                w.chat_settings_btn,
                 w.settings_btn]
 
     def _keyboard(self) -> None:

@@ -86,10 +86,10 @@ def test_tab_order_and_visible_focus(make_window, engine, qtbot):
     qtbot.waitUntil(lambda: w.composer.edit.hasFocus(), timeout=2000)
     w.composer.set_text("draft")            # the send button is enabled
     seen = []
-    for _ in range(len(w.view_ctl.tab_chain())):
+    chain = [c for c in w.view_ctl.tab_chain() if c.isEnabled()]   # Tab passes disabled controls by
+    for _ in range(len(chain)):
         qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
         seen.append(QApplication.focusWidget())
-    chain = w.view_ctl.tab_chain()
     assert seen[:len(chain) - 1] == chain[1:]           # every Tab lands on the next control
     assert seen[-1] is chain[0]                          # ... and comes back to the composer
     # messages are not Tab stops; the chat is one, and scrolls with the keys

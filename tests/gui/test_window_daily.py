@@ -84,3 +84,168 @@ def test_replies_are_still_markdown(make_window, engine, qtbot):
     assert "<b>" not in user.item.rendered.html and "**not bold**" in _body_text(user)
     assert reply.item.rendered.code_blocks == ("x = 1",)
     assert "**" not in _body_text(reply)
+
+
+# ---- chat actions: window-wide keys, and the header's pin and temporary buttons ---------------
+def _ctrl(qtbot: Any, widget: Any, key: Any, shift: bool = False) -> None:
+    mods = Qt.KeyboardModifier.ControlModifier | (Qt.KeyboardModifier.ShiftModifier if shift
+                                                  else Qt.KeyboardModifier.NoModifier)
+    qtbot.keyClick(widget, key, mods)
+
+
+def test_chat_actions_work_from_anywhere_in_the_window(window, qtbot):
+    w = window()
+    send(qtbot, w, "Plan a trip", timeout=30000)
+    cid = w.current_id
+    w.composer.edit.setFocus()
+    qtbot.waitUntil(lambda: w.composer.edit.hasFocus())
+    assert not w.sidebar.view.hasFocus()
+    _ctrl(qtbot, w.composer.edit, Qt.Key.Key_P)                  # pin, from the composer
+    qtbot.waitUntil(lambda: w.chat_model.chat(cid).kv_state == "disk"
+                    and not w.chat_model.chat(cid).saving, timeout=30000)
+    assert w.chat_model.chat(cid).pinned and w.header.pin_btn.isChecked()
+    assert w.header.pin_btn.accessibleName() == "Unpin chat"
+    qtbot.mouseClick(w.header.pin_btn, Qt.MouseButton.LeftButton)   # unpin, from the header
+    qtbot.waitUntil(lambda: not w.chat_model.chat(cid).pinned and not w.chat_model.chat(cid).saving,
+                    timeout=30000)
+    assert not w.header.pin_btn.isChecked()
+    wait_idle(qtbot, w, timeout=30000)
+
+    before = len(w.chat_model.visible_chat_ids())
+    w.chat_view.setFocus()
+    _ctrl(qtbot, w.chat_view, Qt.Key.Key_D)                      # duplicate, from the chat
+    qtbot.waitUntil(lambda: len(w.chat_model.visible_chat_ids()) == before + 1, timeout=10000)
+    copy = w.current_id
+    assert copy != cid
+    wait_idle(qtbot, w, timeout=30000)
+
+    w.composer.edit.setFocus()
+    qtbot.keyClick(w.composer.edit, Qt.Key.Key_F2)               # rename: the list's editor opens
+    from PySide6.QtWidgets import QLineEdit
+    editor = w.sidebar.view.findChild(QLineEdit)
+    assert editor is not None and editor.isVisible() and editor.text() == w.chat_model.chat(copy).title
+    editor.selectAll()
+    qtbot.keyClicks(editor, "Trip copy")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: w.chat_model.chat(copy).title == "Trip copy")
+    assert w.header.title_label.text() == "Trip copy"
+
+    w.composer.edit.setFocus()
+    _ctrl(qtbot, w.composer.edit, Qt.Key.Key_Backspace, shift=True)   # delete, from the composer
+    assert copy not in w.chat_model.visible_chat_ids() and w.toast.isVisible()
+    assert w.current_id == cid
+
+
+def test_keys_in_the_chat_list_act_on_the_focused_row(window, qtbot):
+    w = window()
+    send(qtbot, w, "first", timeout=30000)
+    first = w.current_id
+    w.new_chat()
+    send(qtbot, w, "second", timeout=30000)
+    second = w.current_id
+    w.sidebar.view.setFocus()
+    w.sidebar.select(first)                                      # focused, not opened
+    assert w.chat_target() == first and w.current_id == second
+    _ctrl(qtbot, w.sidebar.view, Qt.Key.Key_D)
+    qtbot.waitUntil(lambda: len(w.chat_model.visible_chat_ids()) == 3, timeout=10000)
+    wait_idle(qtbot, w, timeout=30000)
+    titles = sorted(w.chat_model.chat(c).title for c in w.chat_model.visible_chat_ids())
+    assert titles == ["first", "first (copy)", "second"]         # the focused one was copied
+
+
+def test_the_header_makes_a_new_chat_temporary(window, qtbot):
+    w = window()
+    assert w.draft is not None and not w.draft.temporary
+    assert w.header.temp_btn.isEnabled() and not w.header.temp_btn.isChecked()
+    assert not w.header.pin_btn.isEnabled()                      # nothing to pin yet
+    qtbot.mouseClick(w.header.temp_btn, Qt.MouseButton.LeftButton)
+    assert w.draft.temporary and w.header.temp_btn.isChecked() and w.temp_notice.isVisible()
+    send(qtbot, w, "a private question", timeout=30000)
+    row = w.chat_model.chat(w.current_id)
+    assert row.temporary
+    assert w.header.temp_btn.isChecked() and not w.header.temp_btn.isEnabled()   # shows, cannot change
+    assert not w.header.pin_btn.isEnabled()                      # a temporary chat is never pinned
+    w.new_chat()
+    qtbot.mouseClick(w.header.temp_btn, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(w.header.temp_btn, Qt.MouseButton.LeftButton)   # and back to a regular one
+    assert not w.draft.temporary and not w.temp_notice.isVisible()
+
+
+# ---- delete and undo, closing a temporary chat -------------------------------------------------
+def test_undo_delete_lasts_until_quit_with_ctrl_z(window, make_window, qtbot, monkeypatch):
+    monkeypatch.setattr("app.gui.controllers.deletions.UNDO_MS", 200)
+    w = window()
+    ids = []
+    for text in ("keep this one", "and this one"):
+        w.new_chat()
+        send(qtbot, w, text, timeout=30000)
+        ids.append(w.current_id)
+    wait_idle(qtbot, w, timeout=30000)
+    for cid in ids:
+        w.delete_chat(cid)
+    qtbot.waitUntil(lambda: not w.toast.isVisible(), timeout=3000)   # the toast goes ...
+    qtbot.wait(600)
+    assert all(w.store.get_conversation(c) for c in ids)            # ... the chats are not deleted
+    assert all(w.engine.info(c) is not None for c in ids)
+    w.composer.edit.setFocus()
+    qtbot.waitUntil(lambda: w.composer.edit.hasFocus())
+    _ctrl(qtbot, w.composer.edit, Qt.Key.Key_Z)                      # the last deleted comes back
+    assert ids[1] in w.chat_model.visible_chat_ids() and ids[0] not in w.chat_model.visible_chat_ids()
+    assert w.current_id == ids[1]
+    w.composer.edit.setFocus()
+    _ctrl(qtbot, w.composer.edit, Qt.Key.Key_Z)                      # then the one before
+    assert ids[0] in w.chat_model.visible_chat_ids() and w.current_id == ids[0]
+    w.act_undo_delete.trigger()
+    assert w.status.message.text() == "Nothing to undo"
+    # typing is undone first: Ctrl+Z in a composer with text to undo stays the composer's
+    w.delete_chat(ids[1])
+    w.composer.edit.setFocus()
+    qtbot.keyClicks(w.composer.edit, "abc")
+    _ctrl(qtbot, w.composer.edit, Qt.Key.Key_Z)
+    assert ids[1] not in w.chat_model.visible_chat_ids()
+    # deleted for good when Amber closes
+    store_path = w.home / "amber.sqlite3"
+    make_window.shutdown(w)
+    from app.store import ConversationStore
+    store = ConversationStore(store_path)
+    assert [c.id for c in store.list_conversations()] == [ids[0]]
+
+
+def test_ctrl_w_asks_before_discarding_a_temporary_chat(window, qtbot):
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QMessageBox
+
+    w = window()
+    w.new_chat(temporary=True)
+    send(qtbot, w, "a secret", timeout=30000)
+    cid = w.current_id
+    w.confirm = w._ask_confirm                                      # the real dialog
+
+    def answer(button: str) -> None:
+        def click() -> None:
+            box = getattr(w, "confirm_box", None)
+            if box is None or not box.isVisible():
+                QTimer.singleShot(10, click)          # not shown yet
+                return
+            assert box.windowTitle() == "Discard temporary chat?"
+            target = box.button(QMessageBox.StandardButton.Cancel) if button == "Cancel" else \
+                next(b for b in box.buttons() if b.text() == button)
+            assert box.defaultButton() is box.button(QMessageBox.StandardButton.Cancel)
+            target.click()
+        QTimer.singleShot(0, click)
+
+    answer("Cancel")
+    w.composer.edit.setFocus()
+    _ctrl(qtbot, w.composer.edit, Qt.Key.Key_W)
+    assert w.current_id == cid and w.chat_model.chat(cid) is not None
+    w.activateWindow()
+    w.composer.edit.setFocus()
+    qtbot.waitUntil(lambda: w.composer.edit.hasFocus())
+    answer("Discard")
+    _ctrl(qtbot, w.composer.edit, Qt.Key.Key_W)
+    assert w.chat_model.chat(cid) is None and w.current_id != cid
+    # an empty new chat closes without a question
+    w.new_chat(temporary=True)
+    w.confirm = lambda title, text: pytest.fail("nothing to lose: no question")
+    w.act_close_chat.trigger()
+    assert w.draft is not None and not w.draft.temporary
