@@ -168,7 +168,7 @@ class MainWindow(QMainWindow):
         h.connectRemoteRequested.connect(self.connect_remote_dialog)
         h.chatSettingsRequested.connect(self.open_chat_settings)
         h.settingsRequested.connect(self.open_settings)
-        h.pinClicked.connect(lambda: self.current_id is not None and self.toggle_pin(self.current_id))
+        h.pinClicked.connect(lambda: self._on_current(self.toggle_pin))
         h.temporaryToggled.connect(self._on_temporary_toggled)
         self.banner.retry.connect(self.load_engine)
         self.toast.undo.connect(self.undo_delete)
@@ -234,6 +234,10 @@ class MainWindow(QMainWindow):
         target = self.chat_target()
         if target is not None:
             act(target)
+
+    def _on_current(self, act: Callable[[str], Any]) -> None:
+        if self.current_id is not None:
+            act(self.current_id)
 
     def rename_chat(self, chat_id: str) -> None:
         """Rename in place in the chat list (or, with the list folded away, in a small dialog)."""

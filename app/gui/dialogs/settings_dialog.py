@@ -168,7 +168,8 @@ class SettingsDialog(QDialog):
         """Tall enough to show the longest page whole where the screen allows it."""
         pages = [self.tabs.widget(i) for i in range(self.tabs.count())]
         shown = self.tabs.currentWidget().sizeHint().height()
-        needed = max(p.widget().sizeHint().height() for p in pages if isinstance(p, QScrollArea))
+        needed = max(inner.sizeHint().height() for p in pages
+                     if isinstance(p, QScrollArea) and (inner := p.widget()) is not None)
         screen = self.screen().availableGeometry()
         height = min(self.sizeHint().height() + max(0, needed - shown) + 8, int(screen.height() * 0.9))
         self.resize(max(self.sizeHint().width(), 560), max(height, self.minimumSizeHint().height()))

@@ -385,8 +385,8 @@ class Sidebar(QFrame):
         self.act_duplicate.setEnabled(not row.temporary)
         self.act_close.setVisible(True)
         self.act_close.setText(_with_key(self.act_close, "Close and discard" if row.temporary else "Close"))
-        for a, label in ((self.act_rename, "Rename"), (self.act_duplicate, "Duplicate")):
-            a.setText(_with_key(a, label))
+        self.act_rename.setText(_with_key(self.act_rename, "Rename"))
+        self.act_duplicate.setText(_with_key(self.act_duplicate, "Duplicate"))
         for a in (self.act_pin, self.act_rename, self.act_duplicate, None, self.act_close,
                   self.act_delete):
             if a is None:
