@@ -14,6 +14,7 @@ from engine.base import paths
 
 from . import accessibility as a11y
 from . import chat_figures, theme
+from .error_words import in_words
 from .lifecycle import freeze_heap
 from .remote_config import temporary_notice
 from .widgets.chat_area import TEMP_NOTICE
@@ -154,8 +155,8 @@ class ChatBinding:
             self.w.chat_view.end_stream(MessageItem(
                 id="pending:assistant", role="assistant", content=text,
                 rendered=render(text, theme.current()),
-                error=f"Could not generate a reply: {error}"))
-        self.w.status.set_message(f"Generation failed: {error}")
+                error=f"Could not generate a reply: {in_words(error)}"))
+        self.w.status.set_message(f"Generation failed: {in_words(error)}")
 
     def on_finished(self, chat_id: str, out: Any, a_item: MessageItem | None, stopped: bool) -> None:
         w, view = self.w, self.w.chat_view
@@ -172,7 +173,7 @@ class ChatBinding:
         self.last_figures = out.figures
         w.status.show_chat(out.figures, chat_figures.window(w.engines.engine, out.figures),
                            w.chats.kv_text(chat_id))
-        w.status.set_message(f"Generation failed: {out.error}" if out.error is not None else "")
+        w.status.set_message(f"Generation failed: {in_words(out.error)}" if out.error is not None else "")
         w.update_header()
 
     def on_reply_ended(self, chat_id: str, text: str, error: str | None, stopped: bool) -> None:
@@ -239,6 +240,7 @@ class EngineBinding:
     def _on_engine_ready(self, engine: ChatEngine) -> None:
         w = self.w
         w.banner.hide()
+        w.empty.set_no_model(None)
         fallback = w.engines.provider_fallback
         gpu = bool(fallback) and w.backend.gpu_present()
         w.status.set_provider(engine.provider, fallback, gpu)
@@ -263,7 +265,8 @@ class EngineBinding:
 
     def _on_engine_failed(self, error: str) -> None:
         w = self.w
-        w.banner.show_error(f"The model could not be loaded: {error}")
+        w.banner.show_error(f"The model could not be loaded: {in_words(error)}")
+        w.empty.set_no_model("The model could not be loaded.")
         w.status.set_message("No model loaded")
         w.update_composer()
 

@@ -26,6 +26,7 @@ from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: whe
 from .controllers.deletions import Deletions
 from .controllers.engine import EngineController, quit_work
 from .controllers.replies import RepliesController
+from .error_words import in_words
 from .dialogs import import_dialog
 from .lifecycle import freeze_heap, shiboken_valid, shutdown_runner, warm_up_rendering
 from .settings import Settings
@@ -171,6 +172,9 @@ class MainWindow(QMainWindow):
         h.pinClicked.connect(lambda: self._on_current(self.toggle_pin))
         h.temporaryToggled.connect(self._on_temporary_toggled)
         self.banner.retry.connect(self.load_engine)
+        self.empty.importGgufRequested.connect(self.import_gguf_dialog)
+        self.empty.getModelsRequested.connect(self.open_model_library)
+        self.empty.connectRemoteRequested.connect(self.connect_remote_dialog)
         self.toast.undo.connect(self.undo_delete)
         cv = self.chat_view
         cv.copyRequested.connect(copy_to_clipboard)
@@ -557,7 +561,7 @@ class MainWindow(QMainWindow):
 
     def _report_error(self, exc: BaseException) -> None:
         log.error("background task failed: %r", exc)
-        self.status.set_message(f"Error: {exc}")
+        self.status.set_message(f"Error: {in_words(exc)}")
 
     def _ask_confirm(self, title: str, text: str) -> bool:
         """A destructive step, asked: the title's first word names its button (“Discard

@@ -274,6 +274,8 @@ def test_import_progress_moves_in_stages(qtbot):
     assert seen[0] == (-1.0, "Reading the GGUF file…")
     fractions = [f for f, _ in seen[1:4]]
     assert fractions == sorted(fractions) and 0 < fractions[0] < fractions[-1] < 1
+    # a phase and how far it is, never the converter's tensor names
+    assert [m for _, m in seen[1:4]] == [f"Converting the weights… {p} %" for p in (25, 50, 75)]
     assert seen[4] == (-1.0, "Building and writing the ONNX model…") and len(seen) == 5
 
 

@@ -249,3 +249,121 @@ def test_ctrl_w_asks_before_discarding_a_temporary_chat(window, qtbot):
     w.confirm = lambda title, text: pytest.fail("nothing to lose: no question")
     w.act_close_chat.trigger()
     assert w.draft is not None and not w.draft.temporary
+
+
+def test_closing_a_temporary_chat_mid_reply_is_clean(window, qtbot, caplog):
+    import logging
+    w = window()
+    w.settings.sampling.max_new_tokens = 400
+    w.new_chat(temporary=True)
+    closed = []
+
+    def close_now(chat_id: str, _text: str) -> None:   # at the first streamed text
+        if not closed:
+            closed.append(chat_id)
+            w.confirm = lambda title, text: True
+            w.close_chat(chat_id, ask=True)
+
+    w.replies.chunk.connect(close_now)
+    caplog.set_level(logging.DEBUG)
+    with qtbot.waitSignal(w.replyFinished, timeout=30000):
+        send(qtbot, w, "tell me a long story", wait=False)
+    wait_idle(qtbot, w, timeout=30000)
+    assert closed and w.chat_model.chat(closed[0]) is None and w.current_id != closed[0]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert "failed" not in w.status.message.text().lower()
+    assert not w.chat_view.widgets                                   # a new, empty chat
+    from app.store.errors import NotFoundError
+    with pytest.raises(NotFoundError):                               # nothing left of it
+        w.chats.temp.get_conversation(closed[0])
+
+
+# ---- smaller things seen in daily use -------------------------------------------------------------
+def test_the_chat_list_tooltip_says_where_the_chat_is_kept(window, qtbot):
+    from dataclasses import replace
+
+    w = window()
+    send(qtbot, w, "hello", timeout=30000)
+    wait_idle(qtbot, w, timeout=30000)
+    cid = w.current_id
+
+    def tip() -> str:
+        return w.chat_model.data(w.chat_model.index_of(cid), Qt.ItemDataRole.ToolTipRole)
+
+    row = w.chat_model.chat(cid)
+    assert row.kv_state == "memory" and row.kv_bytes > 0
+    assert f"Held in memory ({row.kv_bytes / 1e6:.1f} MB): the next reply starts at once" in tip()
+    # no KV: no size beside it (a stale size read "No KV cache (17.7 MB)")
+    w.chat_model.upsert(replace(row, kv_state="none"))
+    assert "Not loaded: the next reply reads the whole chat first" in tip() and "MB" not in tip()
+    assert "KV" not in tip()
+
+
+def test_the_composer_shrinks_back_after_a_long_paste(make_window, engine, qtbot):
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QApplication
+
+    w = make_window(engine)
+    w.resize(800, 640)
+    qtbot.waitUntil(lambda: w.width() == 800)
+    edit = w.composer.edit
+    one_line, composer = edit.height(), w.composer.height()
+    QGuiApplication.clipboard().setText(("lorem ipsum dolor sit amet " * 3 + "\n") * 3)
+    edit.setFocus()
+    edit.paste()
+    QApplication.processEvents()
+    wrapped = edit.height()
+    assert wrapped > one_line
+    w.resize(1366, 640)                                  # wider: fewer wrapped lines, a lower box
+    qtbot.waitUntil(lambda: edit.height() < wrapped)
+    lines = sum(max(1, b.layout().lineCount()) for b in _blocks(edit.document()))
+    assert edit.height() <= (lines + 1) * edit.fontMetrics().lineSpacing() + 14
+    send(qtbot, w, edit.toPlainText())                  # sent: back to one line, no blank band
+    qtbot.waitUntil(lambda: edit.height() == one_line and w.composer.height() == composer)
+
+
+def _blocks(doc: Any) -> list[Any]:
+    out, b = [], doc.begin()
+    while b.isValid():
+        out.append(b)
+        b = b.next()
+    return out
+
+
+def test_without_a_model_the_empty_window_offers_import(make_window, home, qtbot, tmp_path, monkeypatch):
+    """No model: the empty chat says so and offers Import GGUF… (and the other ways); importing a
+    GGUF from there loads it (the real importer and engine) and the offer goes."""
+    import errno
+
+    from app.gui.backend import open_engine
+    from app.gui.dialogs import import_dialog
+
+    def prepare(name: str, progress: Any) -> Path:
+        if name and (home / "models" / name).is_dir():
+            return home / "models" / name
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory",
+                                str(home / "models" / "SmolLM2-135M-Instruct" / "model.onnx"))
+
+    def engine_factory(model_dir: Path, state_dir: Path, settings: Any, progress: Any = None) -> Any:
+        s = settings.copy()
+        s.provider = "cpu"
+        return open_engine(model_dir, state_dir, s, progress)
+
+    w = make_window(None, wait_ready=False, model_preparer=prepare, engine_factory=engine_factory,
+                    model_lister=lambda: [])
+    qtbot.waitUntil(lambda: w.engine_error is not None and w.chats_loaded, timeout=30000)
+    assert w.empty.isVisible() and w.empty.import_btn.isVisible() and w.empty.get_btn.isVisible()
+    assert w.empty.title.text() == "No model yet"
+    assert "Errno" not in w.banner.label.text() and "a file or folder is missing" in w.banner.label.text()
+
+    write_tiny_gguf(tmp_path / "tiny.gguf", TinyConfig(seed=5))
+    chosen = []
+    monkeypatch.setattr(import_dialog, "choose_gguf",
+                        lambda window: chosen.append(window.import_model(tmp_path / "tiny.gguf", gguf=True)))
+    qtbot.mouseClick(w.empty.import_btn, Qt.MouseButton.LeftButton)
+    assert chosen
+    qtbot.waitUntil(lambda: w.engine is not None, timeout=120000)
+    assert w.settings.model == "tiny"
+    assert not w.empty.import_btn.isVisible() and w.empty.title.text() == "How can I help?"
+    send(qtbot, w, "hello", timeout=30000)                   # and it answers
+    assert w.chat_view.widgets[-1].item.role == "assistant"

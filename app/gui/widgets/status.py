@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar,
                                QWidget)
 
+from ..turn_figures import count
 from ..turn_figures import short_figures  # noqa: F401 - the bubbles use it from here too
 
 PROVIDER_NAMES = {
@@ -60,11 +61,11 @@ def how_started(f: dict[str, Any] | None) -> str:
     resume = f.get("resume") or "none"
     parts = []
     if reused and resume == "disk":
-        parts.append(f"resumed {reused:,} tokens from disk in {_ms(float(f.get('resume_ms') or 0))}")
+        parts.append(f"resumed {count(reused)} from disk in {_ms(float(f.get('resume_ms') or 0))}")
     elif reused:
-        parts.append(f"reused {reused:,} tokens from memory")
+        parts.append(f"reused {count(reused)} from memory")
     if prefilled:
-        parts.append(f"prefilled {prefilled:,} tokens in {_ms(float(f.get('prefill_ms') or 0))}")
+        parts.append(f"prefilled {count(prefilled)} in {_ms(float(f.get('prefill_ms') or 0))}")
     text = ", ".join(parts)
     if f.get("fallback_reason"):
         text += f" (saved cache not used: {f['fallback_reason']})"
@@ -160,7 +161,7 @@ class StatusBar(QStatusBar):
         """The turn in progress (a `widgets.turn.LiveTurn`): prefill progress, then tokens and
         tok/s so far; the previous turn's figures are not shown meanwhile."""
         if live.decoding:
-            self.started.setText(f"generating: {live.tokens:,} tokens")
+            self.started.setText(f"generating: {count(live.tokens)}")
         else:
             self.started.setText(live.summary())
         self.set_speed(live.tokens_per_s())
