@@ -384,7 +384,7 @@ class MainWindow(QMainWindow):
                 self.new_chat()
 
     def _on_deleted(self, chat_id: str, title: str) -> None:
-        self.toast.popup(f"Deleted “{chat_title(title, 40)}” · Ctrl+Z to undo")
+        self.toast.popup(f"Deleted “{chat_title(title, 40)}”")
         self._toast_timer.start(deletions_mod.UNDO_MS)
         if self.toast_pause.paused:   # the pointer already rests on the toast
             self.toast_pause.pause()
