@@ -37,8 +37,9 @@ class EnterClicks(QObject):
 
 
 class UndoPassThrough(QObject):
-    """Ctrl+Z in the composer undoes typing while there is typing to undo; with none, it reaches
-    the window's "Undo delete" (a text box otherwise keeps Ctrl+Z for itself)."""
+    """Ctrl+Z in a text box (the composer, the search field) undoes typing while there is typing
+    to undo; with none, it reaches the window's "Undo delete" (a text box otherwise keeps Ctrl+Z
+    for itself)."""
 
     def __init__(self, w: Any):
         super().__init__(w)
@@ -47,10 +48,15 @@ class UndoPassThrough(QObject):
     def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802
         if event.type() == QEvent.Type.ShortcutOverride and \
                 event.matches(QKeySequence.StandardKey.Undo) and \
-                not obj.document().isUndoAvailable() and self.w.deletions.pending:
+                not _undo_available(obj) and self.w.deletions.pending:
             event.ignore()
             return True
         return False
+
+
+def _undo_available(edit: Any) -> bool:
+    return bool(edit.isUndoAvailable() if hasattr(edit, "isUndoAvailable") else
+                edit.document().isUndoAvailable())
 
 
 class ViewController(QObject):
@@ -87,6 +93,7 @@ class ViewController(QObject):
         self.enter = EnterClicks(self)
         self.undo_pass = UndoPassThrough(w)
         w.composer.edit.installEventFilter(self.undo_pass)
+        w.sidebar.search.installEventFilter(self.undo_pass)
         self._keyboard()
         self._icons()
         theme.changed_signal().connect(self._icons)

@@ -197,6 +197,12 @@ def test_undo_delete_lasts_until_quit_with_ctrl_z(window, make_window, qtbot, mo
     assert ids[0] in w.chat_model.visible_chat_ids() and w.current_id == ids[0]
     w.act_undo_delete.trigger()
     assert w.status.message.text() == "Nothing to undo"
+    # ... and from the search field, which has no typing to undo
+    w.delete_chat(ids[0])
+    w.sidebar.search.setFocus()
+    qtbot.waitUntil(lambda: w.sidebar.search.hasFocus())
+    _ctrl(qtbot, w.sidebar.search, Qt.Key.Key_Z)
+    assert ids[0] in w.chat_model.visible_chat_ids()
     # typing is undone first: Ctrl+Z in a composer with text to undo stays the composer's
     w.delete_chat(ids[1])
     w.composer.edit.setFocus()
