@@ -181,7 +181,8 @@ class ChatBinding:
         row = self.w.chats.model.chat(chat_id)
         elsewhere = None if self._current(chat_id) else (row.title if row is not None else "")
         a11y.announce(self.w.chat_view, a11y.reply_announcement(
-            text, error=error, stopped=stopped, elsewhere=elsewhere), assertive=bool(error))
+            text, error=in_words(error) if error else error, stopped=stopped, elsewhere=elsewhere),
+            assertive=bool(error))
         self.w.replyFinished.emit(chat_id)
 
     # --- queued sends ------------------------------------------------------------------------
