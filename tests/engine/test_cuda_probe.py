@@ -1,12 +1,89 @@
-"""engine.base.cuda_probe.nvidia_gpu_present: an NVIDIA GPU found from what its driver installs and
-from the PCI bus, without loading any CUDA library."""
+"""engine.base.cuda_probe asks the CUDA driver for devices: real shared libraries standing in for it;
+and whether an NVIDIA GPU is present at all, from what its driver installs and the PCI bus (no CUDA
+library loaded)."""
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
+
 from engine.base import cuda_probe
+from engine.convert import native_form
+
+FAKE_DRIVER = """
+static int init_result = INIT_RESULT;
+int cuInit(unsigned int flags) { (void)flags; return init_result; }
+int cuDeviceGetCount(int *count) { *count = DEVICES; return 0; }
+"""
 
 
+def _fake_driver(tmp_path: Path, devices: int, init_result: int = 0) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / f"fake{devices}_{init_result}.c"
+    src.write_text(FAKE_DRIVER.replace("INIT_RESULT", str(init_result)).replace("DEVICES", str(devices)))
+    lib = tmp_path / f"libfakecuda{devices}_{init_result}.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return lib
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    cuda_probe.cuda_device_count.cache_clear()
+    yield
+    cuda_probe.cuda_device_count.cache_clear()
+
+
+def test_driver_devices_are_counted(tmp_path, monkeypatch):
+    monkeypatch.setattr(cuda_probe, "_DRIVER", str(_fake_driver(tmp_path, 3)))
+    assert cuda_probe.cuda_device_count() == 3
+
+
+def test_a_driver_that_fails_to_initialise_means_no_device(tmp_path, monkeypatch):
+    # cuInit's CUDA_ERROR_NO_DEVICE (100): a driver installed on a machine without a GPU
+    monkeypatch.setattr(cuda_probe, "_DRIVER", str(_fake_driver(tmp_path, 2, init_result=100)))
+    assert cuda_probe.cuda_device_count() == 0
+
+
+def test_no_driver_library_means_no_device(tmp_path, monkeypatch):
+    monkeypatch.setattr(cuda_probe, "_DRIVER", str(tmp_path / "libcuda-missing.so.1"))
+    assert cuda_probe.cuda_device_count() == 0
+
+
+def test_a_library_without_the_entry_points_means_no_device(tmp_path, monkeypatch):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "other.c"
+    src.write_text("int something_else(void) { return 1; }\n")
+    lib = tmp_path / "libother.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    monkeypatch.setattr(cuda_probe, "_DRIVER", str(lib))
+    assert cuda_probe.cuda_device_count() == 0
+
+
+def test_cuda_listed_without_a_device_keeps_the_native_choice(tmp_path, monkeypatch):
+    """onnxruntime-gpu lists CUDAExecutionProvider on CPU-only machines: the driver decides."""
+    import onnxruntime as ort
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(cuda_probe, "_DRIVER", str(tmp_path / "libcuda-missing.so.1"))
+    assert native_form.gpu_would_run() is False
+
+
+def test_cuda_listed_with_a_device_and_provider_library_is_a_gpu(tmp_path, monkeypatch):
+    import onnxruntime as ort
+    capi = Path(ort.__file__).parent / "capi"
+    if not any(capi.glob("*onnxruntime_providers_cuda*")):
+        pytest.skip("this onnxruntime ships no CUDA provider library")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(cuda_probe, "_DRIVER", str(_fake_driver(tmp_path, 1)))
+    assert native_form.gpu_would_run() is True
+
+
+# ---- an NVIDIA GPU present (usable or not) ----------------------------------------------------
 def _device(root: Path, name: str, vendor: str, klass: str) -> None:
     d = root / name
     d.mkdir(parents=True)
