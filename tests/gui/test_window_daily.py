@@ -373,3 +373,31 @@ def test_without_a_model_the_empty_window_offers_import(make_window, home, qtbot
     assert not w.empty.import_btn.isVisible() and w.empty.title.text() == "How can I help?"
     send(qtbot, w, "hello", timeout=30000)                   # and it answers
     assert w.chat_view.widgets[-1].item.role == "assistant"
+
+
+def test_rename_with_the_chat_list_folded_away_asks_in_a_dialog(make_window, engine, qtbot):
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QInputDialog
+
+    w = make_window(engine)
+    send(qtbot, w, "Some question")
+    cid = w.current_id
+    w.view_ctl.set_sidebar(False, user=True)
+
+    def answer() -> None:
+        dlg = next((d for d in QApplication.topLevelWidgets()
+                    if isinstance(d, QInputDialog) and d.isVisible()), None)
+        if dlg is None:
+            QTimer.singleShot(10, answer)
+            return
+        assert dlg.textValue() == "Some question"
+        dlg.setTextValue("  Travel   plans ")
+        dlg.accept()
+
+    QTimer.singleShot(0, answer)
+    w.composer.edit.setFocus()
+    qtbot.keyClick(w.composer.edit, Qt.Key.Key_F2)
+    assert w.chat_model.chat(cid).title == "Travel plans"
+    assert w.header.title_label.text() == "Travel plans"
+    wait_idle(qtbot, w)
+    assert w.store.get_conversation(cid).title == "Travel plans"
