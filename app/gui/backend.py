@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from engine.base import paths
+from engine.base.cuda_probe import nvidia_gpu_present
 from engine.api import ChatEngine
 
 from .settings import Settings
@@ -209,6 +210,7 @@ class Backend:
     gguf_importer: Callable[[Path, ProgressFn, threading.Event], Path] = import_gguf
     folder_importer: Callable[[Path, ProgressFn, threading.Event], Path] = import_onnx_folder
     remote_factory: Callable[[str, Path], ChatEngine] = open_remote
+    gpu_present: Callable[[], bool] = nvidia_gpu_present   # an NVIDIA GPU to warn about
     extra: dict[str, Any] = field(default_factory=dict)
 
     def make_store(self, db_path: Path) -> Any:

@@ -7,23 +7,27 @@ screen). `EngineBinding` subscribes to `EngineController`: the banner, the provi
 picker, the composer while a model loads."""
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from engine.base import paths
 
 from . import accessibility as a11y
 from . import chat_figures, theme
+from .error_words import in_words
 from .lifecycle import freeze_heap
 from .remote_config import temporary_notice
 from .widgets.chat_area import TEMP_NOTICE
 from .controllers.replies import QueuedSend
-from .markdown_render import render
+from .markdown_render import render, render_message, render_plain
 from .widgets.chat_view import MessageItem
 
 if TYPE_CHECKING:
     from engine.api import ChatEngine
 
     from .main_window import MainWindow
+
+log = logging.getLogger(__name__)
 
 
 class ChatBinding:
@@ -93,7 +97,7 @@ class ChatBinding:
     def on_siblings(self, items: list[MessageItem]) -> None:
         cache, th = self.w.chat_view.rendered_cache(), theme.current()
         for it in items:
-            it.rendered = cache.get(it.id) or render(it.content, th)
+            it.rendered = cache.get(it.id) or render_message(it.role, it.content, th)
         self.w.chat_view.sync(items)
         figs = chat_figures.last_figures(items)
         self.last_figures = figs
@@ -115,7 +119,7 @@ class ChatBinding:
         if req.mode in ("send", "edit"):
             view.append_message(MessageItem(
                 id="pending:user", role="user", content=req.text,
-                rendered=render(req.text, theme.current()), parent_id=req.parent_id))
+                rendered=render_plain(req.text), parent_id=req.parent_id))
         view.scroll_to_bottom()
         view.begin_stream()
         self.show_bubbles(chat_id)
@@ -151,8 +155,8 @@ class ChatBinding:
             self.w.chat_view.end_stream(MessageItem(
                 id="pending:assistant", role="assistant", content=text,
                 rendered=render(text, theme.current()),
-                error=f"Could not generate a reply: {error}"))
-        self.w.status.set_message(f"Generation failed: {error}")
+                error=f"Could not generate a reply: {in_words(error)}"))
+        self.w.status.set_message(f"Generation failed: {in_words(error)}")
 
     def on_finished(self, chat_id: str, out: Any, a_item: MessageItem | None, stopped: bool) -> None:
         w, view = self.w, self.w.chat_view
@@ -169,7 +173,7 @@ class ChatBinding:
         self.last_figures = out.figures
         w.status.show_chat(out.figures, chat_figures.window(w.engines.engine, out.figures),
                            w.chats.kv_text(chat_id))
-        w.status.set_message(f"Generation failed: {out.error}" if out.error is not None else "")
+        w.status.set_message(f"Generation failed: {in_words(out.error)}" if out.error is not None else "")
         w.update_header()
 
     def on_reply_ended(self, chat_id: str, text: str, error: str | None, stopped: bool) -> None:
@@ -177,7 +181,8 @@ class ChatBinding:
         row = self.w.chats.model.chat(chat_id)
         elsewhere = None if self._current(chat_id) else (row.title if row is not None else "")
         a11y.announce(self.w.chat_view, a11y.reply_announcement(
-            text, error=error, stopped=stopped, elsewhere=elsewhere), assertive=bool(error))
+            text, error=in_words(error) if error else error, stopped=stopped, elsewhere=elsewhere),
+            assertive=bool(error))
         self.w.replyFinished.emit(chat_id)
 
     # --- queued sends ------------------------------------------------------------------------
@@ -188,7 +193,7 @@ class ChatBinding:
         running = w.chats.model.chat(stream.chat_id) if stream is not None else None
         self.show_messages(True)
         item = MessageItem(id=q.bubble_id, role="user", content=q.text,
-                           rendered=render(q.text, theme.current()))
+                           rendered=render_plain(q.text))
         item.extra["queued"] = (f"Queued — sends when the reply in “{running.title[:30]}” is done"
                                 if running is not None else "Queued")
         w.chat_view.append_message(item)
@@ -236,7 +241,12 @@ class EngineBinding:
     def _on_engine_ready(self, engine: ChatEngine) -> None:
         w = self.w
         w.banner.hide()
-        w.status.set_provider(engine.provider, w.engines.provider_fallback)
+        w.empty.set_no_model(None)
+        fallback = w.engines.provider_fallback
+        gpu = bool(fallback) and w.backend.gpu_present()
+        w.status.set_provider(engine.provider, fallback, gpu)
+        if fallback:   # the whole reason, for a bug report; the status bar says it in words
+            log.log(logging.WARNING if gpu else logging.INFO, "GPU provider not used: %s", fallback)
         w.status.show_chat(w.last_figures, w.engines.context_window, w.chats.kv_text(w.current_id))
         w.status.set_message("")
         w.chat_view.model_name = w.engines.model_name or "Assistant"
@@ -256,7 +266,8 @@ class EngineBinding:
 
     def _on_engine_failed(self, error: str) -> None:
         w = self.w
-        w.banner.show_error(f"The model could not be loaded: {error}")
+        w.banner.show_error(f"The model could not be loaded: {in_words(error)}")
+        w.empty.set_no_model("The model could not be loaded.")
         w.status.set_message("No model loaded")
         w.update_composer()
 

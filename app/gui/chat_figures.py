@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 from app.chat.overflow import (DEFAULT_OVERFLOW, OVERFLOW_CHOICES, OVERFLOW_VALUES,  # noqa: F401
                                overflow_policy)
 
+from .turn_figures import count
+
 
 def last_figures(items: Iterable[Any]) -> dict[str, Any] | None:
     """The figures of the chat's latest reply (what its last turn cost), if any."""
@@ -48,7 +50,7 @@ def info_text(info: Any) -> str:
     where = getattr(info.kv_location, "value", str(info.kv_location))
     disk = int(getattr(info, "kv_bytes_disk", 0) or 0)
     if where == "disk" or (disk and where != "memory"):
-        return f"{tokens:,} tokens on disk — resumes without prefill"
+        return f"{count(tokens)} on disk — resumes without prefill"
     if where == "memory":
-        return f"{tokens:,} tokens in memory"
+        return f"{count(tokens)} in memory"
     return ""

@@ -27,6 +27,8 @@ def staged(progress: Progress) -> Progress:
             progress(-1.0, "Building and writing the ONNX model…")
             return
         shown = READ_END + (TENSORS_END - READ_END) * max(0.0, fraction)
-        progress(shown, f"Converting {message}" if message else "Converting the weights…")
+        # the converter names the tensor it is on (blk.7.ffn_down.weight): the log's business;
+        # the user gets the phase and how far it is
+        progress(shown, f"Converting the weights… {int(max(0.0, fraction) * 100)} %")
 
     return cb

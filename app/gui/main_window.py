@@ -26,6 +26,7 @@ from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: whe
 from .controllers.deletions import Deletions
 from .controllers.engine import EngineController, quit_work
 from .controllers.replies import RepliesController
+from .error_words import in_words
 from .dialogs import import_dialog
 from .lifecycle import freeze_heap, shiboken_valid, shutdown_runner, warm_up_rendering
 from .settings import Settings
@@ -68,7 +69,8 @@ class MainWindow(QMainWindow):
 
         self.setWindowTitle("Amber")
         self.setWindowIcon(theme.app_icon())
-        self.resize(1180, 780)
+        screen = self.screen().availableGeometry()   # a 1366×768 laptop: the window fits it
+        self.resize(min(1180, screen.width() - 40), min(780, screen.height() - 48))
         self.setMinimumSize(640, 480)
         self._build()
         self.binding = ChatBinding(self)
@@ -167,7 +169,12 @@ class MainWindow(QMainWindow):
         h.connectRemoteRequested.connect(self.connect_remote_dialog)
         h.chatSettingsRequested.connect(self.open_chat_settings)
         h.settingsRequested.connect(self.open_settings)
+        h.pinClicked.connect(lambda: self._on_current(self.toggle_pin))
+        h.temporaryToggled.connect(self._on_temporary_toggled)
         self.banner.retry.connect(self.load_engine)
+        self.empty.importGgufRequested.connect(self.import_gguf_dialog)
+        self.empty.getModelsRequested.connect(self.open_model_library)
+        self.empty.connectRemoteRequested.connect(self.connect_remote_dialog)
         self.toast.undo.connect(self.undo_delete)
         cv = self.chat_view
         cv.copyRequested.connect(copy_to_clipboard)
@@ -205,11 +212,52 @@ class MainWindow(QMainWindow):
                                 "New temporary chat")
         self.act_search = add("Ctrl+K", self._focus_search, "Search chats")
         self.act_find = add(QKeySequence.StandardKey.Find, self._focus_search, "Find")
-        self.act_close_chat = add("Ctrl+W", lambda: self.close_chat(self.current_id), "Close chat")
+        self.act_close_chat = add("Ctrl+W", lambda: self.close_chat(self.chat_target(), ask=True),
+                                  "Close chat")
+        # the chat actions, window-wide: on the row focused in the chat list while it has the
+        # focus, else on the chat on screen
+        self.act_pin = add("Ctrl+P", lambda: self._on_target(self.toggle_pin), "Pin or unpin chat")
+        self.act_rename = add("F2", lambda: self._on_target(self.rename_chat), "Rename chat")
+        self.act_duplicate = add("Ctrl+D", lambda: self._on_target(self.duplicate_chat), "Duplicate chat")
+        self.act_delete = add("Ctrl+Shift+Backspace", lambda: self._on_target(self.delete_chat),
+                              "Delete chat")
+        self.act_undo_delete = add(QKeySequence.StandardKey.Undo, self.undo_delete, "Undo delete")
         self.act_settings = add("Ctrl+,", self.open_settings, "Settings")
         self.act_regen = add("Ctrl+R", self._regenerate_last, "Regenerate")
         self.act_stop = add("Ctrl+.", self.stop, "Stop")
         self.act_quit = add(QKeySequence.StandardKey.Quit, self.close, "Quit")
+
+    def chat_target(self) -> str | None:
+        """The chat a chat action from the keyboard acts on: the row focused in the chat list
+        while the list has the focus, else the chat on screen."""
+        if self.sidebar.view.hasFocus():
+            return self.sidebar.current_id()
+        return self.current_id
+
+    def _on_target(self, act: Callable[[str], Any]) -> None:
+        target = self.chat_target()
+        if target is not None:
+            act(target)
+
+    def _on_current(self, act: Callable[[str], Any]) -> None:
+        if self.current_id is not None:
+            act(self.current_id)
+
+    def rename_chat(self, chat_id: str) -> None:
+        """Rename in place in the chat list (or, with the list folded away, in a small dialog)."""
+        row = self.chat_model.chat(chat_id)
+        if row is None:
+            return
+        if self.view_ctl.sidebar_shown():
+            self.sidebar.select(chat_id)
+            self.sidebar.view.setFocus()
+            self.sidebar.rename_current()
+            return
+        from PySide6.QtWidgets import QInputDialog  # noqa: PLC0415
+
+        title, ok = QInputDialog.getText(self, "Rename chat", "Title", text=row.title)
+        if ok:
+            self.chat_model.setData(self.chat_model.index_of(chat_id), title)
 
     def _focus_search(self) -> None:
         self.sidebar.search.setFocus()
@@ -295,11 +343,17 @@ class MainWindow(QMainWindow):
         if self.stream is None and self.chat_view.widget_for(message_id) is not None:
             self.chats.flip_sibling(message_id, delta)
 
-    def close_chat(self, chat_id: str | None) -> None:
-        """Close a chat: a temporary one is discarded entirely; others just leave the view."""
+    def close_chat(self, chat_id: str | None, *, ask: bool = False) -> None:
+        """Close a chat: a temporary one is discarded entirely (with `ask`, after the user said
+        so: it cannot be undone); others just leave the view."""
         if chat_id is None:
             if self.draft is not None:
                 self.new_chat()
+            return
+        row = self.chat_model.chat(chat_id)
+        if ask and row is not None and row.temporary and not self.confirm(
+                "Discard temporary chat?",
+                f"“{chat_title(row.title, 40)}” is temporary: closing it discards it for good."):
             return
         if self.stream is not None and self.stream.chat_id == chat_id:
             self.stop()
@@ -317,7 +371,7 @@ class MainWindow(QMainWindow):
         if row is None:
             return
         if row.temporary:
-            self.close_chat(chat_id)
+            self.close_chat(chat_id, ask=True)
             return
         if self.stream is not None and self.stream.chat_id == chat_id:
             self.stop()
@@ -332,12 +386,14 @@ class MainWindow(QMainWindow):
     def _on_deleted(self, chat_id: str, title: str) -> None:
         self.toast.popup(f"Deleted “{chat_title(title, 40)}”")
         self._toast_timer.start(deletions_mod.UNDO_MS)
-        self.toast_pause.watch(self.deletions.pending[chat_id])
         if self.toast_pause.paused:   # the pointer already rests on the toast
             self.toast_pause.pause()
 
     def undo_delete(self) -> None:
-        self.deletions.undo()
+        """Bring back the last deleted chat (Ctrl+Z, Undo on the toast): any time until Amber
+        closes, one chat per press, the last deleted first."""
+        if self.deletions.undo() is None:
+            self.status.set_message("Nothing to undo")
 
     def _on_restored(self, chat_id: str) -> None:
         self.toast.hide()
@@ -350,12 +406,22 @@ class MainWindow(QMainWindow):
         title = row.title if row is not None else ("New temporary chat" if temporary else "New chat")
         sub = ("Temporary chat" if row.temporary else ("Pinned" if row.pinned else "")) if row else ""
         self.header.show_chat(title, sub, settings_enabled=row is not None and not row.temporary)
+        self.header.show_state(pinned=bool(row and row.pinned), temporary=temporary,
+                               can_pin=row is not None and not row.temporary,
+                               can_switch_temporary=row is None and draft is not None)
         self.temp_notice.setVisible(temporary)
         self.save_notice.show_for(cur)
         self.empty.set_temporary(temporary)
         self.setWindowTitle(f"{title} — Amber")
 
     _update_header = update_header
+
+    def _on_temporary_toggled(self, temporary: bool) -> None:
+        """The header's temporary switch: a new, empty chat becomes temporary (or regular)."""
+        if self.current_id is None and self.draft is not None and self.draft.temporary != temporary:
+            self.new_chat(temporary=temporary)
+        else:
+            self.update_header()   # nothing to change: the button shows the chat as it is
 
     def update_composer(self) -> None:
         if self.engine is None:
@@ -495,15 +561,18 @@ class MainWindow(QMainWindow):
 
     def _report_error(self, exc: BaseException) -> None:
         log.error("background task failed: %r", exc)
-        self.status.set_message(f"Error: {exc}")
+        self.status.set_message(f"Error: {in_words(exc)}")
 
     def _ask_confirm(self, title: str, text: str) -> bool:
+        """A destructive step, asked: the title's first word names its button (“Discard
+        temporary chat?” → Discard); Cancel is the default."""
         box = QMessageBox(QMessageBox.Icon.Warning, title, text,
                           QMessageBox.StandardButton.Cancel, self)
-        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+        self.confirm_box = box
+        go = box.addButton(title.split(" ")[0] or "OK", QMessageBox.ButtonRole.DestructiveRole)
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
         box.exec()
-        return box.clickedButton() is delete
+        return box.clickedButton() is go
 
     def open_data_folder(self) -> None:
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.home)))

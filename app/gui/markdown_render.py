@@ -1,4 +1,5 @@
-"""Markdown → HTML for messages (pure Python, safe on worker threads).
+"""Markdown → HTML for replies, and the user's own text as written (pure Python, safe on worker
+threads).
 
 Headings, lists, tables, links, fenced code highlighted by Pygments (inline styles, so no
 stylesheet is needed), a "Copy" link above every code block (`copy:N`, handled by the view).
@@ -133,6 +134,17 @@ def render(text: str, theme: Theme, code_offset: int = 0) -> Rendered:
     body = _CODEHILITE_RE.sub(lambda m: frame(m.group("body"), m.group("style")), body)
     body = _PLAIN_PRE_RE.sub(lambda m: frame(f"<pre>{m.group('body')}</pre>"), body)
     return Rendered(body, tuple(code for _, code in blocks))
+
+
+def render_plain(text: str) -> Rendered:
+    """The user's text as written: HTML escaped, every space, tab and line kept (a paste is not
+    Markdown: its indented lines are not code, its backticks and asterisks are just characters)."""
+    return Rendered(f'<p style="white-space: pre-wrap; margin: 0px;">{html.escape(text, quote=False)}</p>', ())
+
+
+def render_message(role: str, text: str, theme: Theme) -> Rendered:
+    """A message's body: the user's as written, anything else as Markdown."""
+    return render_plain(text) if role == "user" else render(text, theme)
 
 
 def stable_prefix(text: str) -> int:

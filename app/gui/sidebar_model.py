@@ -27,6 +27,16 @@ _ROOT = QModelIndex()   # the invalid index: Qt's default parent (never modified
 KV_LABELS = {"disk": "KV cache on disk", "memory": "KV cache in memory", "none": "No KV cache"}
 
 
+def kv_tip(state: str, size: int) -> str:
+    """The tooltip's word on where the model's memory of this chat (its KV cache) is."""
+    mb = f" ({size / 1e6:.1f} MB)" if size else ""
+    if state == "disk":
+        return f"Saved on disk{mb}: replies start at once, even after a restart"
+    if state == "memory":
+        return f"Held in memory{mb}: the next reply starts at once"
+    return "Not loaded: the next reply reads the whole chat first"
+
+
 @dataclass(frozen=True)
 class ChatRow:
     id: str
@@ -162,9 +172,7 @@ class ChatListModel(QAbstractListModel):
             tip = item.title
             if item.temporary:
                 tip += "\nTemporary chat — discarded when closed"
-            tip += "\n" + KV_LABELS.get(item.kv_state, item.kv_state)
-            if item.kv_bytes:
-                tip += f" ({item.kv_bytes / 1e6:.1f} MB)"
+            tip += "\n" + kv_tip(item.kv_state, item.kv_bytes)
             if item.saving:
                 tip += "\nSaving KV cache to disk…"
             if item.snippet:

@@ -7,6 +7,11 @@ import time
 from typing import Any
 
 
+def count(n: int, noun: str = "token") -> str:
+    """“1 token”, “2,048 tokens”."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def short_figures(f: dict[str, Any] | None) -> str:
     if not f:
         return ""
@@ -14,7 +19,7 @@ def short_figures(f: dict[str, Any] | None) -> str:
     if f.get("decode_tokens_per_s"):
         bits.append(f"{float(f['decode_tokens_per_s']):.1f} tok/s")
     if f.get("generated_tokens"):
-        bits.append(f"{int(f['generated_tokens']):,} tokens")
+        bits.append(count(int(f["generated_tokens"])))
     if f.get("finish_reason") == "cancelled":
         bits.append("stopped")
     elif f.get("finish_reason") == "length":
@@ -40,7 +45,7 @@ def overflow_notice(figures: dict[str, Any] | None) -> str:
     toks = int(figures.get("dropped_tokens") or 0)
     what = f"{n} older message{'s' if n != 1 else ''}"
     if toks:
-        what += f" ({toks:,} tokens)"
+        what += f" ({count(toks)})"
     return f"{what} left out to fit the context window"
 
 

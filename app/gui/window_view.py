@@ -36,6 +36,29 @@ class EnterClicks(QObject):
         return False
 
 
+class UndoPassThrough(QObject):
+    """Ctrl+Z in a text box (the composer, the search field) undoes typing while there is typing
+    to undo; with none, it reaches the window's "Undo delete" (a text box otherwise keeps Ctrl+Z
+    for itself)."""
+
+    def __init__(self, w: Any):
+        super().__init__(w)
+        self.w = w
+
+    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802
+        if event.type() == QEvent.Type.ShortcutOverride and \
+                event.matches(QKeySequence.StandardKey.Undo) and \
+                not _undo_available(obj) and self.w.deletions.pending:
+            event.ignore()
+            return True
+        return False
+
+
+def _undo_available(edit: Any) -> bool:
+    return bool(edit.isUndoAvailable() if hasattr(edit, "isUndoAvailable") else
+                edit.document().isUndoAvailable())
+
+
 class ViewController(QObject):
     def __init__(self, w: Any):
         super().__init__(w)
@@ -68,6 +91,9 @@ class ViewController(QObject):
         w.title_label.setMinimumWidth(60)
         w.composer.edit.setPlaceholderText(LONG_PLACEHOLDER)
         self.enter = EnterClicks(self)
+        self.undo_pass = UndoPassThrough(w)
+        w.composer.edit.installEventFilter(self.undo_pass)
+        w.sidebar.search.installEventFilter(self.undo_pass)
         self._keyboard()
         self._icons()
         theme.changed_signal().connect(self._icons)
@@ -132,7 +158,8 @@ class ViewController(QObject):
         sb = w.sidebar
         return [w.composer.edit, w.composer.send_btn, w.chat_view, sb.new_btn, sb.temp_btn,
                 sb.search, sb.view,
-                self.toggle_btn, w.model_picker, w.import_btn, w.chat_settings_btn,
+                self.toggle_btn, w.header.pin_btn, w.header.temp_btn, w.model_picker, w.import_btn,
+                w.chat_settings_btn,
                 w.settings_btn]
 
     def _keyboard(self) -> None:

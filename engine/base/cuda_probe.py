@@ -2,13 +2,21 @@
 
 onnxruntime-gpu lists CUDAExecutionProvider on every machine, GPU or not, so the provider list
 cannot tell a CPU-only Linux machine from one with a GPU; the driver library can.
+
+`nvidia_gpu_present` asks less: whether the machine has an NVIDIA GPU at all, from what its
+driver installs (no CUDA library is loaded). A GPU that is present but cannot be used is worth
+a warning; a CUDA failure on a machine without one is not.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
+import shutil
 import sys
+from pathlib import Path
 
+NVIDIA_PCI_VENDOR = "0x10de"
 _DRIVER = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 
 
@@ -25,3 +33,36 @@ def cuda_device_count() -> int:
         return max(0, int(count.value))
     except (OSError, AttributeError):   # no driver library, or one without these entry points
         return 0
+
+
+def _system32() -> Path:
+    return Path(os.environ.get("SystemRoot") or os.environ.get("windir") or r"C:\Windows") / "System32"
+
+
+@functools.lru_cache(maxsize=1)
+def nvidia_gpu_present() -> bool:
+    """An NVIDIA GPU and its driver are here (whether or not CUDA can start on it)."""
+    try:
+        if sys.platform == "win32":      # the driver puts these in System32
+            return any((_system32() / name).is_file() for name in ("nvml.dll", "nvcuda.dll"))
+        if sys.platform == "darwin":
+            return False                 # no CUDA on macOS
+        return (Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidia0").exists()
+                or shutil.which("nvidia-smi") is not None or _nvidia_on_pci())
+    except OSError:                      # unreadable: nothing says a GPU is there
+        return False
+
+
+def _nvidia_on_pci(root: Path = Path("/sys/bus/pci/devices")) -> bool:
+    """Linux: an NVIDIA display or 3D controller on the PCI bus, even with no driver installed."""
+    if not root.is_dir():
+        return False
+    for dev in root.iterdir():
+        try:
+            vendor = (dev / "vendor").read_text().strip()
+            klass = (dev / "class").read_text().strip()
+        except OSError:
+            continue
+        if vendor.lower() == NVIDIA_PCI_VENDOR and klass.startswith("0x03"):
+            return True
+    return False

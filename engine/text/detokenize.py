@@ -17,6 +17,12 @@ with already-emitted tokens, so the decoder never sees a new token in first posi
 strips its space. While the decoded window ends with U+FFFD (an incomplete byte sequence) we
 emit nothing and wait for the next token. For the very first generated token, the left context
 is the tail of the prompt: pass it as `prompt_tail`.
+
+U+FFFD never reaches the stream: it is what bytes that never make a character decode to (a reply
+cut at the token limit inside an emoji, a model that starts a character and goes on with
+another), and a half character is no text. The incomplete tail at the end of generation and
+such orphan bytes inside it are dropped; a model writing the replacement character itself is
+indistinguishable from them and loses it too.
 """
 from __future__ import annotations
 
@@ -39,10 +45,10 @@ class IncrementalDecoder:
     when the prompt ends with a special token (e.g. `<|im_start|>assistant\\n` or `[/INST]`).
 
     The concatenation of everything `push` and `flush` return equals the text the generated
-    ids add after the prompt: `decode(tail + ids)` minus `decode(tail)` (decoded keeping
-    special tokens in the tail). For byte-level BPE that is just `decode(ids)`. Without a
-    prompt tail it is `decode(ids)` exactly, including a SentencePiece tokenizer's stripping
-    of the first token's space.
+    ids add after the prompt, `decode(tail + ids)` minus `decode(tail)` (decoded keeping
+    special tokens in the tail), less its U+FFFD characters (broken bytes, see above). For
+    byte-level BPE that is just `decode(ids)`. Without a prompt tail it is `decode(ids)`
+    exactly, including a SentencePiece tokenizer's stripping of the first token's space.
 
     With `skip_special_tokens` (the default), generated special tokens (EOS, `<|im_end|>`, ...)
     produce no text, like `tokenizer.decode(ids, skip_special_tokens=True)`.
@@ -88,14 +94,15 @@ class IncrementalDecoder:
         return self._read < len(self._ids)
 
     def flush(self) -> str:
-        """Return whatever is still held back (at the end of generation), even if incomplete."""
+        """At the end of generation: the complete characters still held back; the bytes of a
+        character that never completed are dropped (a reply cut inside an emoji ends before it)."""
         if self._read == len(self._ids):
             return ""
         text = self._decode(self._ids[self._prefix:])
         return self._emit(text) if len(text) > len(self._prefix_text) else self._advance("")
 
     def _emit(self, text: str) -> str:
-        return self._advance(text[len(self._prefix_text):])
+        return self._advance(text[len(self._prefix_text):].replace(REPLACEMENT_CHAR, ""))
 
     def _advance(self, new_text: str) -> str:
         # The tokens just emitted become the next window's left context; drop older ones.

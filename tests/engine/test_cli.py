@@ -208,3 +208,38 @@ def test_sessions_command_errors(capsys, tiny_dir, tmp_path):
         assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
     rc, _, err = _sessions(capsys, "list", "--state-dir", tmp_path / "s", "--model", tmp_path / "none")
     assert rc == 2 and "no such model folder" in err and len(err.strip().splitlines()) == 1
+
+
+# ---- a reply cut inside a character ------------------------------------------------------------
+def _cut_mid_character(tiny_model, tmp_path) -> tuple[int, str]:
+    """A seed whose 3-token reply to "Hello" ends inside a multi-byte character, and its text."""
+    from engine.api import GenerationResult, SamplingParams
+    from engine.sessions.manager import SessionManager
+
+    m = SessionManager(tiny_model, tmp_path / "search-state")
+    try:
+        sid = m.open(None, kind="temporary").session_id
+        for seed in range(200):
+            sampling = SamplingParams(temperature=4.0, top_k=0, top_p=1.0, min_p=0.0,
+                                      repetition_penalty=1.0, seed=seed, max_new_tokens=3)
+            r = next(e for e in m.generate_text(sid, "Hello", sampling) if isinstance(e, GenerationResult))
+            if tiny_model.tokenizer.decode(r.token_ids).endswith("\ufffd"):
+                return seed, r.text
+    finally:
+        m.shutdown()
+    pytest.fail("no reply cut mid-character in 200 seeds")
+
+
+def test_generate_cut_at_max_tokens_never_prints_a_broken_character(run_cli, tiny_dir, tiny_model, tmp_path):
+    seed, text = _cut_mid_character(tiny_model, tmp_path)
+    args = ("generate", "--model", tiny_dir, "--prompt", "Hello", "--temperature", "4", "--top-k", "0",
+            "--top-p", "1", "--min-p", "0", "--repetition-penalty", "1", "--seed", str(seed),
+            "--max-tokens", "3", "--provider", "cpu")
+    data = parse_json(run_cli(*args, "--json"))
+    assert data["finish_reason"] == "length"
+    assert tiny_model.tokenizer.decode(data["tokens"]).endswith("\ufffd")   # cut mid-character
+    assert "\ufffd" not in data["text"]
+    assert data["text"] == text == tiny_model.tokenizer.decode(data["tokens"]).replace("\ufffd", "")
+    plain = run_cli(*args)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout == text + "\n"

@@ -183,7 +183,8 @@ def test_engine_generates_the_reference_greedy_tokens(built, arch, tmp_path):
             break
         want.append(nxt)
     assert want and got["tokens"] == want
-    assert got["text"] == b.model.tokenizer.decode(want, skip_special_tokens=True)
+    # the text of those tokens; the U+FFFD of random bytes that make no character is left out
+    assert got["text"] == b.model.tokenizer.decode(want, skip_special_tokens=True).replace("\ufffd", "")
 
 
 # ---- bad input --------------------------------------------------------------------------------

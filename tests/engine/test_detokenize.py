@@ -148,15 +148,38 @@ def test_special_tokens_are_skipped_by_default(byte_level):
         byte_level.decode(gen, skip_special_tokens=False)
 
 
-def test_flush_emits_an_incomplete_tail(byte_level):
+def test_flush_drops_an_incomplete_tail(byte_level):
+    """A reply cut (at the token limit) inside an emoji ends before it, not with U+FFFD."""
     ids = byte_level.encode("ok 🎉", add_special_tokens=False).ids
+    cut = ids[:-1]                                 # the emoji's last byte never comes
+    assert byte_level.decode(cut).endswith(FFFD)   # precondition: the cut is mid-character
     dec = IncrementalDecoder(byte_level)
-    out = "".join(dec.push(i) for i in ids[:-1])   # the emoji's last byte never comes
-    assert FFFD not in out
-    rest = dec.flush()
-    assert out + rest == byte_level.decode(ids[:-1])
-    assert rest.endswith(FFFD)
+    out = "".join(dec.push(i) for i in cut)
+    assert dec.pending
+    assert out + dec.flush() == "ok "
     assert dec.flush() == ""
+
+
+def test_flush_keeps_complete_text_held_with_an_incomplete_tail(sentencepiece):
+    """Byte-fallback pieces: a complete character and a broken one held together at the end."""
+    ids = sentencepiece.encode("a 你🎉").ids
+    cut = ids[:-2]                                 # 🎉 is four <0xNN> tokens; two of them come
+    assert sentencepiece.decode(cut).endswith(FFFD)
+    chunks = stream(sentencepiece, cut)
+    assert_clean(chunks)
+    assert "".join(chunks) == "a 你"
+
+
+def test_orphan_bytes_inside_a_reply_are_dropped(byte_level):
+    """A model that starts a character and goes on with another: its stray bytes give no U+FFFD."""
+    emoji = byte_level.encode("🎉", add_special_tokens=False).ids
+    assert len(emoji) > 1
+    ids = (byte_level.encode("a", add_special_tokens=False).ids + emoji[:1]
+           + byte_level.encode("b 你好", add_special_tokens=False).ids)
+    assert FFFD in byte_level.decode(ids)          # precondition: the bytes are broken
+    chunks = stream(byte_level, ids)
+    assert_clean(chunks)
+    assert "".join(chunks) == "ab 你好"
 
 
 def test_decoder_output_is_independent_of_chunking_on_random_text(byte_level):

@@ -82,8 +82,8 @@ def test_greedy_is_deterministic_and_equals_reference_loop(tiny_model, generator
     assert first.token_ids == again.token_ids == ref_tokens
     assert len(ref_tokens) == 24 and first.figures.finish_reason == "length"
     assert cache.tokens == ref_cache == prompt + ref_tokens[:-1]
-    # The streamed text is the decoded tokens.
-    assert first.text == tiny_model.tokenizer.decode(first.token_ids)
+    # The streamed text is the decoded tokens, less the U+FFFD of bytes that make no character.
+    assert first.text == tiny_model.tokenizer.decode(first.token_ids).replace("\ufffd", "")
 
 
 def test_greedy_from_raw_prompt_equals_reference_loop(tiny_model, generator):

@@ -41,7 +41,7 @@ def test_real_engine_streams_pins_and_resumes_after_restart(make_window, home, q
         return w
 
     w = window()
-    assert w.status.provider.text().split(" (")[0] in ("CPU", "CUDA", "CoreML", "DirectML")
+    assert w.status.provider.text().split(" — ")[0] in ("CPU", "CUDA", "CoreML", "DirectML")
     send(qtbot, w, "What is the capital of France? Answer in one sentence.", timeout=60000)
     assert "Paris" in w.chat_view.widgets[-1].item.content
     assert w.status.started.text().startswith("prefilled")

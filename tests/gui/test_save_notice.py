@@ -19,7 +19,7 @@ def test_failed_save_shows_a_persistent_notice_on_that_chat(make_window, engine,
     send(qtbot, w, "And one more thing")
     qtbot.waitUntil(lambda: w.save_notice.isVisible(), timeout=5000)
     text = w.save_notice.text()
-    assert text.startswith("Couldn't save to disk: [Errno 28] No space left on device")
+    assert text.startswith("Couldn't save to disk: the disk is full (x.json)")   # in words, no errno
     assert "kept in memory" in text
     # The transcript on screen is intact, and the notice stays (not a transient status message).
     wait_idle(qtbot, w)

@@ -262,3 +262,34 @@ def test_screenshot_chat_settings_overflow(make_window, engine, qtbot, shots):
     assert dlg.values()[1]["overflow"] == "rolling"
     shots(dlg, "17-chat-settings-overflow")
     dlg.reject()
+
+
+def test_screenshot_laptop_1366x768(make_window, engine, qtbot, shots):
+    """The window maximized on a 1366×768 laptop (less the taskbar), and Settings over it."""
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from app.gui.dialogs.settings_dialog import SettingsDialog
+
+    w = make_window(engine)
+    w.resize(1366, 768 - 48)
+    populate(qtbot, w, engine)
+    assert w.size().height() == 768 - 48 and w.composer.isVisible()
+    shots(w, "18-laptop-1366x768")
+    dlg = SettingsDialog(w.settings, w.home, parent=w, server=w.api_server())
+    dlg.show()
+    qtbot.waitExposed(dlg)
+    assert dlg.height() <= 768 - 48 - 32 and dlg.findChild(QDialogButtonBox).isVisible()
+    shots(dlg, "19-settings-1366x768")
+    dlg.reject()
+
+
+def test_screenshot_no_model(make_window, engine, qtbot, shots):
+    """No model could be loaded: the empty chat offers the ways to get one."""
+    def missing(name, progress):
+        raise FileNotFoundError(2, "No such file or directory", "models/SmolLM2-135M-Instruct/model.onnx")
+
+    w = make_window(engine, wait_ready=False, model_preparer=missing)
+    w.resize(1180, 780)
+    qtbot.waitUntil(lambda: w.engine_error is not None and w.chats_loaded, timeout=5000)
+    assert w.empty.import_btn.isVisible()
+    shots(w, "20-no-model")

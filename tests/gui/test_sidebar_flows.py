@@ -51,7 +51,7 @@ def test_pin_writes_kv_in_background_and_unpin_removes_it(make_window, engine, q
     assert w.store.get_conversation(cid).kv_state == "disk"
     # unpin from the context menu
     menu = w.sidebar.build_menu(w.chat_model.index_of(cid))
-    texts = [a.text() for a in menu.actions() if a.text()]
+    texts = [a.text().split("\t")[0] for a in menu.actions() if a.text()]   # "Pin\tCtrl+P"
     assert texts[:3] == ["Unpin", "Rename", "Duplicate"] and "Delete" in texts   # one gesture: no dialog follows
     w.sidebar.act_pin.trigger()
     qtbot.waitUntil(lambda: engine.called("unpin") == [(cid,)], timeout=3000)
@@ -104,13 +104,16 @@ def test_delete_is_one_gesture_then_offers_undo(make_window, engine, qtbot, monk
     wait_idle(qtbot, w)
     assert engine.called("delete") == []
     assert w.store.get_conversation(second)
-    # left alone: deleted from the store and the engine when the undo expires
+    # left alone: deleted from the store and the engine when Amber closes (Ctrl+Z until then)
     w.delete_chat(first)
-    qtbot.waitUntil(lambda: engine.called("delete") == [(first,)], timeout=3000)
-    wait_idle(qtbot, w)
-    assert [r.id for r in w.store.list_conversations()] == [second]
-    assert w.store.pending_engine_deletes() == []
-    assert w.chat_model.chat(first) is None
+    qtbot.waitUntil(lambda: not w.toast.isVisible(), timeout=3000)
+    assert engine.called("delete") == [] and first in w.pending_deletes
+    make_window.shutdown(w)
+    assert engine.called("delete") == [(first,)]
+    from app.store import ConversationStore
+    store = ConversationStore(w.home / "amber.sqlite3")      # the window closed its own
+    assert [r.id for r in store.list_conversations()] == [second]
+    assert store.pending_engine_deletes() == []
 
 
 def test_search_filters_by_full_text(make_window, engine, qtbot):

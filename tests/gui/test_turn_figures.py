@@ -202,3 +202,16 @@ def test_live_turn_and_texts() -> None:
         "1 older message (40 tokens) left out to fit the context window"
     assert overflow_notice({"dropped_messages": 0}) == "" and overflow_notice(None) == ""
     assert chat_figures.kv_text(None) == ""
+
+
+def test_counts_are_singular_for_one():
+    from app.gui.turn_figures import count, overflow_notice, short_figures
+    from app.gui.widgets.status import how_started
+
+    assert how_started({"prefilled_tokens": 1, "prefill_ms": 3}) == "prefilled 1 token in 3 ms"
+    assert how_started({"reused_tokens": 1, "resume": "memory"}) == "reused 1 token from memory"
+    assert how_started({"prefilled_tokens": 2048, "prefill_ms": 4200}) == "prefilled 2,048 tokens in 4.2 s"
+    assert short_figures({"generated_tokens": 1}) == "1 token"
+    assert overflow_notice({"dropped_messages": 1, "dropped_tokens": 1}) == \
+        "1 older message (1 token) left out to fit the context window"
+    assert count(0) == "0 tokens"

@@ -1,20 +1,21 @@
 """Deleting a chat is one gesture with an undo: the chat leaves the list at once and is deleted
-(store and engine) when its undo time runs out, or at quit."""
+(store and engine) only when Amber closes. Until then Undo (the toast, or Ctrl+Z any time later)
+brings back the last deleted chat, then the one before, and so on."""
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from ...chat.kv import is_remote_engine
 from .chats import ChatsController
 from .engine import EngineController
 
-UNDO_MS = 10000         # how long a deleted chat can be brought back (paused while hovered)
+UNDO_MS = 10000         # how long the undo toast shows (paused while hovered); Ctrl+Z works till quit
 
 
 class Deletions(QObject):
-    """`pending` maps a deleted chat's id to its undo timer (paused while the toast is hovered)."""
+    """`pending` maps each deleted chat's id to its title, oldest first: hidden, not yet deleted."""
 
     deleted = Signal(str, str)      # chat id, title: offer the undo
     restored = Signal(str)          # chat id: show it again
@@ -23,39 +24,34 @@ class Deletions(QObject):
                  parent: QObject | None = None):
         super().__init__(parent)
         self.chats, self.engines = chats, engines
-        self.pending: dict[str, QTimer] = {}
-        self.last: str | None = None
+        self.pending: dict[str, str] = {}
 
-    def hide(self, chat_id: str, title: str) -> QTimer:
-        """Take the chat off the list; it is deleted in `UNDO_MS` unless undone."""
+    @property
+    def last(self) -> str | None:
+        """The chat Undo brings back: the last one deleted and not yet restored."""
+        return next(reversed(self.pending), None)
+
+    def hide(self, chat_id: str, title: str) -> None:
+        """Take the chat off the list; it is deleted when Amber closes, unless undone."""
         self.chats.model.hide(chat_id)
-        timer = QTimer(self)
-        timer.setSingleShot(True)
-        timer.setInterval(UNDO_MS)
-        timer.timeout.connect(lambda: self.commit(chat_id))
-        self.pending[chat_id] = timer
-        timer.start()
-        self.last = chat_id
+        self.pending.pop(chat_id, None)
+        self.pending[chat_id] = title
         self.deleted.emit(chat_id, title)
-        return timer
 
-    def undo(self) -> None:
+    def undo(self) -> str | None:
+        """Bring back the last deleted chat; its id, or None when there is none."""
         chat_id = self.last
-        timer = self.pending.pop(chat_id, None) if chat_id else None
-        if timer is None or chat_id is None:
-            return
-        timer.stop()
-        timer.deleteLater()
+        if chat_id is None:
+            return None
+        del self.pending[chat_id]
         self.chats.model.unhide(chat_id)
         self.restored.emit(chat_id)
+        return chat_id
 
     def commit(self, chat_id: str) -> None:
         """Delete now: the store's rows, then the engine's KV (or remembered for later)."""
-        timer = self.pending.pop(chat_id, None)
-        if timer is None:
+        if self.pending.pop(chat_id, None) is None:
             return
-        timer.stop()
-        timer.deleteLater()
         self.chats.model.remove(chat_id)
         self.chats.opened.pop(chat_id, None)
         store, engine = self.chats.store, self.engines.engine

@@ -15,6 +15,7 @@ from engine.api import ChatEngine
 
 from ...chat.kv import is_remote_engine
 from ..backend import Backend, _accepting
+from ..error_words import in_words
 from ..import_progress import staged
 from ..remote_config import is_remote_choice, load_remotes
 from ..settings import Settings
@@ -87,7 +88,7 @@ class EngineController(QObject):
 
         def failed(exc: BaseException) -> None:
             self.loading = False
-            self.error = str(exc)
+            self.error = in_words(exc)   # the window's words; the log gets the error whole
             log.error("engine failed to load: %s", exc)
             self.failed.emit(self.error)
 

@@ -14,6 +14,7 @@ from PySide6.QtCore import QObject, Signal
 from app.store.titles import chat_title
 
 from ...chat.turn import Chunk, Prefill, TurnOutcome, TurnRequest, UserSaved, run_turn
+from ..error_words import in_words
 from ..settings import Settings
 from ..tasks import GeneratorWorker, TaskRunner
 from ..turn_figures import LiveTurn
@@ -216,7 +217,7 @@ class RepliesController(QObject):
                 out: TurnOutcome = stop.value
             a_item = item(out.assistant) if out.assistant is not None else None
             if a_item is not None and out.error is not None:
-                a_item.error = f"Generation failed: {out.error}"
+                a_item.error = f"Generation failed: {in_words(out.error)}"
             return out, a_item
 
         worker = GeneratorWorker(factory, self.stream_runner.pool)
@@ -252,6 +253,11 @@ class RepliesController(QObject):
         chat_id, model = state.chat_id, self.chats.model
         row = model.chat(chat_id)
         error: str | None = None
+        if exc is not None and state.stopped and (row is None or self.deletions.is_pending(chat_id)):
+            # closed (a temporary chat discarded) or deleted mid-reply: the reply went with its
+            # chat, whose rows were gone when the turn wanted to save it. Normal, not a failure.
+            log.debug("the reply of a closed chat ended: %r", exc)
+            exc = None
         if exc is not None:
             log.error("reply failed: %s", exc)
             error = str(exc)
@@ -264,6 +270,8 @@ class RepliesController(QObject):
             if out.info is not None:
                 self.chats.apply_info(chat_id, out.info)
             error = str(out.error) if out.error is not None else None
+            if error is not None:
+                log.warning("reply failed: %s", error)
             self.turnFinished.emit(chat_id, out, a_item, state.stopped)
         if row is not None:
             model.update(chat_id, busy=False)

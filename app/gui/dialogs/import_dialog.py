@@ -2,6 +2,7 @@
 and the progress dialog, Cancel included; the work is `EngineController.import_model`'s."""
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,7 +12,10 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressBar, QProgressD
 
 from .. import accessibility as a11y
 from ..backend import ImportCancelled
+from ..error_words import in_words
 from ..tasks import ProgressRelay
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..main_window import MainWindow
@@ -100,8 +104,9 @@ def import_model(window: "MainWindow", src: Path, *, gguf: bool) -> QProgressDia
         if isinstance(exc, ImportCancelled) or cancel.is_set():
             status.set_message("Import cancelled")
         else:
-            status.set_message(f"Import failed: {exc}")
-            QMessageBox.warning(window, "Import failed", str(exc))
+            log.warning("import of %s failed: %r", src, exc)
+            status.set_message(f"Import failed: {in_words(exc)}")
+            QMessageBox.warning(window, "Import failed", in_words(exc))
 
     window.engines.import_model(src, gguf=gguf, progress=progress, cancel=cancel,
                                 success=done, failure=failed)

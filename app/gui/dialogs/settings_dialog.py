@@ -7,8 +7,8 @@ from typing import Any
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox,
-                               QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
-                               QPushButton, QSpinBox, QVBoxLayout, QWidget)
+                               QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
+                               QPushButton, QScrollArea, QSpinBox, QTabWidget, QVBoxLayout, QWidget)
 
 from ..chat_figures import OVERFLOW_CHOICES, OVERFLOW_VALUES
 from ..settings import Sampling, Settings
@@ -69,6 +69,9 @@ class SamplingForm(QWidget):
 
 
 class SettingsDialog(QDialog):
+    """The settings in tabs (chats, engine, API server, general), each page scrolling on its own,
+    so the dialog and its OK / Cancel fit a 1366×768 screen."""
+
     clearCacheRequested = Signal()
 
     def __init__(self, settings: Settings, home: Path, parent: QWidget | None = None,
@@ -79,6 +82,11 @@ class SettingsDialog(QDialog):
         self._settings = settings.copy()
         self.home = home
         lay = QVBoxLayout(self)
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("SettingsTabs")
+        self.tabs.setDocumentMode(True)
+        self.tabs.setAccessibleName("Settings pages")
+        lay.addWidget(self.tabs, 1)
 
         chat = QGroupBox("New chats")
         cf = QVBoxLayout(chat)
@@ -91,7 +99,7 @@ class SettingsDialog(QDialog):
         cf.addWidget(QLabel("When a chat outgrows the model's context window"))
         self.overflow = overflow_combo(settings.overflow)
         cf.addWidget(self.overflow)
-        lay.addWidget(chat)
+        _page(self.tabs, "Chats", chat)
 
         look = QGroupBox("Appearance")
         lf = QFormLayout(look)
@@ -101,7 +109,6 @@ class SettingsDialog(QDialog):
             self.theme.addItem(label, value)
         self.theme.setCurrentIndex(max(0, self.theme.findData(settings.theme)))
         lf.addRow("Theme", self.theme)
-        lay.addWidget(look)
 
         eng = QGroupBox("Engine and cache")
         ef = QFormLayout(eng)
@@ -132,13 +139,13 @@ class SettingsDialog(QDialog):
         row.addWidget(self.clear_btn)
         row.addWidget(self.cleared, 1)
         ef.addRow("", _wrap(row))
-        lay.addWidget(eng)
+        _page(self.tabs, "Engine", eng)
 
         self.server_panel = None
         if server is not None:   # an app.gui.server_control.ServerControl: the API server switch
             from ..server_control import ServerPanel  # noqa: PLC0415
             self.server_panel = ServerPanel(server)
-            lay.addWidget(self.server_panel)
+            _page(self.tabs, "API server", self.server_panel)
 
         data = QGroupBox("Data")
         df = QHBoxLayout(data)
@@ -148,13 +155,24 @@ class SettingsDialog(QDialog):
         open_btn = QPushButton("Open folder")
         open_btn.clicked.connect(lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(home))))
         df.addWidget(open_btn)
-        lay.addWidget(data)
+        _page(self.tabs, "General", look, data)
 
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
                                    | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
+        self._fit_to_screen()
+
+    def _fit_to_screen(self) -> None:
+        """Tall enough to show the longest page whole where the screen allows it."""
+        pages = [self.tabs.widget(i) for i in range(self.tabs.count())]
+        shown = self.tabs.currentWidget().sizeHint().height()
+        needed = max(inner.sizeHint().height() for p in pages
+                     if isinstance(p, QScrollArea) and (inner := p.widget()) is not None)
+        screen = self.screen().availableGeometry()
+        height = min(self.sizeHint().height() + max(0, needed - shown) + 8, int(screen.height() * 0.9))
+        self.resize(max(self.sizeHint().width(), 560), max(height, self.minimumSizeHint().height()))
 
     def _clear(self) -> None:
         self.clearCacheRequested.emit()
@@ -236,6 +254,22 @@ def overflow_combo(current: str, default: str | None = None) -> QComboBox:
     box.setCurrentIndex(max(0, box.findData(current if current in OVERFLOW_VALUES else
                                             ("" if default is not None else current))))
     return box
+
+
+def _page(tabs: QTabWidget, title: str, *groups: QWidget) -> None:
+    """A tab holding `groups`, top-aligned, that scrolls when the screen is shorter than they are."""
+    inner = QWidget()
+    col = QVBoxLayout(inner)
+    for g in groups:
+        col.addWidget(g)
+    col.addStretch(1)
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    area.setWidget(inner)
+    area.setAccessibleName(f"{title} settings")   # the page scrolls: a screen reader names it
+    tabs.addTab(area, title)
 
 
 def _wrap(layout: Any) -> QWidget:

@@ -20,6 +20,8 @@ class ChatHeader(QFrame):
     connectRemoteRequested = Signal()
     chatSettingsRequested = Signal()
     settingsRequested = Signal()
+    pinClicked = Signal()               # pin or unpin the chat on screen
+    temporaryToggled = Signal(bool)     # a new chat: temporary or not
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,6 +38,17 @@ class ChatHeader(QFrame):
         titles.addWidget(self.title_label)
         titles.addWidget(self.subtitle_label)
         hl.addLayout(titles, 1)
+        # the chat's own state, as buttons that show it: pinned, temporary
+        self.pin_btn = QToolButton()
+        self.pin_btn.setObjectName("HeaderPin")
+        self.pin_btn.setCheckable(True)
+        self.pin_btn.clicked.connect(lambda: self.pinClicked.emit())
+        hl.addWidget(self.pin_btn)
+        self.temp_btn = QToolButton()
+        self.temp_btn.setObjectName("HeaderTemporary")
+        self.temp_btn.setCheckable(True)
+        self.temp_btn.clicked.connect(lambda on: self.temporaryToggled.emit(bool(on)))
+        hl.addWidget(self.temp_btn)
         self.model_picker = QComboBox()
         self.model_picker.setObjectName("ModelPicker")
         self.model_picker.setToolTip("Model")
@@ -68,6 +81,7 @@ class ChatHeader(QFrame):
         self.settings_btn.clicked.connect(self.settingsRequested)
         hl.addWidget(self.settings_btn)
         self.update_icons()
+        self.show_state(pinned=False, temporary=False, can_pin=False, can_switch_temporary=True)
         theme.changed_signal().connect(self.update_icons)
 
     def update_icons(self, *_: Any) -> None:
@@ -77,6 +91,33 @@ class ChatHeader(QFrame):
         self.chat_settings_btn.setIcon(theme.icon("sliders", t.text, 18))
         self.act_import_gguf.setIcon(theme.icon("import", t.text, 16))
         self.act_import_folder.setIcon(theme.icon("folder", t.text, 16))
+        self.pin_btn.setIcon(theme.icon("pin", t.accent if self.pin_btn.isChecked() else t.text, 18))
+        self.temp_btn.setIcon(theme.icon("temporary", t.accent if self.temp_btn.isChecked() else t.text, 18))
+
+    def show_state(self, *, pinned: bool, temporary: bool, can_pin: bool, can_switch_temporary: bool) -> None:
+        """The pin and temporary buttons: checked as the chat is, enabled where it can change
+        (a temporary chat is never pinned; only a new, empty chat can become temporary)."""
+        self.pin_btn.setChecked(pinned)
+        self.pin_btn.setEnabled(can_pin)
+        if temporary:
+            pin_tip = "Temporary chats cannot be pinned"
+        elif pinned:
+            pin_tip = "Pinned: kept on disk, resumes at once after a restart. Click to unpin (Ctrl+P)"
+        else:
+            pin_tip = "Pin this chat: keep it on disk to resume at once after a restart (Ctrl+P)"
+        self.pin_btn.setToolTip(pin_tip if can_pin or temporary else "Send a message first, then pin the chat")
+        a11y.name(self.pin_btn, "Unpin chat" if pinned else "Pin chat")
+        self.temp_btn.setChecked(temporary)
+        self.temp_btn.setEnabled(can_switch_temporary)
+        if can_switch_temporary:
+            temp_tip = ("Temporary: never saved, discarded when closed. Click for a regular chat" if temporary
+                        else "Make this new chat temporary: never saved, discarded when closed")
+        else:
+            temp_tip = ("Temporary chat: never saved, discarded when closed" if temporary
+                        else "A saved chat (only a new chat can be made temporary)")
+        self.temp_btn.setToolTip(temp_tip)
+        a11y.name(self.temp_btn, "Temporary chat")
+        self.update_icons()
 
     def show_chat(self, title: str, subtitle: str, *, settings_enabled: bool) -> None:
         self.title_label.setText(title)

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QScrollArea, QSizePolicy, QVB
 from PySide6.QtCore import Qt
 
 from .. import theme
-from ..markdown_render import Rendered, render
+from ..markdown_render import Rendered, render_message
 from .message import (RENDER_MS, MessageBrowser, MessageItem, MessageWidget, StreamRenderer,  # noqa: F401
                       is_pending)
 
@@ -307,7 +307,7 @@ class ChatView(QScrollArea):
                 w.update_chrome()
             else:
                 w.item = final
-                w.refresh(final.rendered or render(final.content, theme.current()))
+                w.refresh(final.rendered or render_message(final.role, final.content, theme.current()))
         elif renderer.started:
             w.item.rendered = renderer.update(w.item.content, final=True)
         self._update_last_flags()

@@ -27,6 +27,9 @@ class ComposerEdit(QPlainTextEdit):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.document().contentsChanged.connect(self._fit)
+        # the lines a paste wraps into change with the width, after the resize and lazily: the
+        # height follows the layout's own count, or a wider window left a blank band
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
         self._fit()
 
     def keyPressEvent(self, event: Any) -> None:  # noqa: N802

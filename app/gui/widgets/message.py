@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPus
                                QVBoxLayout, QWidget)
 
 from .. import theme
-from ..markdown_render import Rendered, document_css, render
+from ..markdown_render import Rendered, document_css, render, render_message
 from .status import short_figures
 from .turn import PrefillIndicator, overflow_notice
 from .thinking import ThinkingPanel, split_reasoning
@@ -50,7 +50,7 @@ class MessageItem:
                    figures=getattr(row, "figures", None), parent_id=getattr(row, "parent_id", None),
                    model_name=getattr(row, "model_name", None) or None)
         if th is not None:
-            item.rendered = render(answer_text(row.role, row.content), th)
+            item.rendered = render_message(row.role, answer_text(row.role, row.content), th)
         return item
 
 
@@ -321,7 +321,8 @@ class MessageWidget(QFrame):
         reply = split_reasoning(self.item.content) if self.item.role == "assistant" else None
         if self.item.rendered is None or (reply is not None and reply.reasoning is not None):
             # a reply with reasoning: its body is the answer alone, whatever a caller rendered
-            self.item.rendered = render(reply.content if reply is not None else self.item.content, t)
+            self.item.rendered = render_message(self.item.role, reply.content if reply is not None
+                                                else self.item.content, t)
         if reply is not None:
             self.thinking.set_reply(reply, streaming=self.streaming, figures=self.item.figures)
         self.body.set_html(self.item.rendered.html, document_css(t))

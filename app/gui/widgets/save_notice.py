@@ -8,6 +8,8 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
+from ..error_words import in_words
+
 
 def notice_text(info: Any) -> str | None:
     """What to say about a session's disk state, from its SessionInfo (None: nothing wrong)."""
@@ -15,10 +17,10 @@ def notice_text(info: Any) -> str | None:
     manifest_error = getattr(info, "manifest_error", None)
     parts = []
     if save_error:
-        why = str(save_error).removeprefix("saving the session failed: ")
+        why = in_words(str(save_error).removeprefix("saving the session failed: "))
         parts.append(f"Couldn't save to disk: {why}; this chat is kept in memory only.")
     if manifest_error:
-        parts.append(f"This chat's saved state was damaged ({manifest_error}).")
+        parts.append(f"This chat's saved state was damaged ({in_words(str(manifest_error))}).")
     return " ".join(parts) or None
 
 

@@ -193,6 +193,12 @@ def draw_marked(painter: QPainter, snippet: str, rect: QRect, t: Any) -> None:
     painter.setFont(base)
 
 
+def _with_key(action: QAction, label: str) -> str:
+    """A menu label with the key the window gives the action ("Pin\tCtrl+P")."""
+    key = action.property("key")
+    return f"{label}\t{key}" if key else label
+
+
 class ChatListView(QListView):
     """The chat list. Arrow keys only move the focus (nothing opens); Enter or Space opens
     the focused chat, and so does a click."""
@@ -324,12 +330,17 @@ class Sidebar(QFrame):
 
     # --- actions -----------------------------------------------------------------------------
     def _make_actions(self) -> None:
-        def act(text: str, icon: str, shortcut: Any, slot: Any) -> QAction:
+        """The context menu's actions, on the row under the pointer. Their keys are the main
+        window's (window-wide, on the focused row while the list has focus, else on the chat on
+        screen): the menu shows them without registering them twice; Delete is the list's own."""
+        def act(text: str, icon: str, shortcut: Any, slot: Any, *, own_key: bool = False) -> QAction:
             a = QAction(text, self.view)
             a.setData(icon)
-            if shortcut:
+            if shortcut and own_key:
                 a.setShortcut(QKeySequence(shortcut))
                 a.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            elif shortcut:
+                a.setProperty("key", QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText))
             a.triggered.connect(slot)
             self.view.addAction(a)
             return a
@@ -338,9 +349,9 @@ class Sidebar(QFrame):
         self.act_rename = act("Rename", "rename", "F2", self.rename_current)
         self.act_duplicate = act("Duplicate", "branch", "Ctrl+D",
                                  lambda: self._with_current(self.duplicateRequested.emit))
-        self.act_close = act("Close", "close", None, lambda: self._with_current(self.closeRequested.emit))
+        self.act_close = act("Close", "close", "Ctrl+W", lambda: self._with_current(self.closeRequested.emit))
         self.act_delete = act("Delete", "trash", QKeySequence.StandardKey.Delete,
-                              lambda: self._with_current(self.deleteRequested.emit))
+                              lambda: self._with_current(self.deleteRequested.emit), own_key=True)
 
     def current_id(self) -> str | None:
         idx = self.view.currentIndex()
@@ -368,12 +379,14 @@ class Sidebar(QFrame):
         row = idx.data(RowRole)
         menu = QMenu(self)
         t = theme.current()
-        self.act_pin.setText("Unpin" if row.pinned else "Pin")
+        self.act_pin.setText(_with_key(self.act_pin, "Unpin" if row.pinned else "Pin"))
         self.act_pin.setEnabled(not row.temporary)
         self.act_pin.setToolTip("Temporary chats cannot be pinned" if row.temporary else "")
         self.act_duplicate.setEnabled(not row.temporary)
         self.act_close.setVisible(True)
-        self.act_close.setText("Close and discard" if row.temporary else "Close")
+        self.act_close.setText(_with_key(self.act_close, "Close and discard" if row.temporary else "Close"))
+        self.act_rename.setText(_with_key(self.act_rename, "Rename"))
+        self.act_duplicate.setText(_with_key(self.act_duplicate, "Duplicate"))
         for a in (self.act_pin, self.act_rename, self.act_duplicate, None, self.act_close,
                   self.act_delete):
             if a is None:

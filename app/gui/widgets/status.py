@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar,
                                QWidget)
 
+from ..turn_figures import count
 from ..turn_figures import short_figures  # noqa: F401 - the bubbles use it from here too
 
 PROVIDER_NAMES = {
@@ -16,11 +17,35 @@ PROVIDER_NAMES = {
     "cpu": "CPU", "cuda": "CUDA", "coreml": "CoreML", "dml": "DirectML", "directml": "DirectML",
 }
 
-FALLBACK_CHARS = 60     # of the fallback reason shown beside the provider in the status bar
-
 
 def provider_label(provider: str) -> str:
     return PROVIDER_NAMES.get(provider, PROVIDER_NAMES.get(provider.lower(), provider or "—"))
+
+
+def gpu_advice(reason: str) -> str:
+    """What to do about a GPU that is here but could not be used, from why it failed."""
+    lower = reason.lower()
+    if "driver" in lower or "insufficient" in lower:
+        return "Install or update the NVIDIA driver (version 580 or newer), then restart Amber."
+    if any(k in lower for k in (".so", ".dll", "cannot open", "not found", "no such file")):
+        return ("Install the CUDA 13 and cuDNN 9 libraries (pip install \"onnxruntime-gpu[cuda,cudnn]\", "
+                "or Amber's GPU download), then restart Amber.")
+    return ("Check that the NVIDIA driver (580 or newer) and the CUDA 13 and cuDNN 9 libraries are "
+            "installed, then restart Amber.")
+
+
+def provider_status(provider: str, fallback: str | None, gpu_present: bool) -> tuple[str, str]:
+    """(label, tooltip) for the provider running and why a GPU that was asked for is not."""
+    if not provider:
+        return "", ""
+    label = provider_label(provider)
+    if not fallback:
+        return label, f"Running on {label} ({provider})"
+    if not gpu_present:
+        return label, f"Running on {label}: no NVIDIA GPU on this computer"
+    return (f"{label} — GPU not used",
+            f"An NVIDIA GPU is here, but Amber could not use it and runs on the {label}.\n"
+            f"Why: {fallback}\n{gpu_advice(fallback)}")
 
 
 def _ms(ms: float) -> str:
@@ -36,11 +61,11 @@ def how_started(f: dict[str, Any] | None) -> str:
     resume = f.get("resume") or "none"
     parts = []
     if reused and resume == "disk":
-        parts.append(f"resumed {reused:,} tokens from disk in {_ms(float(f.get('resume_ms') or 0))}")
+        parts.append(f"resumed {count(reused)} from disk in {_ms(float(f.get('resume_ms') or 0))}")
     elif reused:
-        parts.append(f"reused {reused:,} tokens from memory")
+        parts.append(f"reused {count(reused)} from memory")
     if prefilled:
-        parts.append(f"prefilled {prefilled:,} tokens in {_ms(float(f.get('prefill_ms') or 0))}")
+        parts.append(f"prefilled {count(prefilled)} in {_ms(float(f.get('prefill_ms') or 0))}")
     text = ", ".join(parts)
     if f.get("fallback_reason"):
         text += f" (saved cache not used: {f['fallback_reason']})"
@@ -85,15 +110,15 @@ class StatusBar(QStatusBar):
         self.addPermanentWidget(self.provider)
         self.set_context(0, 0)
 
-    def set_provider(self, provider: str, fallback: str | None = None) -> None:
-        # The provider really running, and why it is not the GPU that was asked for: "CPU (CUDA
-        # failed: libcublasLt.so.13: cannot open…)"; the whole reason is in the tooltip.
-        text = provider_label(provider) if provider else ""
-        if provider and fallback:
-            text += f" ({fallback if len(fallback) <= FALLBACK_CHARS else fallback[:FALLBACK_CHARS - 1] + '…'})"
-        self.provider.setText(text)
-        self.provider.setToolTip(f"Execution provider: {provider}" +
-                                 (f"\nFell back: {fallback}" if fallback else ""))
+    def set_provider(self, provider: str, fallback: str | None = None, gpu_present: bool = False) -> None:
+        """The provider really running. A GPU provider that failed is worth a word only where
+        there is an NVIDIA GPU to use: then "CPU — GPU not used", and the tooltip says why and
+        what to do; without one, "CPU" is all there is to say."""
+        label, tip = provider_status(provider, fallback, gpu_present)
+        self.provider.setText(label)
+        self.provider.setToolTip(tip)
+        self.provider.setProperty("warning", bool(provider and fallback and gpu_present))
+        self.provider.style().polish(self.provider)   # the colour follows the property
 
     def set_context(self, used: int, window: int) -> None:
         if window:
@@ -136,7 +161,7 @@ class StatusBar(QStatusBar):
         """The turn in progress (a `widgets.turn.LiveTurn`): prefill progress, then tokens and
         tok/s so far; the previous turn's figures are not shown meanwhile."""
         if live.decoding:
-            self.started.setText(f"generating: {live.tokens:,} tokens")
+            self.started.setText(f"generating: {count(live.tokens)}")
         else:
             self.started.setText(live.summary())
         self.set_speed(live.tokens_per_s())
