@@ -247,6 +247,7 @@ class EngineBinding:
         w.engines.retry_deletes(w.store, w.deletions.is_pending)
         if w.api_server_started is not None:   # it serves the new engine now
             w.api_server_started.engine_replaced()
+        w.restore_api_server()
         if w.current_id is not None:
             w.chats.open_in_engine(w.current_id)
         w.refresh_models()

@@ -63,6 +63,7 @@ class MainWindow(QMainWindow):
         self.shutdown_started = False
         self.shutdown_complete = False
         self._api_server: Any = None
+        self._settings_at_api = False     # the next settings dialog opens at the API server
         self.import_dialog: QProgressDialog | None = None   # the import in progress, if any
         self.confirm: Callable[[str, str], bool] = self._ask_confirm
 
@@ -168,6 +169,7 @@ class MainWindow(QMainWindow):
         h.chatSettingsRequested.connect(self.open_chat_settings)
         h.settingsRequested.connect(self.open_settings)
         self.banner.retry.connect(self.load_engine)
+        self.status.apiClicked.connect(self.open_api_settings)
         self.toast.undo.connect(self.undo_delete)
         cv = self.chat_view
         cv.copyRequested.connect(copy_to_clipboard)
@@ -429,15 +431,26 @@ class MainWindow(QMainWindow):
         dlg = SettingsDialog(self.settings, self.home, parent=self, server=self.api_server())
         dlg.clearCacheRequested.connect(self.clear_cache)
         self.settings_dialog = dlg
+        if self._settings_at_api and dlg.server_panel is not None:
+            dlg.server_panel.enabled.setFocus()
+        self._settings_at_api = False
         if dlg.exec():
             old = self.settings
             self.settings = dlg.result_settings()
+            # the API server's switch acts at once, not on OK: keep what it stored meanwhile
+            self.settings.api_server, self.settings.api_port, self.settings.api_key = \
+                old.api_server, old.api_port, old.api_key
             self.save_settings()
             if old.theme != self.settings.theme:
                 apply_theme_choice(self.settings.theme)
             if _engine_options(old) != _engine_options(self.settings):
                 self.stop()
                 self.load_engine()
+
+    def open_api_settings(self) -> None:
+        """The settings, at the API server's switch (the status bar's indicator)."""
+        self._settings_at_api = True
+        self.open_settings()
 
     @property
     def api_server_started(self) -> Any:
@@ -448,9 +461,29 @@ class MainWindow(QMainWindow):
         """The local API server's control (app/gui/server_control.py), made on first use."""
         if self._api_server is None:
             from .server_control import ServerControl  # noqa: PLC0415
-            self._api_server = ServerControl(lambda: self.engine, self.home / "state", parent=self,
-                                             runner=self.tasks.run_task)
+            control = ServerControl(lambda: self.engine, self.home / "state", parent=self,
+                                    runner=self.tasks.run_task)
+            control.port, control.api_key = self.settings.api_port, self.settings.api_key
+            control.switched.connect(self._on_api_switched)
+            control.changed.connect(self.status.set_api)
+            control.failed.connect(lambda why: self.status.set_message(f"API server: {why}"))
+            self._api_server = control
         return self._api_server
+
+    def _on_api_switched(self, on: bool, port: int, key: str) -> None:
+        """The user turned the API server on or off: it starts again on the next launch."""
+        s = self.settings
+        if (s.api_server, s.api_port, s.api_key) != (on, port, key):
+            s.api_server, s.api_port, s.api_key = on, port, key
+            self.save_settings()
+
+    def restore_api_server(self) -> None:
+        """Start the API server if it was on when Amber last ran (the model is loaded now)."""
+        if not self.settings.api_server or self.shutdown_started:
+            return
+        control = self.api_server()
+        if not control.running and not control.busy:
+            control.start(self.settings.api_port, self.settings.api_key)
 
     def open_chat_settings(self) -> None:
         chat_id, store = self.current_id, self.store
