@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressDialog, QSplitt
 from app.store.titles import chat_title
 from engine.base import paths
 
-from . import lifecycle, theme
+from . import lifecycle, model_switch, theme
 from .backend import Backend
 from .bindings import ChatBinding, EngineBinding
 from .controllers import deletions as deletions_mod
@@ -66,6 +66,9 @@ class MainWindow(QMainWindow):
         self._settings_at_api = False     # the next settings dialog opens at the API server
         self.import_dialog: QProgressDialog | None = None   # the import in progress, if any
         self.confirm: Callable[[str, str], bool] = self._ask_confirm
+        self.confirm_switch: Callable[[str, str], bool] = self._ask_switch   # a model switch's cost
+        self.chat_models: dict[str, str | None] = {}   # each chat's model (`Settings.model` values)
+        self.kept_model: set[str] = set()      # chats told to go on with the loaded model
 
         self.setWindowTitle("Amber")
         self.setWindowIcon(theme.app_icon())
@@ -119,6 +122,7 @@ class MainWindow(QMainWindow):
         self.import_btn, self.chat_settings_btn, self.settings_btn = h.import_btn, h.chat_settings_btn, h.settings_btn
         self.banner, self.temp_notice, self.toast = right.banner, right.temp_notice, right.toast
         self.save_notice = right.save_notice
+        self.model_notice = right.model_notice
         self.chat_view, self.search_jump, self.composer = right.chat_view, right.search_jump, right.composer
         self.empty = right.empty
         self.empty_title, self.empty_sub = self.empty.title, self.empty.sub
@@ -169,6 +173,8 @@ class MainWindow(QMainWindow):
         h.chatSettingsRequested.connect(self.open_chat_settings)
         h.settingsRequested.connect(self.open_settings)
         self.banner.retry.connect(self.load_engine)
+        self.model_notice.switchRequested.connect(self.switch_model)
+        self.model_notice.keepRequested.connect(self._keep_model)
         self.status.apiClicked.connect(self.open_api_settings)
         self.toast.undo.connect(self.undo_delete)
         cv = self.chat_view
@@ -189,6 +195,7 @@ class MainWindow(QMainWindow):
         c.listChanged.connect(self._on_list_changed)
         c.errorOccurred.connect(self._report_error)
         r.chatCreated.connect(self._on_chat_created)
+        r.turnStarted.connect(self._on_turn_started)
         r.composerChanged.connect(self.update_composer)
         self.deletions.deleted.connect(self._on_deleted)
         self.deletions.restored.connect(self._on_restored)
@@ -259,6 +266,7 @@ class MainWindow(QMainWindow):
         self.chats.new(temporary)
 
     def _on_draft(self) -> None:
+        self.update_model_notice()
         self.update_header()
         self.update_composer()
         self.composer.focus()
@@ -271,9 +279,17 @@ class MainWindow(QMainWindow):
             self.settings.last_chat_id = chat_id
         self.chats.open(chat_id)
 
-    def _on_chat_shown(self, _chat_id: str) -> None:
+    def _on_chat_shown(self, chat_id: str) -> None:
         self.update_header()
         self.update_composer()
+        self.update_model_notice()
+        store = self.chats.store_for(chat_id)
+        if store is not None and chat_id not in self.chat_models:
+
+            def known(detail: Any) -> None:
+                self.chat_models[chat_id] = detail.model_choice
+                self.update_model_notice()
+            self.tasks.run_task(lambda: store.get_conversation(chat_id), known, lambda exc: None)
 
     def _on_chat_created(self, chat_id: str) -> None:
         self.sidebar.select(chat_id)
@@ -374,6 +390,18 @@ class MainWindow(QMainWindow):
 
     # --- replies (RepliesController) ---------------------------------------------------------
     def send(self, text: str) -> None:
+        choice = self._pinned_elsewhere()
+        if choice is not None:
+            # its saved KV is valid for its own model only: sending with another would replace it
+            name = self.model_name(choice)
+            if not self.confirm_switch(f"Switch to {name}?", (
+                    f"This pinned chat was made with {name}; its saved context is valid only for "
+                    f"that model. {self.switch_cost(choice)}")):
+                self.composer.set_text(text)
+                return
+            self.switch_model(choice)
+            self.replies.enqueue(text)     # sent once the chat's model is loaded
+            return
         self.replies.send(text)
 
     def stop(self) -> None:
@@ -400,10 +428,68 @@ class MainWindow(QMainWindow):
         name = self.model_picker.itemData(index) or ""
         if name == self.settings.model:
             return
+        if self.engine is not None and not self.confirm_switch(
+                f"Switch to {self.model_name(name)}?", self.switch_cost(name)):
+            self.model_picker.setCurrentIndex(max(0, self.model_picker.findData(self.settings.model)))
+            return
+        self.switch_model(name)
+
+    def switch_model(self, choice: str) -> None:
+        """Load another model (a `Settings.model` value); the one loaded is unloaded."""
+        if choice == self.settings.model and (self.engine is not None or self.engines.loading):
+            return
         self.stop()
-        self.settings.model = name
+        self.settings.model = choice
         self.save_settings()
+        self.model_picker.setCurrentIndex(max(0, self.model_picker.findData(choice)))
+        self.model_notice.hide()
         self.load_engine()
+
+    def model_name(self, choice: str) -> str:
+        i = self.model_picker.findData(choice)
+        return model_switch.model_label(choice, self.model_picker.itemText(i) if i >= 0 else None)
+
+    def switch_cost(self, choice: str) -> str:
+        """What switching to `choice` costs, in words (said before switching)."""
+        in_memory = sum(1 for r in self.chat_model.all_chats() if r.kv_state == "memory" and not r.pinned)
+        loaded = self.engines.choice if self.engines.choice is not None else self.settings.model
+        replying = self.stream is not None and not self.stream.stopped
+        return model_switch.switch_cost(self.model_name(choice), self.model_name(loaded), in_memory,
+                                        replying=replying)
+
+    def _chat_elsewhere(self) -> str | None:
+        """The model the chat on screen was made with, if another (available) one is loaded."""
+        cid, loaded = self.current_id, self.engines.choice
+        choice = self.chat_models.get(cid) if cid else None
+        if cid is None or choice is None or loaded is None or choice == loaded or cid in self.kept_model \
+                or self.model_picker.findData(choice) < 0:
+            return None
+        return choice
+
+    def _pinned_elsewhere(self) -> str | None:
+        row = self.chat_model.chat(self.current_id) if self.current_id else None
+        return self._chat_elsewhere() if row is not None and row.pinned else None
+
+    def update_model_notice(self) -> None:
+        """Offer the chat's own model when another is loaded (saying what switching costs)."""
+        choice = self._chat_elsewhere()
+        if choice is None or self.current_id is None:
+            self.model_notice.hide()
+            return
+        row = self.chat_model.chat(self.current_id)
+        loaded = self.model_name(self.engines.choice or "")
+        name = self.model_name(choice)
+        self.model_notice.show_for(self.current_id, choice, model_switch.chat_notice(
+            name, loaded, self.switch_cost(choice), pinned=bool(row and row.pinned)), name, loaded)
+
+    def _keep_model(self, chat_id: str) -> None:
+        self.kept_model.add(chat_id)
+        self.update_model_notice()
+
+    def _on_turn_started(self, chat_id: str, *_: Any) -> None:
+        if self.engines.choice is not None:
+            self.chat_models[chat_id] = self.engines.choice     # the chat goes on with this model
+        self.update_model_notice()
 
     def open_model_library(self) -> Any:
         """Hugging Face search, download and conversion (app/gui/dialogs/model_library.py)."""
@@ -529,6 +615,13 @@ class MainWindow(QMainWindow):
     def _report_error(self, exc: BaseException) -> None:
         log.error("background task failed: %r", exc)
         self.status.set_message(f"Error: {exc}")
+
+    def _ask_switch(self, title: str, text: str) -> bool:
+        box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.Cancel, self)
+        switch = box.addButton("Switch", QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(switch)
+        box.exec()
+        return box.clickedButton() is switch
 
     def _ask_confirm(self, title: str, text: str) -> bool:
         box = QMessageBox(QMessageBox.Icon.Warning, title, text,

@@ -1,0 +1,128 @@
+"""A chat remembers its model, on the real engine with two tiny imported models: switching says
+what it costs first (and can be declined), a chat made with the other model offers it, a pinned
+chat's saved KV survives a stay on another model and resumes on its own, and a chat that goes on
+with another model is then that model's."""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.gui.backend import Backend
+from tests.support.gui import open_chat, send
+from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
+
+TINY = TinyConfig(n_layers=2, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, context_length=512)
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    from engine.convert import convert_gguf
+    root = tmp_path_factory.mktemp("tiny-models")
+    made = {}
+    for name, seed in (("Tiny-A", 1), ("Tiny-B", 2)):
+        src = write_tiny_gguf(root / f"{name}.gguf", replace(TINY, seed=seed))
+        made[name] = convert_gguf(src.path, root / "models" / name)
+    return made
+
+
+@pytest.fixture
+def window(make_window, home, qtbot, tiny_models):
+    for name, folder in tiny_models.items():
+        shutil.copytree(folder, home / "models" / name)
+    (home / "settings.json").write_text(json.dumps({"model": "Tiny-A", "sampling": {"max_new_tokens": 6}}))
+    from app.gui.main_window import MainWindow
+    w = MainWindow(home=home, backend=Backend())
+    make_window.windows.append(w)
+    w.confirm = lambda *a: True
+    w.resize(1100, 720)
+    w.show()
+    qtbot.waitUntil(lambda: bool((w.engine is not None or w.engine_error) and w.chats_loaded), timeout=60000)
+    assert w.engine_error is None, w.engine_error
+    qtbot.waitUntil(lambda: w.model_picker.findData("Tiny-B") >= 0, timeout=10000)
+    return w
+
+
+def pick(qtbot, w, choice: str, *, confirm: bool) -> list[str]:
+    """Choose `choice` in the picker; the confirmation answers `confirm`. What it said."""
+    asked: list[str] = []
+    w.confirm_switch = lambda title, text: asked.append(text) or confirm
+    if confirm:
+        with qtbot.waitSignal(w.engineReady, timeout=60000):
+            w.model_picker.activated.emit(w.model_picker.findData(choice))
+    else:
+        w.model_picker.activated.emit(w.model_picker.findData(choice))
+    return asked
+
+
+def stored_model(w, chat_id: str) -> str | None:
+    return w.chats.store_for(chat_id).get_conversation(chat_id).model_choice
+
+
+def test_a_chat_remembers_its_model_and_its_pinned_kv(qtbot, window, home):
+    w = window
+    send(qtbot, w, "Hello there", timeout=60000)
+    regular = w.current_id
+    w.new_chat()
+    send(qtbot, w, "Pin me", timeout=60000)
+    pinned = w.current_id
+    assert stored_model(w, regular) == stored_model(w, pinned) == "Tiny-A"
+    w.toggle_pin(pinned)
+    qtbot.waitUntil(lambda: w.chat_model.chat(pinned).kv_state == "disk"
+                    and not w.chat_model.chat(pinned).saving, timeout=30000)
+
+    # switching says what it costs first; declined, nothing changes
+    in_memory = sum(1 for r in w.chat_model.all_chats() if r.kv_state == "memory" and not r.pinned)
+    assert in_memory >= 1
+    whose = "1 chat's" if in_memory == 1 else f"{in_memory} chats'"
+    asked = pick(qtbot, w, "Tiny-B", confirm=False)
+    assert asked == [f"Switching to Tiny-B unloads Tiny-A; {whose} in-memory context will be re-read on "
+                     "the next message (pinned chats keep theirs on disk)."]
+    assert w.engine is not None and w.engine.model_name == "Tiny-A"
+    assert w.model_picker.currentData() == "Tiny-A" and w.settings.model == "Tiny-A"
+
+    pick(qtbot, w, "Tiny-B", confirm=True)
+    assert w.engine.model_name == "Tiny-B"
+    # the pinned chat on screen was made with Tiny-A: the notice offers it, saying what it costs
+    qtbot.waitUntil(lambda: w.model_notice.isVisible(), timeout=10000)
+    assert w.model_notice.switch_btn.text() == "Switch to Tiny-A"
+    assert "made with Tiny-A; Tiny-B is loaded" in w.model_notice.text.text()
+    assert "Switching to Tiny-A unloads Tiny-B" in w.model_notice.text.text()
+    # sending with Tiny-B would replace its saved KV: asked first; declined, the text stays
+    asked = []
+    w.confirm_switch = lambda title, text: asked.append(text) or False
+    w.composer.set_text("Still there?")
+    w.composer.try_send()
+    assert asked and "valid only for that model" in asked[0]
+    assert w.composer.edit.toPlainText() == "Still there?" and len(w.chat_view.widgets) == 2
+    w.composer.set_text("")
+
+    # the notice's switch: Tiny-A again, and the pinned chat resumes its KV from disk
+    with qtbot.waitSignal(w.engineReady, timeout=60000):
+        w.model_notice.switch_btn.click()
+    assert w.engine.model_name == "Tiny-A" and w.model_picker.currentData() == "Tiny-A"
+    assert not w.model_notice.isVisible()
+    send(qtbot, w, "Still there?", timeout=60000)
+    assert "from disk" in w.status.started.text(), w.status.started.text()
+    assert stored_model(w, pinned) == "Tiny-A"
+
+    # a chat made with the other model, kept on the loaded one, becomes that model's
+    pick(qtbot, w, "Tiny-B", confirm=True)
+    open_chat(qtbot, w, regular)
+    qtbot.waitUntil(lambda: w.model_notice.isVisible(), timeout=10000)
+    w.model_notice.keep_btn.click()
+    assert not w.model_notice.isVisible()
+    send(qtbot, w, "Go on with B", timeout=60000)
+    assert stored_model(w, regular) == "Tiny-B"
+    open_chat(qtbot, w, pinned)
+    qtbot.waitUntil(lambda: w.model_notice.isVisible(), timeout=10000)
+    open_chat(qtbot, w, regular)
+    qtbot.waitUntil(lambda: not w.model_notice.isVisible(), timeout=10000)
+
+    # a temporary chat remembers its model too (the memory store)
+    w.new_chat(temporary=True)
+    send(qtbot, w, "Temporary", timeout=60000)
+    assert w.chats.temp.get_conversation(w.current_id).model_choice == "Tiny-B"
