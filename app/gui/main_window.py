@@ -65,6 +65,7 @@ class MainWindow(QMainWindow):
         self._api_server: Any = None
         self._settings_at_api = False     # the next settings dialog opens at the API server
         self.import_dialog: QProgressDialog | None = None   # the import in progress, if any
+        self.duplicate_box: QMessageBox | None = None     # "already imported", the last one said
         self.confirm: Callable[[str, str], bool] = self._ask_confirm
         self.confirm_switch: Callable[[str, str], bool] = self._ask_switch   # a model switch's cost
         self.chat_models: dict[str, str | None] = {}   # each chat's model (`Settings.model` values)
@@ -424,9 +425,13 @@ class MainWindow(QMainWindow):
     def refresh_models(self) -> None:
         self.engines.refresh_models(self._report_error)
 
+    def pick_model(self, choice: str) -> None:
+        """As if `choice` were picked in the picker: say what switching costs, then switch."""
+        self._on_model_picked(self.model_picker.findData(choice))
+
     def _on_model_picked(self, index: int) -> None:
         name = self.model_picker.itemData(index) or ""
-        if name == self.settings.model:
+        if index < 0 or name == self.settings.model:
             return
         if self.engine is not None and not self.confirm_switch(
                 f"Switch to {self.model_name(name)}?", self.switch_cost(name)):
