@@ -69,7 +69,7 @@ class MainWindow(QMainWindow):
         self.confirm: Callable[[str, str], bool] = self._ask_confirm
         self.confirm_switch: Callable[[str, str], bool] = self._ask_switch   # a model switch's cost
         self.chat_models: dict[str, str | None] = {}   # each chat's model (`Settings.model` values)
-        self.kept_model: set[str] = set()      # chats told to go on with the loaded model
+        self.kept_model: dict[str, str] = {}   # chat -> the loaded model it was told to go on with
 
         self.setWindowTitle("Amber")
         self.setWindowIcon(theme.app_icon())
@@ -466,8 +466,8 @@ class MainWindow(QMainWindow):
         """The model the chat on screen was made with, if another (available) one is loaded."""
         cid, loaded = self.current_id, self.engines.choice
         choice = self.chat_models.get(cid) if cid else None
-        if cid is None or choice is None or loaded is None or choice == loaded or cid in self.kept_model \
-                or self.model_picker.findData(choice) < 0:
+        if cid is None or choice is None or loaded is None or choice == loaded \
+                or self.kept_model.get(cid) == loaded or self.model_picker.findData(choice) < 0:
             return None
         return choice
 
@@ -488,7 +488,8 @@ class MainWindow(QMainWindow):
             name, loaded, self.switch_cost(choice), pinned=bool(row and row.pinned)), name, loaded)
 
     def _keep_model(self, chat_id: str) -> None:
-        self.kept_model.add(chat_id)
+        if self.engines.choice is not None:
+            self.kept_model[chat_id] = self.engines.choice
         self.update_model_notice()
 
     def _on_turn_started(self, chat_id: str, *_: Any) -> None:

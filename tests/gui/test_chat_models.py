@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -84,6 +86,8 @@ def test_a_chat_remembers_its_model_and_its_pinned_kv(qtbot, window, home):
     assert w.engine is not None and w.engine.model_name == "Tiny-A"
     assert w.model_picker.currentData() == "Tiny-A" and w.settings.model == "Tiny-A"
 
+    saved = home / "state" / "sessions" / f"{pinned}.json"
+    made_by_a = json.loads(saved.read_text())["fingerprint"]
     pick(qtbot, w, "Tiny-B", confirm=True)
     assert w.engine.model_name == "Tiny-B"
     # the pinned chat on screen was made with Tiny-A: the notice offers it, saying what it costs
@@ -98,15 +102,18 @@ def test_a_chat_remembers_its_model_and_its_pinned_kv(qtbot, window, home):
     w.composer.try_send()
     assert asked and "valid only for that model" in asked[0]
     assert w.composer.edit.toPlainText() == "Still there?" and len(w.chat_view.widgets) == 2
-    w.composer.set_text("")
+    # opened on Tiny-B, its saved KV is still Tiny-A's (not resumed, not replaced)
+    assert w.engine.info(pinned).kv_bytes_disk == 0
+    assert json.loads(saved.read_text())["fingerprint"] == made_by_a
 
-    # the notice's switch: Tiny-A again, and the pinned chat resumes its KV from disk
-    with qtbot.waitSignal(w.engineReady, timeout=60000):
-        w.model_notice.switch_btn.click()
+    # accepted: Tiny-A is loaded first, then the message goes, and the chat resumes from disk
+    w.confirm_switch = lambda title, text: True
+    with qtbot.waitSignal(w.replyFinished, timeout=15000):
+        w.composer.try_send()
     assert w.engine.model_name == "Tiny-A" and w.model_picker.currentData() == "Tiny-A"
     assert not w.model_notice.isVisible()
-    send(qtbot, w, "Still there?", timeout=60000)
     assert "from disk" in w.status.started.text(), w.status.started.text()
+    assert [mw.item.content for mw in w.chat_view.widgets][2] == "Still there?"
     assert stored_model(w, pinned) == "Tiny-A"
 
     # a chat made with the other model, kept on the loaded one, becomes that model's
@@ -116,13 +123,69 @@ def test_a_chat_remembers_its_model_and_its_pinned_kv(qtbot, window, home):
     w.model_notice.keep_btn.click()
     assert not w.model_notice.isVisible()
     send(qtbot, w, "Go on with B", timeout=60000)
-    assert stored_model(w, regular) == "Tiny-B"
+    assert stored_model(w, regular) == "Tiny-B" and not w.model_notice.isVisible()
+
+    # the notice's own switch (the notice said the cost): the pinned chat resumes on Tiny-A
     open_chat(qtbot, w, pinned)
     qtbot.waitUntil(lambda: w.model_notice.isVisible(), timeout=10000)
-    open_chat(qtbot, w, regular)
-    qtbot.waitUntil(lambda: not w.model_notice.isVisible(), timeout=10000)
+    with qtbot.waitSignal(w.engineReady, timeout=60000):
+        w.model_notice.switch_btn.click()
+    assert w.engine.model_name == "Tiny-A" and not w.model_notice.isVisible()
+    send(qtbot, w, "Once more", timeout=60000)
+    assert "from disk" in w.status.started.text(), w.status.started.text()
+    open_chat(qtbot, w, regular)      # Tiny-B's now: offered, since Tiny-A is loaded
+    qtbot.waitUntil(lambda: w.model_notice.isVisible(), timeout=10000)
+    assert w.model_notice.switch_btn.text() == "Switch to Tiny-B"
 
     # a temporary chat remembers its model too (the memory store)
     w.new_chat(temporary=True)
     send(qtbot, w, "Temporary", timeout=60000)
-    assert w.chats.temp.get_conversation(w.current_id).model_choice == "Tiny-B"
+    assert w.chats.temp.get_conversation(w.current_id).model_choice == "Tiny-A"
+
+
+def test_the_api_server_answers_to_default_across_a_model_switch(qtbot, window):
+    """The README's request (model "default") works whichever model is picked; /v1/models lists
+    the picked one."""
+    w = window
+    port = free_port()
+    control = w.api_server()
+    with qtbot.waitSignal(control.changed, timeout=30000):
+        control.start(port, "")
+    url = f"http://127.0.0.1:{port}/v1"
+    assert w.status.api.text() == f"API on 127.0.0.1:{port}"
+    first = ask(qtbot, url)
+    assert first["models"] == ["Tiny-A"] and first["reply_model"] == "Tiny-A"
+    pick(qtbot, w, "Tiny-B", confirm=True)
+    qtbot.waitUntil(lambda: control.running, timeout=30000)      # it serves the new model
+    qtbot.waitUntil(lambda: w.status.api.isVisible())
+    second = ask(qtbot, url)
+    assert second["models"] == ["Tiny-B"] and second["reply_model"] == "Tiny-B"
+    assert second["old_id"] == 404
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ask(qtbot, url: str) -> dict:
+    """The real openai client, off the UI thread: the models, a reply to "default", the old id."""
+    import openai
+    out: dict = {}
+
+    def run() -> None:
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=60)
+        out["models"] = [m.id for m in client.models.list().data]
+        out["reply_model"] = client.chat.completions.create(
+            model="default", messages=[{"role": "user", "content": "Hi"}], max_tokens=4).model
+        try:
+            client.chat.completions.create(model="Tiny-A", messages=[{"role": "user", "content": "Hi"}],
+                                           max_tokens=4)
+            out["old_id"] = 200
+        except openai.NotFoundError:
+            out["old_id"] = 404
+    t = threading.Thread(target=run)
+    t.start()
+    qtbot.waitUntil(lambda: not t.is_alive(), timeout=60000)
+    return out
