@@ -392,25 +392,51 @@ class MainWindow(QMainWindow):
     # --- replies (RepliesController) ---------------------------------------------------------
     def send(self, text: str) -> None:
         choice = self._pinned_elsewhere()
-        if choice is not None:
-            # its saved KV is valid for its own model only: sending with another would replace it
-            name = self.model_name(choice)
-            if not self.confirm_switch(f"Switch to {name}?", (
-                    f"This pinned chat was made with {name}; its saved context is valid only for "
-                    f"that model. {self.switch_cost(choice)}")):
-                self.composer.set_text(text)
-                return
-            self.switch_model(choice)
+        if choice is None:
+            self.replies.send(text)
+        elif self._switch_for_pinned(choice):
             self.replies.enqueue(text)     # sent once the chat's model is loaded
+        else:
+            self.composer.set_text(text)
+
+    def _switch_for_pinned(self, choice: str) -> bool:
+        """A pinned chat's saved KV is valid for its own model only (a turn with another would
+        replace it): switch to that model, if the user agrees to what it costs."""
+        name = self.model_name(choice)
+        if not self.confirm_switch(f"Switch to {name}?", (
+                f"This pinned chat was made with {name}; its saved context is valid only for "
+                f"that model. {self.switch_cost(choice)}")):
+            return False
+        self.switch_model(choice)
+        return True
+
+    def _on_own_model(self, action: Callable[[], None]) -> None:
+        """Run `action` (a turn in the chat on screen) now, or, in a pinned chat made with another
+        model, once that model is loaded (asked first)."""
+        choice = self._pinned_elsewhere()
+        if choice is None:
+            action()
             return
-        self.replies.send(text)
+        chat_id = self.current_id
+
+        def done(*_: Any) -> None:     # once, on the next load's outcome (failed: nothing runs)
+            self.engineReady.disconnect(done)
+            self.engines.failed.disconnect(done)
+            if self.engine is not None and self.current_id == chat_id and self.engines.choice == choice:
+                action()
+        self.engineReady.connect(done)
+        self.engines.failed.connect(done)
+        if not self._switch_for_pinned(choice):
+            done()
 
     def stop(self) -> None:
         self.replies.stop()
 
     def regenerate(self, message_id: Any) -> None:
-        w = self.chat_view.widget_for(message_id)
-        self.replies.regenerate(w.item if w is not None else None)
+        def run() -> None:
+            w = self.chat_view.widget_for(message_id)
+            self.replies.regenerate(w.item if w is not None else None)
+        self._on_own_model(run)
 
     def _regenerate_last(self) -> None:
         ws = self.chat_view.widgets
@@ -418,8 +444,10 @@ class MainWindow(QMainWindow):
             self.regenerate(ws[-1].item.id)
 
     def edit_message(self, message_id: Any, text: str) -> None:
-        w = self.chat_view.widget_for(message_id)
-        self.replies.edit(w.item if w is not None else None, text)
+        def run() -> None:
+            w = self.chat_view.widget_for(message_id)
+            self.replies.edit(w.item if w is not None else None, text)
+        self._on_own_model(run)
 
     # --- models and settings -----------------------------------------------------------------
     def refresh_models(self) -> None:

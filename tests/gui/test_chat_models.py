@@ -102,7 +102,12 @@ def test_a_chat_remembers_its_model_and_its_pinned_kv(qtbot, window, home):
     w.composer.try_send()
     assert asked and "valid only for that model" in asked[0]
     assert w.composer.edit.toPlainText() == "Still there?" and len(w.chat_view.widgets) == 2
+    # regenerating would replace it too: asked; declined, nothing runs
+    asked.clear()
+    w.regenerate(w.chat_view.widgets[-1].item.id)
+    assert asked and w.stream is None and w.engine.model_name == "Tiny-B"
     # opened on Tiny-B, its saved KV is still Tiny-A's (not resumed, not replaced)
+    qtbot.waitUntil(lambda: pinned in w.chats.engine_kv)     # the engine opened it
     assert w.engine.info(pinned).kv_bytes_disk == 0
     assert json.loads(saved.read_text())["fingerprint"] == made_by_a
 
@@ -136,6 +141,17 @@ def test_a_chat_remembers_its_model_and_its_pinned_kv(qtbot, window, home):
     open_chat(qtbot, w, regular)      # Tiny-B's now: offered, since Tiny-A is loaded
     qtbot.waitUntil(lambda: w.model_notice.isVisible(), timeout=10000)
     assert w.model_notice.switch_btn.text() == "Switch to Tiny-B"
+
+    # regenerating in the pinned chat while Tiny-B is loaded: Tiny-A first, then the new reply
+    pick(qtbot, w, "Tiny-B", confirm=True)
+    open_chat(qtbot, w, pinned)
+    last = w.chat_view.widgets[-1].item
+    w.confirm_switch = lambda title, text: True
+    with qtbot.waitSignal(w.replyFinished, timeout=15000):
+        w.regenerate(last.id)
+    assert w.engine.model_name == "Tiny-A"
+    assert w.chat_view.widgets[-1].item.id != last.id and w.chat_view.widgets[-1].item.sibling_count == 2
+    assert "from disk" in w.status.started.text(), w.status.started.text()
 
     # a temporary chat remembers its model too (the memory store)
     w.new_chat(temporary=True)
