@@ -288,7 +288,7 @@ class MainWindow(QMainWindow):
         if store is not None and chat_id not in self.chat_models:
 
             def known(detail: Any) -> None:
-                self.chat_models[chat_id] = detail.model_choice
+                self.chat_models[chat_id] = model_switch.recorded_choice(detail.model_choice, detail.model_id)
                 self.update_model_notice()
             self.tasks.run_task(lambda: store.get_conversation(chat_id), known, lambda exc: None)
 

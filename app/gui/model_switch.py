@@ -17,6 +17,17 @@ def model_label(choice: str, picker_label: str | None = None) -> str:
     return choice
 
 
+def recorded_choice(model_choice: str | None, model_id: str) -> str | None:
+    """A chat's model as the window loads it. Chats made before that was recorded have only the
+    engine's name for it: the default model's name, or a folder under models/ (which the window
+    offers only if the picker lists it); a saved server's model name maps to no choice."""
+    if model_choice is not None:
+        return model_choice
+    if not model_id:
+        return None
+    return "" if model_id == paths.DEFAULT_MODEL_NAME else model_id
+
+
 def switch_cost(to: str, loaded: str, in_memory: int, *, replying: bool = False) -> str:
     """“Switching to X unloads Y; 3 chats' in-memory context will be re-read on their next
     message (pinned chats keep theirs on disk).”"""

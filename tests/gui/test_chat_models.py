@@ -36,6 +36,10 @@ def window(make_window, home, qtbot, tiny_models):
     for name, folder in tiny_models.items():
         shutil.copytree(folder, home / "models" / name)
     (home / "settings.json").write_text(json.dumps({"model": "Tiny-A", "sampling": {"max_new_tokens": 6}}))
+    return open_window(make_window, home, qtbot)
+
+
+def open_window(make_window, home, qtbot):
     from app.gui.main_window import MainWindow
     w = MainWindow(home=home, backend=Backend())
     make_window.windows.append(w)
@@ -205,3 +209,19 @@ def ask(qtbot, url: str) -> dict:
     t.start()
     qtbot.waitUntil(lambda: not t.is_alive(), timeout=60000)
     return out
+
+
+def test_a_chat_made_before_models_were_recorded_is_known_by_its_model_name(qtbot, window, make_window, home):
+    """Older chats have only the engine's name for their model: it is enough to offer it."""
+    w = window
+    send(qtbot, w, "Made long ago", timeout=60000)
+    old = w.current_id
+    w.store.set_model(old, "Tiny-A", None)        # as a chat from before the column was there
+    make_window.shutdown(w)
+    settings = json.loads((home / "settings.json").read_text())
+    (home / "settings.json").write_text(json.dumps({**settings, "model": "Tiny-B"}))
+    w2 = open_window(make_window, home, qtbot)
+    assert w2.engine.model_name == "Tiny-B"
+    qtbot.waitUntil(lambda: w2.current_id == old)          # the last chat opens
+    qtbot.waitUntil(lambda: w2.model_notice.isVisible(), timeout=10000)
+    assert w2.model_notice.switch_btn.text() == "Switch to Tiny-A"
