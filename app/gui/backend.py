@@ -166,9 +166,16 @@ def import_gguf(src: Path, progress: ProgressFn, cancel: threading.Event) -> Pat
 
 
 def import_onnx_folder(src: Path, progress: ProgressFn, cancel: threading.Event) -> Path:
-    """Copy an ONNX model folder under models/, file by file so that it can be cancelled."""
+    """Copy an ONNX model folder under models/, file by file so that it can be cancelled. A folder
+    imported before raises `AlreadyImported`."""
+    from .import_source import AlreadyImported, find_import, record_import, source_fingerprint  # noqa: PLC0415
+
     if not is_model_dir(src):
         raise ValueError(f"{src} does not contain an .onnx model")
+    fingerprint = source_fingerprint(src)
+    existing = find_import(paths.models_dir(), src, fingerprint)
+    if existing is not None:
+        raise AlreadyImported(src, existing)
     files = [p for p in src.rglob("*") if p.is_file()]
     total = sum(p.stat().st_size for p in files) or 1
     dest = _unique_dest(src.name)
@@ -190,6 +197,7 @@ def import_onnx_folder(src: Path, progress: ProgressFn, cancel: threading.Event)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    record_import(dest, src, fingerprint)
     return dest
 
 

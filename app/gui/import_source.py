@@ -1,5 +1,5 @@
-"""Which GGUF file a model folder was imported from, so importing the same file again is noticed
-(and said) instead of converting it a second time.
+"""Which GGUF file (or ONNX model folder) a model folder was imported from, so importing the same
+one again is noticed (and said) instead of converting or copying it a second time.
 
 A file's fingerprint hashes its size, its first 8 MiB (the header: metadata and tensor index) and
 16 samples spread over the rest: instant even for a many-GB file, and two different models (whose
@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from app.files import write_text_atomically
 
@@ -27,8 +28,19 @@ class AlreadyImported(Exception):
 
 
 def source_fingerprint(path: Path) -> str:
-    size = path.stat().st_size
+    """A GGUF file's fingerprint; an ONNX model folder's covers each file's name and content."""
     h = hashlib.blake2b(digest_size=16)
+    if path.is_dir():
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            h.update(f.relative_to(path).as_posix().encode() + b"\0")
+            _sample(f, h)
+    else:
+        _sample(path, h)
+    return h.hexdigest()
+
+
+def _sample(path: Path, h: Any) -> None:
+    size = path.stat().st_size
     h.update(str(size).encode() + b"\0")
     with open(path, "rb") as f:
         h.update(f.read(HEAD_BYTES))
@@ -39,7 +51,6 @@ def source_fingerprint(path: Path) -> str:
                 h.update(f.read(SAMPLE_BYTES))
             f.seek(max(HEAD_BYTES, size - SAMPLE_BYTES))
             h.update(f.read(SAMPLE_BYTES))
-    return h.hexdigest()
 
 
 def _read(path: Path) -> dict:
@@ -57,7 +68,7 @@ def find_import(models: Path, src: Path, fingerprint: str) -> str | None:
         folders = sorted(p for p in models.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError:
         return None
-    size = src.stat().st_size
+    size = src.stat().st_size if src.is_file() else None
     for folder in folders:
         recorded = _read(folder / SOURCE_FILE)
         if recorded:
@@ -65,11 +76,11 @@ def find_import(models: Path, src: Path, fingerprint: str) -> str | None:
                 return folder.name
             continue
         report = _read(folder / IMPORT_REPORT)
-        if report.get("source") == src.name and report.get("source_bytes") == size:
+        if size is not None and report.get("source") == src.name and report.get("source_bytes") == size:
             return folder.name
     return None
 
 
 def record_import(dest: Path, src: Path, fingerprint: str) -> None:
-    write_text_atomically(dest / SOURCE_FILE, json.dumps(
-        {"fingerprint": fingerprint, "source": src.name, "bytes": src.stat().st_size}), ".source-")
+    write_text_atomically(dest / SOURCE_FILE, json.dumps({"fingerprint": fingerprint, "source": src.name}),
+                          ".source-")

@@ -11,9 +11,9 @@ from app.gui.import_source import SOURCE_FILE
 from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 
-def imported(qtbot, w, src, *, expect: str) -> None:
+def imported(qtbot, w, src, *, expect: str, gguf: bool = True) -> None:
     w.status.set_message("")
-    w.import_model(src, gguf=True)
+    w.import_model(src, gguf=gguf)
     qtbot.waitUntil(lambda: w.status.message.text().startswith(expect), timeout=30000)
 
 
@@ -33,7 +33,7 @@ def test_the_same_gguf_twice_is_noticed_not_converted_again(qtbot, make_window, 
         imported(qtbot, w, again, expect=f"{again.name} is already imported as “tiny”")
         box = w.duplicate_box
         assert box is not None and box.isVisible()
-        assert "nothing was converted again" in box.text()
+        assert "nothing was imported again" in box.text()
         box.close()
     assert sorted(p.name for p in models.iterdir()) == ["tiny"]
 
@@ -55,3 +55,13 @@ def test_the_same_gguf_twice_is_noticed_not_converted_again(qtbot, make_window, 
     with qtbot.waitSignal(w.engineReady, timeout=30000):
         use[0].click()
     assert w.settings.model == "tiny" and asked and "Switching to tiny unloads" in asked[0]
+
+
+def test_the_same_onnx_folder_twice_is_noticed(qtbot, make_window, engine, home, tmp_path):
+    from engine.convert import convert_gguf
+    folder = convert_gguf(write_tiny_gguf(tmp_path / "tiny.gguf").path, tmp_path / "Tiny-ONNX")
+    w = make_window(engine, model_lister=list_models)
+    imported(qtbot, w, folder, expect="Imported Tiny-ONNX", gguf=False)
+    imported(qtbot, w, folder, expect="Tiny-ONNX is already imported as “Tiny-ONNX”", gguf=False)
+    assert "nothing was imported again" in w.duplicate_box.text()
+    assert sorted(p.name for p in (home / "models").iterdir()) == ["Tiny-ONNX"]

@@ -53,9 +53,9 @@ def clear_message(status: "StatusBar") -> None:
 
 def already_imported(window: "MainWindow", exc: AlreadyImported) -> QMessageBox:
     """Say that the file is imported already (nothing was converted), and offer to use it."""
-    window.status.set_message(f"{exc}: nothing converted again")
+    window.status.set_message(f"{exc}: nothing imported again")
     box = QMessageBox(QMessageBox.Icon.Information, "Already imported",
-                      f"{exc}. It is in the model picker; nothing was converted again.",
+                      f"{exc}. It is in the model picker; nothing was imported again.",
                       QMessageBox.StandardButton.Ok, window)
     if window.settings.model != exc.name:
         use = box.addButton(f"Use {exc.name}", QMessageBox.ButtonRole.AcceptRole)
