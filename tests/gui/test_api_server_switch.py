@@ -107,3 +107,16 @@ def test_a_failed_restore_says_why_and_keeps_the_setting(qtbot, make_window, eng
                         timeout=30000)
     assert not w.status.api.isVisible()
     assert w.settings.api_server      # tried again on the next start
+
+
+def test_bad_api_settings_in_the_file_fall_back_to_the_defaults(tmp_path):
+    from app.gui.settings import Settings
+    for raw in ({"api_server": "yes", "api_port": 80, "api_key": 7}, {"api_port": True},
+                {"api_port": 70000}, {"api_port": "8081"}):
+        s = Settings.from_dict(raw)
+        assert (s.api_server, s.api_port, s.api_key) == (False, 8080, ""), raw
+    s = Settings.from_dict({"api_server": True, "api_port": 9001, "api_key": "k"})
+    path = tmp_path / "settings.json"
+    s.save(path)
+    assert (Settings.load(path).api_server, Settings.load(path).api_port, Settings.load(path).api_key) == \
+        (True, 9001, "k")
