@@ -36,6 +36,7 @@ class TurnRequest:
     open_session: bool = False      # the engine has not opened this chat with this kind yet
     temporary: bool = False         # a memory-only chat: no stored salt, no stored KV state
     model_name: str | None = None   # recorded with the reply
+    model_choice: str | None = None  # what the window loaded to run it: the chat goes on with it
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,10 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
     chat_id, settings = req.chat_id, req.settings
     if req.create and not req.temporary:
         store.create_conversation(id=chat_id, system_prompt=settings.system_prompt,
-                                  model_id=engine.model_name)
+                                  model_id=engine.model_name, model_choice=req.model_choice)
     detail = store.get_conversation(chat_id)
+    if req.model_choice is not None and detail.model_choice != req.model_choice:
+        store.set_model(chat_id, engine.model_name, req.model_choice)   # it goes on with this model
     user = None
     if req.mode == "send":
         user = store.add_message(chat_id, "user", req.text)

@@ -142,7 +142,14 @@ def import_gguf(src: Path, progress: ProgressFn, cancel: threading.Event) -> Pat
     """Convert a GGUF file into an ONNX model folder under models/ (worker thread).
 
     The converter writes into a temporary sibling and renames at the end, so a cancelled or
-    failed import leaves nothing behind."""
+    failed import leaves nothing behind. A file imported before raises `AlreadyImported`."""
+    from .import_source import AlreadyImported, find_import, record_import, source_fingerprint  # noqa: PLC0415
+
+    progress(-1.0, f"Checking {src.name}…")
+    fingerprint = source_fingerprint(src)
+    existing = find_import(paths.models_dir(), src, fingerprint)
+    if existing is not None:
+        raise AlreadyImported(src, existing)
     dest = _unique_dest(src.stem)
     try:
         from engine.convert import FAST  # noqa: PLC0415
@@ -155,13 +162,21 @@ def import_gguf(src: Path, progress: ProgressFn, cancel: threading.Event) -> Pat
     if cancel.is_set():
         shutil.rmtree(dest, ignore_errors=True)
         raise ImportCancelled()
+    record_import(dest, src, fingerprint)
     return dest
 
 
 def import_onnx_folder(src: Path, progress: ProgressFn, cancel: threading.Event) -> Path:
-    """Copy an ONNX model folder under models/, file by file so that it can be cancelled."""
+    """Copy an ONNX model folder under models/, file by file so that it can be cancelled. A folder
+    imported before raises `AlreadyImported`."""
+    from .import_source import AlreadyImported, find_import, record_import, source_fingerprint  # noqa: PLC0415
+
     if not is_model_dir(src):
         raise ValueError(f"{src} does not contain an .onnx model")
+    fingerprint = source_fingerprint(src)
+    existing = find_import(paths.models_dir(), src, fingerprint)
+    if existing is not None:
+        raise AlreadyImported(src, existing)
     files = [p for p in src.rglob("*") if p.is_file()]
     total = sum(p.stat().st_size for p in files) or 1
     dest = _unique_dest(src.name)
@@ -183,6 +198,7 @@ def import_onnx_folder(src: Path, progress: ProgressFn, cancel: threading.Event)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    record_import(dest, src, fingerprint)
     return dest
 
 

@@ -237,6 +237,7 @@ class EngineBinding:
         w.status.set_message("Loading the model…")
         w.chats.forget_engine()
         w.update_composer()
+        w.update_model_notice()
 
     def _on_engine_ready(self, engine: ChatEngine) -> None:
         w = self.w
@@ -257,6 +258,8 @@ class EngineBinding:
         w.engines.retry_deletes(w.store, w.deletions.is_pending)
         if w.api_server_started is not None:   # it serves the new engine now
             w.api_server_started.engine_replaced()
+        w.restore_api_server()
+        w.update_model_notice()
         if w.current_id is not None:
             w.chats.open_in_engine(w.current_id)
         w.refresh_models()
@@ -278,6 +281,7 @@ class EngineBinding:
         servers = [(f"{r.endpoint.label} (remote)", r.choice,
                     f"{r.endpoint.base_url} · model {r.endpoint.model}") for r in remotes]
         w.header.show_models(local + servers, w.settings.model)
+        w.update_model_notice()
 
     def _on_cache_cleared(self, pinned: set[str]) -> None:
         w = self.w

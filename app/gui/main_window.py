@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressDialog, QSplitt
 from app.store.titles import chat_title
 from engine.base import paths
 
-from . import lifecycle, theme
+from . import lifecycle, model_switch, theme
 from .backend import Backend
 from .bindings import ChatBinding, EngineBinding
 from .controllers import deletions as deletions_mod
@@ -64,8 +64,13 @@ class MainWindow(QMainWindow):
         self.shutdown_started = False
         self.shutdown_complete = False
         self._api_server: Any = None
+        self._settings_at_api = False     # the next settings dialog opens at the API server
         self.import_dialog: QProgressDialog | None = None   # the import in progress, if any
+        self.duplicate_box: QMessageBox | None = None     # "already imported", the last one said
         self.confirm: Callable[[str, str], bool] = self._ask_confirm
+        self.confirm_switch: Callable[[str, str], bool] = self._ask_switch   # a model switch's cost
+        self.chat_models: dict[str, str | None] = {}   # each chat's model (`Settings.model` values)
+        self.kept_model: dict[str, str] = {}   # chat -> the loaded model it was told to go on with
 
         self.setWindowTitle("Amber")
         self.setWindowIcon(theme.app_icon())
@@ -120,6 +125,7 @@ class MainWindow(QMainWindow):
         self.import_btn, self.chat_settings_btn, self.settings_btn = h.import_btn, h.chat_settings_btn, h.settings_btn
         self.banner, self.temp_notice, self.toast = right.banner, right.temp_notice, right.toast
         self.save_notice = right.save_notice
+        self.model_notice = right.model_notice
         self.chat_view, self.search_jump, self.composer = right.chat_view, right.search_jump, right.composer
         self.empty = right.empty
         self.empty_title, self.empty_sub = self.empty.title, self.empty.sub
@@ -175,6 +181,9 @@ class MainWindow(QMainWindow):
         self.empty.importGgufRequested.connect(self.import_gguf_dialog)
         self.empty.getModelsRequested.connect(self.open_model_library)
         self.empty.connectRemoteRequested.connect(self.connect_remote_dialog)
+        self.model_notice.switchRequested.connect(self.switch_model)
+        self.model_notice.keepRequested.connect(self._keep_model)
+        self.status.apiClicked.connect(self.open_api_settings)
         self.toast.undo.connect(self.undo_delete)
         cv = self.chat_view
         cv.copyRequested.connect(copy_to_clipboard)
@@ -194,6 +203,7 @@ class MainWindow(QMainWindow):
         c.listChanged.connect(self._on_list_changed)
         c.errorOccurred.connect(self._report_error)
         r.chatCreated.connect(self._on_chat_created)
+        r.turnStarted.connect(self._on_turn_started)
         r.composerChanged.connect(self.update_composer)
         self.deletions.deleted.connect(self._on_deleted)
         self.deletions.restored.connect(self._on_restored)
@@ -305,6 +315,7 @@ class MainWindow(QMainWindow):
         self.chats.new(temporary)
 
     def _on_draft(self) -> None:
+        self.update_model_notice()
         self.update_header()
         self.update_composer()
         self.composer.focus()
@@ -317,9 +328,17 @@ class MainWindow(QMainWindow):
             self.settings.last_chat_id = chat_id
         self.chats.open(chat_id)
 
-    def _on_chat_shown(self, _chat_id: str) -> None:
+    def _on_chat_shown(self, chat_id: str) -> None:
         self.update_header()
         self.update_composer()
+        self.update_model_notice()
+        store = self.chats.store_for(chat_id)
+        if store is not None and chat_id not in self.chat_models:
+
+            def known(detail: Any) -> None:
+                self.chat_models[chat_id] = model_switch.recorded_choice(detail.model_choice, detail.model_id)
+                self.update_model_notice()
+            self.tasks.run_task(lambda: store.get_conversation(chat_id), known, lambda exc: None)
 
     def _on_chat_created(self, chat_id: str) -> None:
         self.sidebar.select(chat_id)
@@ -438,14 +457,52 @@ class MainWindow(QMainWindow):
 
     # --- replies (RepliesController) ---------------------------------------------------------
     def send(self, text: str) -> None:
-        self.replies.send(text)
+        choice = self._pinned_elsewhere()
+        if choice is None:
+            self.replies.send(text)
+        elif self._switch_for_pinned(choice):
+            self.replies.enqueue(text)     # sent once the chat's model is loaded
+        else:
+            self.composer.set_text(text)
+
+    def _switch_for_pinned(self, choice: str) -> bool:
+        """A pinned chat's saved KV is valid for its own model only (a turn with another would
+        replace it): switch to that model, if the user agrees to what it costs."""
+        name = self.model_name(choice)
+        if not self.confirm_switch(f"Switch to {name}?", (
+                f"This pinned chat was made with {name}; its saved context is valid only for "
+                f"that model. {self.switch_cost(choice)}")):
+            return False
+        self.switch_model(choice)
+        return True
+
+    def _on_own_model(self, action: Callable[[], None]) -> None:
+        """Run `action` (a turn in the chat on screen) now, or, in a pinned chat made with another
+        model, once that model is loaded (asked first)."""
+        choice = self._pinned_elsewhere()
+        if choice is None:
+            action()
+            return
+        chat_id = self.current_id
+
+        def done(*_: Any) -> None:     # once, on the next load's outcome (failed: nothing runs)
+            self.engineReady.disconnect(done)
+            self.engines.failed.disconnect(done)
+            if self.engine is not None and self.current_id == chat_id and self.engines.choice == choice:
+                action()
+        self.engineReady.connect(done)
+        self.engines.failed.connect(done)
+        if not self._switch_for_pinned(choice):
+            done()
 
     def stop(self) -> None:
         self.replies.stop()
 
     def regenerate(self, message_id: Any) -> None:
-        w = self.chat_view.widget_for(message_id)
-        self.replies.regenerate(w.item if w is not None else None)
+        def run() -> None:
+            w = self.chat_view.widget_for(message_id)
+            self.replies.regenerate(w.item if w is not None else None)
+        self._on_own_model(run)
 
     def _regenerate_last(self) -> None:
         ws = self.chat_view.widgets
@@ -453,21 +510,86 @@ class MainWindow(QMainWindow):
             self.regenerate(ws[-1].item.id)
 
     def edit_message(self, message_id: Any, text: str) -> None:
-        w = self.chat_view.widget_for(message_id)
-        self.replies.edit(w.item if w is not None else None, text)
+        def run() -> None:
+            w = self.chat_view.widget_for(message_id)
+            self.replies.edit(w.item if w is not None else None, text)
+        self._on_own_model(run)
 
     # --- models and settings -----------------------------------------------------------------
     def refresh_models(self) -> None:
         self.engines.refresh_models(self._report_error)
 
+    def pick_model(self, choice: str) -> None:
+        """As if `choice` were picked in the picker: say what switching costs, then switch."""
+        self._on_model_picked(self.model_picker.findData(choice))
+
     def _on_model_picked(self, index: int) -> None:
         name = self.model_picker.itemData(index) or ""
-        if name == self.settings.model:
+        if index < 0 or name == self.settings.model:
+            return
+        if self.engine is not None and not self.confirm_switch(
+                f"Switch to {self.model_name(name)}?", self.switch_cost(name)):
+            self.model_picker.setCurrentIndex(max(0, self.model_picker.findData(self.settings.model)))
+            return
+        self.switch_model(name)
+
+    def switch_model(self, choice: str) -> None:
+        """Load another model (a `Settings.model` value); the one loaded is unloaded."""
+        if choice == self.settings.model and (self.engine is not None or self.engines.loading):
             return
         self.stop()
-        self.settings.model = name
+        self.settings.model = choice
         self.save_settings()
+        self.model_picker.setCurrentIndex(max(0, self.model_picker.findData(choice)))
+        self.model_notice.hide()
         self.load_engine()
+
+    def model_name(self, choice: str) -> str:
+        i = self.model_picker.findData(choice)
+        return model_switch.model_label(choice, self.model_picker.itemText(i) if i >= 0 else None)
+
+    def switch_cost(self, choice: str) -> str:
+        """What switching to `choice` costs, in words (said before switching)."""
+        in_memory = sum(1 for r in self.chat_model.all_chats() if r.kv_state == "memory" and not r.pinned)
+        loaded = self.engines.choice if self.engines.choice is not None else self.settings.model
+        replying = self.stream is not None and not self.stream.stopped
+        return model_switch.switch_cost(self.model_name(choice), self.model_name(loaded), in_memory,
+                                        replying=replying)
+
+    def _chat_elsewhere(self) -> str | None:
+        """The model the chat on screen was made with, if another (available) one is loaded."""
+        cid, loaded = self.current_id, self.engines.choice
+        choice = self.chat_models.get(cid) if cid else None
+        if cid is None or choice is None or loaded is None or choice == loaded \
+                or self.kept_model.get(cid) == loaded or self.model_picker.findData(choice) < 0:
+            return None
+        return choice
+
+    def _pinned_elsewhere(self) -> str | None:
+        row = self.chat_model.chat(self.current_id) if self.current_id else None
+        return self._chat_elsewhere() if row is not None and row.pinned else None
+
+    def update_model_notice(self) -> None:
+        """Offer the chat's own model when another is loaded (saying what switching costs)."""
+        choice = self._chat_elsewhere()
+        if choice is None or self.current_id is None:
+            self.model_notice.hide()
+            return
+        row = self.chat_model.chat(self.current_id)
+        loaded = self.model_name(self.engines.choice or "")
+        name = self.model_name(choice)
+        self.model_notice.show_for(self.current_id, choice, model_switch.chat_notice(
+            name, loaded, self.switch_cost(choice), pinned=bool(row and row.pinned)), name, loaded)
+
+    def _keep_model(self, chat_id: str) -> None:
+        if self.engines.choice is not None:
+            self.kept_model[chat_id] = self.engines.choice
+        self.update_model_notice()
+
+    def _on_turn_started(self, chat_id: str, *_: Any) -> None:
+        if self.engines.choice is not None:
+            self.chat_models[chat_id] = self.engines.choice     # the chat goes on with this model
+        self.update_model_notice()
 
     def open_model_library(self) -> Any:
         """Hugging Face search, download and conversion (app/gui/dialogs/model_library.py)."""
@@ -495,15 +617,26 @@ class MainWindow(QMainWindow):
         dlg = SettingsDialog(self.settings, self.home, parent=self, server=self.api_server())
         dlg.clearCacheRequested.connect(self.clear_cache)
         self.settings_dialog = dlg
+        if self._settings_at_api and dlg.server_panel is not None:
+            dlg.server_panel.enabled.setFocus()
+        self._settings_at_api = False
         if dlg.exec():
             old = self.settings
             self.settings = dlg.result_settings()
+            # the API server's switch acts at once, not on OK: keep what it stored meanwhile
+            self.settings.api_server, self.settings.api_port, self.settings.api_key = \
+                old.api_server, old.api_port, old.api_key
             self.save_settings()
             if old.theme != self.settings.theme:
                 apply_theme_choice(self.settings.theme)
             if _engine_options(old) != _engine_options(self.settings):
                 self.stop()
                 self.load_engine()
+
+    def open_api_settings(self) -> None:
+        """The settings, at the API server's switch (the status bar's indicator)."""
+        self._settings_at_api = True
+        self.open_settings()
 
     @property
     def api_server_started(self) -> Any:
@@ -514,9 +647,29 @@ class MainWindow(QMainWindow):
         """The local API server's control (app/gui/server_control.py), made on first use."""
         if self._api_server is None:
             from .server_control import ServerControl  # noqa: PLC0415
-            self._api_server = ServerControl(lambda: self.engine, self.home / "state", parent=self,
-                                             runner=self.tasks.run_task)
+            control = ServerControl(lambda: self.engine, self.home / "state", parent=self,
+                                    runner=self.tasks.run_task)
+            control.port, control.api_key = self.settings.api_port, self.settings.api_key
+            control.switched.connect(self._on_api_switched)
+            control.changed.connect(self.status.set_api)
+            control.failed.connect(lambda why: self.status.set_message(f"API server: {why}"))
+            self._api_server = control
         return self._api_server
+
+    def _on_api_switched(self, on: bool, port: int, key: str) -> None:
+        """The user turned the API server on or off: it starts again on the next launch."""
+        s = self.settings
+        if (s.api_server, s.api_port, s.api_key) != (on, port, key):
+            s.api_server, s.api_port, s.api_key = on, port, key
+            self.save_settings()
+
+    def restore_api_server(self) -> None:
+        """Start the API server if it was on when Amber last ran (the model is loaded now)."""
+        if not self.settings.api_server or self.shutdown_started:
+            return
+        control = self.api_server()
+        if not control.running and not control.busy:
+            control.start(self.settings.api_port, self.settings.api_key)
 
     def open_chat_settings(self) -> None:
         chat_id, store = self.current_id, self.store
@@ -562,6 +715,13 @@ class MainWindow(QMainWindow):
     def _report_error(self, exc: BaseException) -> None:
         log.error("background task failed: %r", exc)
         self.status.set_message(f"Error: {in_words(exc)}")
+
+    def _ask_switch(self, title: str, text: str) -> bool:
+        box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.Cancel, self)
+        switch = box.addButton("Switch", QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(switch)
+        box.exec()
+        return box.clickedButton() is switch
 
     def _ask_confirm(self, title: str, text: str) -> bool:
         """A destructive step, asked: the title's first word names its button (“Discard

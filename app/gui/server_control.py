@@ -20,10 +20,13 @@ DEFAULT_PORT = 8080
 
 class ServerControl(QObject):
     """Owns the running server (one at most). `changed(url)` says where it listens ("" when stopped);
-    `failed(message)` says why it could not start."""
+    `failed(message)` says why it could not start; `switched(on, port, key)`: it was started or the
+    user stopped it (the window keeps that in the settings; a model reload's stop is not it, and a
+    start that failed changes nothing)."""
 
     changed = Signal(str)
     failed = Signal(str)
+    switched = Signal(bool, int, str)
 
     def __init__(self, engine: Callable[[], ChatEngine | None], state_dir: Path, parent: QObject | None = None,
                  runner: Callable[..., None] = run_task) -> None:
@@ -66,6 +69,7 @@ class ServerControl(QObject):
         def done(handle: Any) -> None:
             self.busy = False
             self.handle = handle
+            self.switched.emit(True, port_, self.api_key)
             self.changed.emit(handle.url)
 
         def error(exc: BaseException) -> None:
@@ -75,6 +79,7 @@ class ServerControl(QObject):
         self._run(work, done, error)
 
     def stop(self, on_stopped: Callable[[], None] | None = None) -> None:
+        self.switched.emit(False, self.port, self.api_key)
         handle, self.handle = self.handle, None
         if handle is None:
             if on_stopped is not None:

@@ -66,6 +66,9 @@ class Settings:
     model: str = ""                        # folder name under models/, "" = the default model
     overflow: str = "truncate_middle"      # a long chat's default: truncate_middle | rolling | stop
     theme: str = "system"                  # system | light | dark
+    api_server: bool = False               # the local API server is on (started again on launch)
+    api_port: int = 8080                   # its port on 127.0.0.1
+    api_key: str = ""                      # the bearer key its clients send ("" = none)
     last_dir: str | None = None            # the folder the last file dialog was in
     last_chat_id: str | None = None
     window_geometry: str | None = None     # base64 of QWidget.saveGeometry()
@@ -118,6 +121,8 @@ class Settings:
             s.overflow = "truncate_middle"
         if s.theme not in THEMES:
             s.theme = "system"
+        if isinstance(s.api_port, bool) or not 1024 <= s.api_port <= 65535:
+            s.api_port = Settings.api_port
         if s.last_dir is not None and not isinstance(s.last_dir, str):
             s.last_dir = None
         s.extra = {k: v for k, v in raw.items() if k not in known}

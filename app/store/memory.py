@@ -117,7 +117,8 @@ class MemoryStore:
                             model_fingerprint: str = "",
                             settings: Mapping[str, Any] | None = None,
                             cache_salt: str | None = None,
-                            pinned: bool = False) -> ConversationDetail:
+                            pinned: bool = False,
+                            model_choice: str | None = None) -> ConversationDetail:
         """A new, empty conversation; `title` is a placeholder until the first user message."""
         if id is not None:
             uuid.UUID(id)  # must be a UUID (it names the engine session), as in the SQLite store
@@ -128,7 +129,7 @@ class MemoryStore:
             updated_at=now, last_opened_at=None, kv_state="none", kv_bytes=0, model_id=model_id,
             model_fingerprint=model_fingerprint, system_prompt=system_prompt,
             settings=_json_copy(dict(settings or {}), "settings"), cache_salt=cache_salt,
-            title_locked=False, current_leaf_id=None)
+            title_locked=False, current_leaf_id=None, model_choice=model_choice)
         with self._lock:
             if cid in self._convs:
                 raise ValueError(f"a conversation with id {cid} already exists")
@@ -164,6 +165,10 @@ class MemoryStore:
         if salt is not None and (not isinstance(salt, str) or not 16 <= len(salt) <= 128):
             raise ValueError("a cache salt is a string of 16 to 128 characters")
         self._update(id, cache_salt=salt)
+
+    def set_model(self, id: str, model_id: str, model_choice: str | None) -> None:
+        """Record the model the chat runs on now (its name, and what the window loads for it)."""
+        self._update(id, model_id=model_id, model_choice=model_choice)
 
     def mark_opened(self, id: str) -> None:
         """Record that the user opened the conversation now."""

@@ -81,6 +81,9 @@ class Conversation(Base):
     last_opened_at: Mapped[datetime | None] = mapped_column(UTCTimestamp, nullable=True)
     model_id: Mapped[str] = mapped_column(Text, nullable=False, default="")
     model_fingerprint: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    # What the window loads to run this chat (revision 0004): "" the default model, a folder
+    # under models/, "remote:<id>"; NULL where it was never recorded.
+    model_choice: Mapped[str | None] = mapped_column(Text, nullable=True)
     system_prompt: Mapped[str] = mapped_column(Text, nullable=False, default="")
     settings_json: Mapped[str] = mapped_column(Text, nullable=False, default="{}")
     cache_salt: Mapped[str | None] = mapped_column(Text, nullable=True)

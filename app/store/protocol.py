@@ -44,9 +44,10 @@ class ChatStore(Protocol):
                             model_fingerprint: str = "",
                             settings: Mapping[str, Any] | None = None,
                             cache_salt: str | None = None,
-                            pinned: bool = False) -> ConversationDetail:
+                            pinned: bool = False,
+                            model_choice: str | None = None) -> ConversationDetail:
         """A new, empty conversation (`id` must be a UUID); `title` is a placeholder until the
-        first user message sets it."""
+        first user message sets it. `model_choice`: what the window loads to run it."""
         ...
 
     def rename(self, id: str, title: str) -> None:
@@ -63,6 +64,10 @@ class ChatStore(Protocol):
 
     def set_cache_salt(self, id: str, salt: str | None) -> None:
         """Record a remote server's per-chat cache salt (16 to 128 characters) or None."""
+        ...
+
+    def set_model(self, id: str, model_id: str, model_choice: str | None) -> None:
+        """Record the model the chat runs on now (its name, and what the window loads for it)."""
         ...
 
     def mark_opened(self, id: str) -> None:

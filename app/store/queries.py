@@ -91,7 +91,7 @@ def detail_row(c: Any) -> ConversationDetail:
         kv_bytes=c.kv_bytes, model_id=c.model_id, model_fingerprint=c.model_fingerprint,
         system_prompt=c.system_prompt, settings=json.loads(c.settings_json or "{}"),
         cache_salt=c.cache_salt, title_locked=bool(c.title_locked),
-        current_leaf_id=c.current_leaf_id,
+        current_leaf_id=c.current_leaf_id, model_choice=c.model_choice,
     )
 
 

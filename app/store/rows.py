@@ -54,6 +54,9 @@ class ConversationDetail(ConversationRow):
     cache_salt: str | None
     title_locked: bool
     current_leaf_id: MessageId | None
+    # What the window loads to run it: "" the default model, a folder under models/,
+    # "remote:<id>"; None where it was never recorded (revision 0004).
+    model_choice: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,8 +118,8 @@ class ConversationStore:
     def create_conversation(self, *, id: str | None = None, title: str | None = None,
                             system_prompt: str = "", model_id: str = "",
                             model_fingerprint: str = "", settings: Mapping[str, Any] | None = None,
-                            cache_salt: str | None = None, pinned: bool = False
-                            ) -> ConversationDetail:
+                            cache_salt: str | None = None, pinned: bool = False,
+                            model_choice: str | None = None) -> ConversationDetail:
         """A new, empty conversation; `title` is a placeholder until the first user message."""
         if id is not None:
             uuid.UUID(id)  # must be a UUID (it names the engine session); kept as given
@@ -131,7 +131,7 @@ class ConversationStore:
             conv = Conversation(
                 id=conv_id, title=(title or "").strip() or DEFAULT_TITLE, title_locked=False,
                 pinned=pinned, created_at=now, updated_at=now, last_opened_at=None,
-                model_id=model_id, model_fingerprint=model_fingerprint,
+                model_id=model_id, model_fingerprint=model_fingerprint, model_choice=model_choice,
                 system_prompt=system_prompt, settings_json=settings_json,
                 cache_salt=cache_salt, kv_state="none", kv_bytes=0, current_leaf_id=None,
             )
@@ -168,6 +168,10 @@ class ConversationStore:
         if salt is not None and (not isinstance(salt, str) or not 16 <= len(salt) <= 128):
             raise ValueError("a cache salt is a string of 16 to 128 characters")
         self._update_conversation(id, cache_salt=salt)
+
+    def set_model(self, id: str, model_id: str, model_choice: str | None) -> None:
+        """Record the model the chat runs on now (its name, and what the window loads for it)."""
+        self._update_conversation(id, model_id=model_id, model_choice=model_choice)
 
     def mark_opened(self, id: str) -> None:
         """Record that the user opened the conversation now."""
@@ -372,7 +376,8 @@ class ConversationStore:
                 id=new_id, title=src.title if title is None else title,
                 title_locked=src.title_locked or title is not None, pinned=False,
                 created_at=now, updated_at=now, last_opened_at=None, model_id=src.model_id,
-                model_fingerprint=src.model_fingerprint, system_prompt=src.system_prompt,
+                model_fingerprint=src.model_fingerprint, model_choice=src.model_choice,
+                system_prompt=src.system_prompt,
                 settings_json=src.settings_json, cache_salt=src.cache_salt, kv_state="none",
                 kv_bytes=0, current_leaf_id=None,
             )

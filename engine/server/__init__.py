@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .app import create_app
 from .serve import LOOPBACK, ServerHandle, serve_forever, serve_in_thread
-from .service import ServerConfig
+from .service import DEFAULT_MODEL_ALIAS, ServerConfig
 
-__all__ = ["LOOPBACK", "ServerConfig", "ServerHandle", "create_app", "serve_forever", "serve_in_thread"]
+__all__ = ["DEFAULT_MODEL_ALIAS", "LOOPBACK", "ServerConfig", "ServerHandle", "create_app", "serve_forever",
+           "serve_in_thread"]

@@ -23,6 +23,9 @@ from .scheduler import END, Job, Scheduler
 DEFAULT_MAX_BODY_BYTES = 4 << 20       # 4 MiB: far more text than any context window holds
 DEFAULT_MAX_NEW_TOKENS = 4096          # when a request sets no max_tokens
 DEFAULT_BODY_TIMEOUT_S = 30.0          # from the request's head to its body's last byte (4 MiB: ample)
+# Every server also answers to this model name: whatever model it serves now (clients keep
+# working when the user switches models; /v1/models lists the real id).
+DEFAULT_MODEL_ALIAS = "default"
 
 
 @dataclass
@@ -110,7 +113,7 @@ class Service:
         return self.engine.model_name
 
     def check_model(self, name: str) -> None:
-        if name != self.model_id and name not in self.config.model_aliases:
+        if name not in (self.model_id, DEFAULT_MODEL_ALIAS) and name not in self.config.model_aliases:
             raise ApiError(404, f"the model '{name[:200]}' does not exist (this server serves '{self.model_id}')",
                            "model", "model_not_found")
 

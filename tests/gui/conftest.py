@@ -96,6 +96,7 @@ class WindowFactory:
         w = MainWindow(home=self.home, backend=self.backend(engine, **overrides))
         self.windows.append(w)
         w.confirm = lambda title, text: True
+        w.confirm_switch = lambda title, text: True
         if show:
             if not w.settings.window_geometry:   # else: the restored geometry is under test
                 w.resize(1100, 720)

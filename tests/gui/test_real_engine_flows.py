@@ -92,6 +92,7 @@ class RealWindows:
         w = MainWindow(home=self.home, backend=backend)
         self.make_window.windows.append(w)
         w.confirm = lambda *a: True
+        w.confirm_switch = lambda *a: True      # a model switch's cost, said first
         w.chats.errorOccurred.connect(self.errors.append)
         w.resize(1100, 720)
         w.show()
@@ -332,6 +333,9 @@ def test_switch_model_and_back(real: RealWindows, qtbot: Any) -> None:
     w.model_picker.activated.emit(i)
     qtbot.waitUntil(lambda: w.engine is not None and w.engine is not old, timeout=REPLY_WAIT)
     assert w.engine.model_name == MODEL_B
+    # the pinned chat on screen was made with the first model: it is offered; kept on this one
+    qtbot.waitUntil(lambda: w.model_notice.isVisible(), timeout=REPLY_WAIT)
+    w.model_notice.keep_btn.click()
     assert reply(qtbot, w, "Hello, other model.").model_name == MODEL_B     # the pinned chat
     open_chat(qtbot, w, a)
     assert reply(qtbot, w, "And this chat?").model_name == MODEL_B          # a regular one
@@ -342,6 +346,8 @@ def test_switch_model_and_back(real: RealWindows, qtbot: Any) -> None:
     w.model_picker.activated.emit(i)
     qtbot.waitUntil(lambda: w.engine is not None and w.engine is not old, timeout=REPLY_WAIT)
     open_chat(qtbot, w, b)
+    qtbot.waitUntil(lambda: w.model_notice.isVisible(), timeout=REPLY_WAIT)    # it went on with B
+    w.model_notice.keep_btn.click()
     assert reply(qtbot, w, "Back to the first model.").model_name == MODEL_A
     assert real.errors == []
 

@@ -23,6 +23,19 @@ def test_models_lists_the_served_model(client_a):
     assert client_a.models.retrieve(MODEL).id == MODEL
 
 
+def test_default_names_whatever_model_is_served(client_a):
+    """The README's example asks for "default": it keeps working whichever model is served,
+    and the answers name the real model (the one /v1/models lists)."""
+    assert client_a.models.retrieve("default").id == MODEL
+    assert "default" not in [m.id for m in client_a.models.list().data]
+    named = chat(client_a, "Hi", seed=3)
+    by_alias = client_a.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Hi"}], max_tokens=12, temperature=0, seed=3)
+    assert by_alias.model == MODEL and by_alias.choices[0].message.content == named.choices[0].message.content
+    with pytest.raises(openai.NotFoundError):
+        client_a.chat.completions.create(model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Hi"}])
+
+
 def test_chat_completion_equals_the_engine_and_reports_usage(client_a, tiny_model, tmp_path):
     from engine.api import ChatMessage, SamplingParams, SessionKind
     from engine.generation.generate import collect

@@ -52,7 +52,7 @@ def _chat(store: ChatStore, *turns: str) -> tuple[ConversationDetail, list[Messa
 def test_both_implement_every_method_with_the_same_signature(cls: type) -> None:
     methods = [n for n, v in vars(ChatStore).items()
                if callable(v) and not n.startswith("_")]
-    assert len(methods) == 20
+    assert len(methods) == 21
     for name in methods:
         want = inspect.signature(getattr(ChatStore, name))
         got = inspect.signature(getattr(cls, name))
@@ -162,6 +162,23 @@ def test_kv_state_cache_salt_opened_and_settings(store: ChatStore) -> None:
             bad()
 
 
+def test_a_chat_remembers_its_model(store: ChatStore) -> None:
+    """What the window loads to run the chat: recorded at creation, changed when the chat goes on
+    with another model, copied by a duplicate; unknown (None) where never recorded."""
+    made = store.create_conversation(model_id="Tiny-A", model_choice="Tiny-A")
+    assert store.get_conversation(made.id).model_choice == "Tiny-A"
+    assert store.create_conversation(model_id="x").model_choice is None
+    assert store.create_conversation(model_choice="").model_choice == ""       # the default model
+    store.add_message(made.id, "user", "hello")
+    store.set_model(made.id, "Remote-7B", "remote:abc")
+    got = store.get_conversation(made.id)
+    assert (got.model_id, got.model_choice) == ("Remote-7B", "remote:abc")
+    assert store.duplicate(made.id).model_choice == "remote:abc"
+    before = [r.id for r in store.list_conversations()]
+    store.set_model(made.id, "Tiny-A", "Tiny-A")      # bookkeeping: the list order stays
+    assert [r.id for r in store.list_conversations()] == before
+
+
 def test_unknown_ids_raise_not_found(store: ChatStore) -> None:
     ghost = str(uuid.uuid4())
     calls: list[Callable[[], object]] = [
@@ -169,6 +186,7 @@ def test_unknown_ids_raise_not_found(store: ChatStore) -> None:
              lambda: store.set_pinned(ghost, True), lambda: store.set_kv_state(ghost, "none", 0),
              lambda: store.set_cache_salt(ghost, None), lambda: store.mark_opened(ghost),
              lambda: store.update_settings(ghost, system_prompt="p"),
+             lambda: store.set_model(ghost, "m", ""),
              lambda: store.add_message(ghost, "user", "hi"), lambda: store.active_path(ghost),
              lambda: store.duplicate(ghost), lambda: store.update_message(10**9, content="x"),
              lambda: store.siblings(10**9), lambda: store.select_sibling(10**9)]

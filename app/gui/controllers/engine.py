@@ -44,6 +44,7 @@ class EngineController(QObject):
         self.error: str | None = None
         self.loading = False
         self.provider_fallback: str | None = None
+        self.choice: str | None = None      # the `Settings.model` of the loaded engine
 
     @property
     def context_window(self) -> int:
@@ -62,7 +63,7 @@ class EngineController(QObject):
         self.error = None
         relay = ProgressRelay(self)
         relay.progressed.connect(self.progress)
-        old, self.engine = self.engine, None
+        old, self.engine, self.choice = self.engine, None, None
         self.loadStarted.emit()
         backend, home = self.backend, self.home
 
@@ -83,6 +84,7 @@ class EngineController(QObject):
         def done(engine: ChatEngine) -> None:
             self.loading = False
             self.engine = engine
+            self.choice = settings.model
             self.provider_fallback = engine.capabilities.provider_fallback
             self.ready.emit(engine)
 

@@ -179,11 +179,13 @@ class RepliesController(QObject):
         if not temporary:
             settings.last_chat_id = chat_id
         if store_now and temporary:
-            chats.temp.create_conversation(id=chat_id, system_prompt=prompt, model_id=model)
+            chats.temp.create_conversation(id=chat_id, system_prompt=prompt, model_id=model,
+                                           model_choice=self.engines.choice)
         elif store_now and chats.store is not None:
-            store = chats.store
+            store, choice = chats.store, self.engines.choice
             self.tasks.run_task(lambda: store.create_conversation(
-                id=chat_id, system_prompt=prompt, model_id=model), None, chats.errorOccurred.emit)
+                id=chat_id, system_prompt=prompt, model_id=model, model_choice=choice), None,
+                chats.errorOccurred.emit)
         self.chatCreated.emit(chat_id)
         return chat_id, temporary
 
@@ -201,10 +203,12 @@ class RepliesController(QObject):
         settings = self.settings().copy()
         if temporary and create:
             chats.temp.create_conversation(id=chat_id, system_prompt=settings.system_prompt,
-                                           model_id=self.engines.model_name)
+                                           model_id=self.engines.model_name,
+                                           model_choice=self.engines.choice)
         req = TurnRequest(chat_id=chat_id, mode=mode, settings=settings, text=text,  # type: ignore[arg-type]
                           parent_id=parent_id, kind=kind, create=create, open_session=need_open,
-                          temporary=temporary, model_name=self.engines.model_name or None)
+                          temporary=temporary, model_name=self.engines.model_name or None,
+                          model_choice=self.engines.choice)
         item = self.itemizer()    # rows -> view items, rendered on the worker
 
         def factory(cancel: Any) -> Any:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressBar, QProgressD
 from .. import accessibility as a11y
 from ..backend import ImportCancelled
 from ..error_words import in_words
+from ..import_source import AlreadyImported
 from ..tasks import ProgressRelay
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,21 @@ def clear_message(status: "StatusBar") -> None:
     """An import's last word leaves the status bar (after `window.import_clear`)."""
     if status.message.text().startswith(("Imported ", "Import cancelled")):
         status.set_message("")
+
+
+def already_imported(window: "MainWindow", exc: AlreadyImported) -> QMessageBox:
+    """Say that the file is imported already (nothing was converted), and offer to use it."""
+    window.status.set_message(f"{exc}: nothing imported again")
+    box = QMessageBox(QMessageBox.Icon.Information, "Already imported",
+                      f"{exc}. It is in the model picker; nothing was imported again.",
+                      QMessageBox.StandardButton.Ok, window)
+    if window.settings.model != exc.name:
+        use = box.addButton(f"Use {exc.name}", QMessageBox.ButtonRole.AcceptRole)
+        use.clicked.connect(lambda: window.pick_model(exc.name))
+    window.refresh_models()    # in case the picker does not list it yet
+    box.open()
+    window.duplicate_box = box
+    return box
 
 
 def import_model(window: "MainWindow", src: Path, *, gguf: bool) -> QProgressDialog:
@@ -103,6 +119,8 @@ def import_model(window: "MainWindow", src: Path, *, gguf: bool) -> QProgressDia
         clear.start()
         if isinstance(exc, ImportCancelled) or cancel.is_set():
             status.set_message("Import cancelled")
+        elif isinstance(exc, AlreadyImported):
+            already_imported(window, exc)
         else:
             log.warning("import of %s failed: %r", src, exc)
             status.set_message(f"Import failed: {in_words(exc)}")

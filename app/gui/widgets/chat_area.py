@@ -10,6 +10,7 @@ from .chat_header import ChatHeader
 from .chat_view import ChatView
 from .composer import Composer
 from .empty_state import EmptyState
+from .model_notice import ModelNotice
 from .notices import Banner, Toast
 from .save_notice import SaveNotice
 from .search_jump import SearchJump
@@ -42,6 +43,8 @@ class ChatArea(QWidget):
         bl.addWidget(self.temp_notice)
         self.save_notice = SaveNotice()       # "couldn't save to disk: …; kept in memory"
         bl.addWidget(self.save_notice)
+        self.model_notice = ModelNotice()     # a chat made with another model than the loaded one
+        bl.addWidget(self.model_notice)
         rl.addWidget(banner_holder)
 
         self.chat_view = ChatView()

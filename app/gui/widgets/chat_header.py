@@ -11,6 +11,8 @@ from .. import accessibility as a11y
 from .. import theme
 from .elided import ElidedLabel
 
+PICKER_ROWS = 12   # the model picker's popup shows this many models at most (then it scrolls)
+
 
 class ChatHeader(QFrame):
     modelPicked = Signal(int)           # index in the model picker
@@ -54,6 +56,7 @@ class ChatHeader(QFrame):
         self.model_picker.setToolTip("Model")
         a11y.name(self.model_picker, "Model", "The model that writes the replies")
         self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.model_picker.setMaxVisibleItems(PICKER_ROWS)
         self.model_picker.activated.connect(self.modelPicked)
         hl.addWidget(self.model_picker)
         self.import_btn = QToolButton()
@@ -137,3 +140,12 @@ class ChatHeader(QFrame):
                 picker.setItemData(picker.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         picker.setCurrentIndex(max(0, picker.findData(current)))
         picker.blockSignals(False)
+        self._size_popup()
+
+    def _size_popup(self) -> None:
+        """The popup lists every model (up to PICKER_ROWS, then it scrolls): its list is never
+        shorter than that, whatever squeezed the popup before (a screen edge, an earlier list)."""
+        view, picker = self.model_picker.view(), self.model_picker
+        rows = min(picker.count(), PICKER_ROWS)
+        row = max((view.sizeHintForRow(i) for i in range(rows)), default=0)
+        view.setMinimumHeight(rows * row + 2 * view.frameWidth() if rows else 0)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar,
-                               QWidget)
+                               QToolButton, QWidget)
 
 from ..turn_figures import count
 from ..turn_figures import short_figures  # noqa: F401 - the bubbles use it from here too
@@ -72,7 +72,15 @@ def how_started(f: dict[str, Any] | None) -> str:
     return text
 
 
+def api_text(url: str) -> str:
+    """“API on 127.0.0.1:8080” for the server's address (`http://127.0.0.1:8080/v1`)."""
+    host = url.split("://", 1)[-1].split("/", 1)[0]
+    return f"API on {host}"
+
+
 class StatusBar(QStatusBar):
+    apiClicked = Signal()        # the API server's indicator: its settings
+
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setSizeGripEnabled(False)
@@ -108,6 +116,14 @@ class StatusBar(QStatusBar):
         self.provider = QLabel("")
         self.provider.setObjectName("StatusProvider")
         self.addPermanentWidget(self.provider)
+        self.api = QToolButton()       # shown while the local API server runs
+        self.api.setObjectName("StatusApi")
+        self.api.setAutoRaise(True)
+        self.api.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.api.setAccessibleName("Local API server")
+        self.api.clicked.connect(self.apiClicked)
+        self.api.hide()
+        self.addPermanentWidget(self.api)
         self.set_context(0, 0)
 
     def set_provider(self, provider: str, fallback: str | None = None, gpu_present: bool = False) -> None:
@@ -144,6 +160,12 @@ class StatusBar(QStatusBar):
 
     def set_message(self, text: str) -> None:
         self.message.setText(text)
+
+    def set_api(self, url: str) -> None:
+        """The local API server listens at `url` ("" when it is off)."""
+        self.api.setText(api_text(url) if url else "")
+        self.api.setToolTip(f"OpenAI-compatible API at {url} — click for its settings" if url else "")
+        self.api.setVisible(bool(url))
 
     # --- figures of the chat on screen -------------------------------------------------------
     def set_kv(self, text: str) -> None:
