@@ -20,6 +20,7 @@ from engine.base import paths
 from . import lifecycle, theme
 from .backend import Backend
 from .bindings import ChatBinding, EngineBinding
+from .chat_files import ChatFiles
 from .controllers import deletions as deletions_mod
 from .controllers import engine as engine_mod
 from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: where it was
@@ -75,6 +76,7 @@ class MainWindow(QMainWindow):
         self.engine_binding = EngineBinding(self)
         self._connect()
         self._make_shortcuts()
+        self.chat_files = ChatFiles(self)      # File ▸ Import chat…, Export chat as
         self.view_ctl = ViewController(self)   # sidebar toggle, small windows, keyboard
         if self.settings.theme != theme.choice() or self.settings.theme != "system":
             apply_theme_choice(self.settings.theme)

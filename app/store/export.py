@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Sequence
@@ -11,6 +12,8 @@ from .rows import ROLES, ConversationDetail, MessageRow
 FORMAT = "amber-conversation"
 VERSION = 1
 MAX_IMPORT_MESSAGES = 100_000
+MAX_IMPORT_BYTES = 64 * 1024 * 1024     # a file to import is read whole: never more than this
+MAX_IMPORT_TITLE = 200                  # characters of an imported title (cut, not refused)
 
 
 def to_markdown(conv: ConversationDetail, path: Sequence[MessageRow]) -> str:
@@ -27,6 +30,16 @@ def to_markdown(conv: ConversationDetail, path: Sequence[MessageRow]) -> str:
         figures = _figures_line(msg.figures)
         if figures:
             lines += [f"*{figures}*", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def to_text(conv: ConversationDetail, path: Sequence[MessageRow]) -> str:
+    """The active path as plain text: who said what, nothing else."""
+    lines = [conv.title, ""]
+    if conv.system_prompt:
+        lines += ["System:", conv.system_prompt, ""]
+    for msg in path:
+        lines += [f"{msg.role.capitalize()}:", msg.content, ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -113,9 +126,11 @@ class ImportedConversation:
 def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
     """Validate an export made by `to_json`; raise ValueError saying what is wrong."""
     if isinstance(data, (str, bytes)):
+        if len(data) > MAX_IMPORT_BYTES:
+            raise ValueError(f"too large ({len(data):,} bytes; at most {MAX_IMPORT_BYTES:,})")
         try:
             data = json.loads(data)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise ValueError(f"not JSON: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"not an Amber conversation export (expected format {FORMAT!r})")
@@ -143,6 +158,7 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
         figures = raw.get("figures")
         if figures is not None and not isinstance(figures, dict):
             raise ValueError(f"message {i}: figures must be an object or null")
+        figures = _clean_figures(figures)
         model_name = raw.get("model_name")
         if model_name is not None and not isinstance(model_name, str):
             raise ValueError(f"message {i}: model_name must be a string or null")
@@ -161,18 +177,56 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
     settings = conv.get("settings", {})
     if not isinstance(settings, dict):
         raise ValueError("conversation settings must be an object")
+    title = " ".join(_expect(conv, "title", str, where="conversation").split())
+    if len(title) > MAX_IMPORT_TITLE:
+        title = title[:MAX_IMPORT_TITLE - 1].rstrip() + "\u2026"
     return ImportedConversation(
-        title=_expect(conv, "title", str, where="conversation"),
+        title=title,
         title_locked=bool(conv.get("title_locked", False)),
         created_at=_parse_time(conv.get("created_at"), "conversation"),
         updated_at=_parse_time(conv.get("updated_at"), "conversation"),
         model_id=str(conv.get("model_id", "")),
         model_fingerprint=str(conv.get("model_fingerprint", "")),
         system_prompt=str(conv.get("system_prompt", "")),
-        settings=settings,
+        settings=_clean_settings(settings),
         current_leaf_key=leaf,
         messages=messages,
     )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _clean_figures(figures: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Only what a reply's figures hold: numbers and short words (a file is untrusted; the window
+    formats these values)."""
+    if figures is None:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in figures.items():
+        if _number(value) or value is None or isinstance(value, bool):
+            out[key] = value
+        elif isinstance(value, str) and len(value) <= 200 and not key.endswith(_NUMERIC_SUFFIXES):
+            out[key] = value
+    return out
+
+
+_NUMERIC_SUFFIXES = ("_tokens", "_ms", "_per_s", "_used", "_window", "_messages")
+
+
+def _clean_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A chat's own settings, as far as they are plain values: numbers, flags, short words, and the
+    sampling numbers (a file is untrusted; the window and the engine read these)."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key == "sampling" and isinstance(value, dict):
+            out[key] = {k: v for k, v in value.items() if isinstance(k, str) and len(k) <= 40
+                        and (v is None or isinstance(v, bool) or _number(v))}
+        elif _number(value) or value is None or isinstance(value, bool) or \
+                (isinstance(value, str) and len(value) <= 200):
+            out[key] = value
+    return out
 
 
 def _expect(obj: dict[str, Any], key: str, kind: type, *, where: str = "export") -> Any:

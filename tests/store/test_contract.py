@@ -52,7 +52,7 @@ def _chat(store: ChatStore, *turns: str) -> tuple[ConversationDetail, list[Messa
 def test_both_implement_every_method_with_the_same_signature(cls: type) -> None:
     methods = [n for n, v in vars(ChatStore).items()
                if callable(v) and not n.startswith("_")]
-    assert len(methods) == 20
+    assert len(methods) == 21
     for name in methods:
         want = inspect.signature(getattr(ChatStore, name))
         got = inspect.signature(getattr(cls, name))
@@ -137,6 +137,21 @@ def test_rename_locks_the_title(store: ChatStore) -> None:
     assert store.get_conversation(conv.id).title == "Trip plan"
     with pytest.raises(ValueError):
         store.rename(conv.id, " \t ")
+
+
+def test_an_auto_title_never_overrides_a_rename(store: ChatStore) -> None:
+    conv = store.create_conversation()
+    store.add_message(conv.id, "user", "how do I bake bread at home")
+    assert store.set_auto_title(conv.id, "  Baking \n bread ") is True
+    d = store.get_conversation(conv.id)
+    assert (d.title, d.title_locked) == ("Baking bread", False)   # a made title: still renamable
+    store.rename(conv.id, "Mine")
+    assert store.set_auto_title(conv.id, "Baking bread at home") is False
+    assert store.get_conversation(conv.id).title == "Mine"
+    with pytest.raises(ValueError):
+        store.set_auto_title(conv.id, "  ")
+    with pytest.raises(NotFoundError):
+        store.set_auto_title(str(uuid.uuid4()), "Nobody")
 
 
 def test_kv_state_cache_salt_opened_and_settings(store: ChatStore) -> None:

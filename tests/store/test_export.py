@@ -78,3 +78,60 @@ def test_bad_import_is_refused(store: ConversationStore, mutate, message) -> Non
 def test_import_not_json(store: ConversationStore) -> None:
     with pytest.raises(ValueError, match="not JSON"):
         store.import_json("{nope")
+
+
+def test_text(store: ConversationStore) -> None:
+    from app.store import export
+
+    cid = make(store)
+    text = export.to_text(store.get_conversation(cid), store.active_path(cid))
+    assert text.startswith("What is **2+2**?\n\nSystem:\nAnswer in French.\n\nUser:\nWhat is **2+2**?")
+    assert text.endswith("Assistant:\n4\n") and "Quatre" not in text and "tokens" not in text
+
+
+def test_a_temporary_chat_exports_the_same_json(store: ConversationStore) -> None:
+    from app.store import MemoryStore
+
+    mem = MemoryStore()
+    c = mem.create_conversation(system_prompt="Be brief.")
+    q = mem.add_message(c.id, "user", "hello")
+    mem.add_message(c.id, "assistant", "hi")
+    mem.add_message(c.id, "assistant", "hey", parent_id=q.id)
+    imported = store.import_json(json.dumps(mem.export_json(c.id)))
+    assert [(m.role, m.content) for m in store.active_path(imported.id)] == [("user", "hello"), ("assistant", "hey")]
+    assert imported.system_prompt == "Be brief." and imported.title == "hello"
+    assert store.siblings(store.active_path(imported.id)[1].id)[0].content == "hi"
+
+
+def test_hostile_values_are_cleaned_not_kept(store: ConversationStore) -> None:
+    data = store.export_json(make(store))
+    data["conversation"]["title"] = "x  \n " * 300
+    data["conversation"]["settings"] = {"temperature": 0.2, "sampling": {"temperature": "hot", "top_k": 5},
+                                        "overflow": {"nested": 1}}
+    data["messages"][1]["figures"] = {"decode_tokens_per_s": "fast", "generated_tokens": 3,
+                                      "finish_reason": "eos", "deep": {"a": 1}, "ttft_ms": float("nan")}
+    imported = store.import_json(data)
+    assert len(imported.title) == 200 and "\n" not in imported.title
+    assert imported.settings == {"temperature": 0.2, "sampling": {"top_k": 5}}
+    figures = store.export_json(imported.id)["messages"][1]["figures"]
+    assert figures.get("generated_tokens") == 3 and figures.get("finish_reason") == "eos"
+    assert "decode_tokens_per_s" not in figures and "deep" not in figures and "ttft_ms" not in figures
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 100_000 + "]" * 100_000, "not JSON"),
+    (b"\xff\xfe{}", "not JSON"),
+    ("[]", "not an Amber conversation export"),
+])
+def test_hostile_files_are_refused_in_one_line(store: ConversationStore, text, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=message) as info:
+        store.import_json(text)
+    assert "\n" not in str(info.value)
+
+
+def test_a_file_over_the_bound_is_refused_before_parsing(store: ConversationStore, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from app.store import export
+
+    monkeypatch.setattr(export, "MAX_IMPORT_BYTES", 100)
+    with pytest.raises(ValueError, match="too large"):
+        store.import_json(json.dumps(store.export_json(make(store))))
