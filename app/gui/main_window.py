@@ -21,6 +21,7 @@ from . import lifecycle, theme
 from .backend import Backend
 from .bindings import ChatBinding, EngineBinding
 from .chat_files import ChatFiles
+from .draft_tokens import DraftTokens
 from .controllers import deletions as deletions_mod
 from .controllers import engine as engine_mod
 from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: where it was
@@ -77,6 +78,7 @@ class MainWindow(QMainWindow):
         self._connect()
         self._make_shortcuts()
         self.chat_files = ChatFiles(self)      # File ▸ Import chat…, Export chat as
+        self.draft_tokens = DraftTokens(self)  # “1,234 tokens” under the composer
         self.view_ctl = ViewController(self)   # sidebar toggle, small windows, keyboard
         if self.settings.theme != theme.choice() or self.settings.theme != "system":
             apply_theme_choice(self.settings.theme)

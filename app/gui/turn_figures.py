@@ -3,8 +3,9 @@ prompt-processing progress, the overflow notice, and `LiveTurn` — the figures 
 progress, kept by the replies controller and shown by the bubble and the status bar."""
 from __future__ import annotations
 
+import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 
 def short_figures(f: dict[str, Any] | None) -> str:
@@ -24,10 +25,29 @@ def short_figures(f: dict[str, Any] | None) -> str:
     return " · ".join(bits)
 
 
-def prefill_text(done: int, total: int) -> str:
-    """“Processing prompt 42 %” (of the tokens this turn computes)."""
-    pct = int(100 * done / total) if total > 0 else 0
-    return f"Processing prompt {max(0, min(100, pct))} %"
+def prefill_text(done: int, total: int, eta_s: float | None = None) -> str:
+    """“Reading prompt… 2,048 / 7,670 tokens, about 45 s left” (the tokens this turn computes;
+    the time left once a rate has been measured)."""
+    done = max(0, min(done, total))
+    if total > 0 and done == total:
+        return f"Read the prompt ({total:,} tokens); the reply starts…"
+    text = f"Reading prompt… {done:,} / {total:,} tokens"
+    left = time_left(eta_s)
+    return f"{text}, {left}" if left else text
+
+
+def time_left(eta_s: float | None) -> str:
+    """“about 45 s left”, “about 3 min left”; "" while unknown."""
+    if eta_s is None or not math.isfinite(eta_s):
+        return ""
+    if eta_s < 5:
+        return "almost done"
+    if eta_s < 60:
+        step = 1 if eta_s < 10 else 5
+        return f"about {max(step, int(round(eta_s / step)) * step)} s left"
+    if eta_s < 90:
+        return "about 1 min left"
+    return f"about {int(round(eta_s / 60))} min left"
 
 
 def overflow_notice(figures: dict[str, Any] | None) -> str:
@@ -47,18 +67,45 @@ def overflow_notice(figures: dict[str, Any] | None) -> str:
 class LiveTurn:
     """The figures of the turn in progress (UI thread): prefill progress, tokens, tok/s."""
 
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.started = clock()
         self.prefill: tuple[int, int] | None = None
+        self.prefill_first: tuple[float, int] | None = None   # (when, done) of the first report
+        self.prefill_last_at: float | None = None
         self.tokens = 0
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
 
     def on_prefill(self, done: int, total: int) -> None:
+        now = self.clock()
+        if self.prefill_first is None or (self.prefill is not None and total != self.prefill[1]):
+            self.prefill_first = (now, done)
         self.prefill = (done, total)
+        self.prefill_last_at = now
+
+    def prefill_rate(self) -> float | None:
+        """Prompt tokens per second measured so far this turn (None until two reports apart)."""
+        if self.prefill is None or self.prefill_first is None or self.prefill_last_at is None:
+            return None
+        t0, done0 = self.prefill_first
+        dt, dn = self.prefill_last_at - t0, self.prefill[0] - done0
+        return dn / dt if dt > 0 and dn > 0 else None
+
+    def prefill_eta(self) -> float | None:
+        """Seconds of prompt processing left at the measured rate, counting down between reports."""
+        rate = self.prefill_rate()
+        if rate is None or self.prefill is None or self.prefill_last_at is None:
+            return None
+        done, total = self.prefill
+        return max(0.0, (total - done) / rate - (self.clock() - self.prefill_last_at))
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prefill is not None and not self.decoding
 
     def on_chunk(self, n_tokens: int) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         if self.first_token_at is None:
             self.first_token_at = now
         self.last_token_at = now
@@ -81,5 +128,7 @@ class LiveTurn:
 
     def summary(self) -> str:
         if not self.decoding:
-            return prefill_text(*self.prefill) if self.prefill else "Waiting for the first token…"
+            if self.prefill is None:
+                return "Waiting for the first token…"
+            return prefill_text(*self.prefill, self.prefill_eta())
         return short_figures(self.figures())
