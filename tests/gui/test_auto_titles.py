@@ -227,3 +227,26 @@ def test_default_model_titles_a_chat(make_window, home, qtbot):
     [(cid, title)] = seen
     assert title is not None and title != question and len(title) <= MAX_TITLE_CHARS and "\n" not in title
     assert w.chat_model.chat(cid).title == title
+
+
+def test_a_turn_that_read_the_chat_before_its_title_was_stored_does_not_undo_it(make_window, engine, qtbot):
+    """The next reply's outcome, read from the store just before the title was written, puts the
+    old title back on the list (RepliesController does that with every outcome): it comes back."""
+    from dataclasses import replace
+
+    from app.chat.turn import TurnOutcome
+    from app.store.titles import chat_title
+
+    engine.reply = Replies("Lisbon trip plan")
+    w = make_window(engine, auto_titles=True)
+    seen = _outcomes(w)
+    send(qtbot, w, "I want to visit Lisbon for three days in May, what should I see?")
+    cid = w.current_id
+    qtbot.waitUntil(lambda: bool(seen), timeout=5000)
+    wait_idle(qtbot, w)
+    first = chat_title("I want to visit Lisbon for three days in May, what should I see?")
+    stale = TurnOutcome(rows=w.store.active_path(cid), assistant=None, figures=None, info=None, error=None,
+                        detail=replace(w.store.get_conversation(cid), title=first))
+    w.chat_model.update(cid, title=first)          # what the replies controller shows from it
+    w.replies.turnFinished.emit(cid, stale, None, False)
+    assert w.chat_model.chat(cid).title == "Lisbon trip plan" == w.store.get_conversation(cid).title

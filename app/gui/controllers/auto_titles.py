@@ -37,6 +37,7 @@ class AutoTitles(QObject):
         self.cancel = threading.Event()
         self.enabled = True
         self._renamed: set[str] = set()
+        self._made: dict[str, tuple[str, str]] = {}   # chat id -> (the title replaced, the title made)
         chats.model.renameRequested.connect(lambda chat_id, _title: self._renamed.add(chat_id))
         replies.turnFinished.connect(self.on_turn_finished)
 
@@ -48,6 +49,7 @@ class AutoTitles(QObject):
     def on_turn_finished(self, chat_id: str, out: Any, _item: Any, stopped: bool) -> None:
         first = first_exchange(out.rows)
         detail = out.detail
+        self._keep_made(chat_id, detail)
         if (not self.enabled or stopped or out.error is not None or first is None
                 or detail is None or detail.title_locked or chat_id in self._renamed):
             return
@@ -70,9 +72,8 @@ class AutoTitles(QObject):
             if title is None or row is None or row.title != before or chat_id in self._renamed:
                 self.kept.emit(chat_id)
                 return
-            self.chats.model.update(chat_id, title=title)
-            if chat_id == self.chats.current_id:
-                self.chats.headerChanged.emit()
+            self._made[chat_id] = (before, title)
+            self._show(chat_id, title)
             self.titled.emit(chat_id, title)
 
         def failed(exc: BaseException) -> None:
@@ -80,6 +81,25 @@ class AutoTitles(QObject):
             done(None)
 
         self.runner.run_task(work, done, failed)
+
+
+    def _show(self, chat_id: str, title: str) -> None:
+        self.chats.model.update(chat_id, title=title)
+        if chat_id == self.chats.current_id:
+            self.chats.headerChanged.emit()
+
+    def _keep_made(self, chat_id: str, detail: Any) -> None:
+        """A later turn that read the chat just before its title was stored puts the old title
+        back on the list: show the made one again (the store has it)."""
+        made = self._made.get(chat_id)
+        row = self.chats.model.chat(chat_id)
+        if made is None or row is None or detail is None:
+            return
+        before, title = made
+        if chat_id in self._renamed or detail.title_locked or detail.title not in (before, title):
+            del self._made[chat_id]       # renamed, or titled anew: that title stands
+        elif row.title == before:
+            self._show(chat_id, title)
 
 
 def first_exchange(rows: list[Any]) -> tuple[str, str] | None:
