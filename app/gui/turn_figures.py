@@ -3,6 +3,7 @@ prompt-processing progress, the overflow notice, and `LiveTurn` — the figures 
 progress, kept by the replies controller and shown by the bubble and the status bar."""
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from typing import Any, Callable
@@ -64,6 +65,25 @@ def overflow_notice(figures: dict[str, Any] | None) -> str:
     return f"{what} left out to fit the context window"
 
 
+def _fit_cost(chunks: list[tuple[tuple[int, int], float]]) -> tuple[float | None, float]:
+    """Least squares for seconds per token = a + b·position, both ≥ 0, from chunks
+    ((first position, end position), seconds); (None, 0) without data."""
+    xs = [p1 - p0 for (p0, p1), _ in chunks]                  # tokens
+    ys = [(p1 * p1 - p0 * p0) / 2 for (p0, p1), _ in chunks]  # their positions, summed
+    ds = [d for _, d in chunks]
+    if not xs or sum(xs) <= 0:
+        return None, 0.0
+    sxx, syy = sum(x * x for x in xs), sum(y * y for y in ys)
+    sxy = sum(x * y for x, y in zip(xs, ys, strict=True))
+    sxd, syd = sum(x * d for x, d in zip(xs, ds, strict=True)), sum(y * d for y, d in zip(ys, ds, strict=True))
+    det = sxx * syy - sxy * sxy
+    if len(chunks) >= 2 and det > 1e-9 * sxx * syy:
+        a, b = (sxd * syy - syd * sxy) / det, (syd * sxx - sxd * sxy) / det
+        if a >= 0 and b >= 0:
+            return a, b
+    return sum(ds) / sum(xs), 0.0          # too little, or too noisy, to see growth: a flat rate
+
+
 class LiveTurn:
     """The figures of the turn in progress (UI thread): prefill progress, tokens, tok/s."""
 
@@ -71,34 +91,36 @@ class LiveTurn:
         self.clock = clock
         self.started = clock()
         self.prefill: tuple[int, int] | None = None
-        self.prefill_first: tuple[float, int] | None = None   # (when, done) of the first report
-        self.prefill_last_at: float | None = None
+        self.prefill_reports: list[tuple[float, int]] = []   # (when, done) of each report
         self.tokens = 0
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
 
     def on_prefill(self, done: int, total: int) -> None:
         now = self.clock()
-        if self.prefill_first is None or (self.prefill is not None and total != self.prefill[1]):
-            self.prefill_first = (now, done)
+        if self.prefill is not None and total != self.prefill[1]:
+            self.prefill_reports = []       # another prompt (a retry): measure afresh
         self.prefill = (done, total)
-        self.prefill_last_at = now
-
-    def prefill_rate(self) -> float | None:
-        """Prompt tokens per second measured so far this turn (None until two reports apart)."""
-        if self.prefill is None or self.prefill_first is None or self.prefill_last_at is None:
-            return None
-        t0, done0 = self.prefill_first
-        dt, dn = self.prefill_last_at - t0, self.prefill[0] - done0
-        return dn / dt if dt > 0 and dn > 0 else None
+        self.prefill_reports.append((now, done))
 
     def prefill_eta(self) -> float | None:
-        """Seconds of prompt processing left at the measured rate, counting down between reports."""
-        rate = self.prefill_rate()
-        if rate is None or self.prefill is None or self.prefill_last_at is None:
+        """Seconds of prompt processing left, counting down between reports (None until two
+        reports apart). Each token costs more the further into the context it sits (attention
+        reads every earlier one), so the time per token is fitted as a + b·position over the
+        chunks measured so far, and the rest of the prompt is costed with it. The first chunk
+        also pays for warming up: it is left out once there are two others."""
+        if self.prefill is None or len(self.prefill_reports) < 2:
             return None
         done, total = self.prefill
-        return max(0.0, (total - done) / rate - (self.clock() - self.prefill_last_at))
+        pairs = list(itertools.pairwise(self.prefill_reports))
+        chunks = [((p0, p1), t1 - t0) for (t0, p0), (t1, p1) in pairs if p1 > p0 and t1 >= t0]
+        if len(chunks) >= 3:
+            chunks = chunks[1:]
+        a, b = _fit_cost(chunks)
+        if a is None:
+            return None
+        left = a * (total - done) + b * (total * total - done * done) / 2
+        return max(0.0, left - (self.clock() - self.prefill_reports[-1][0]))
 
     @property
     def prefilling(self) -> bool:

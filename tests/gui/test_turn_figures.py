@@ -3,6 +3,7 @@ live figures while streaming, nothing of another chat after a switch, the model 
 each reply (kept across a model switch and a restart), and the overflow policies."""
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from tests.support.fake_engine import FakeEngine
@@ -191,6 +192,30 @@ def test_overflow_choice_in_the_chat_settings_dialog(make_window, engine, qtbot)
     sd = SettingsDialog(w.settings, Path(w.home))
     sd.overflow.setCurrentIndex(sd.overflow.findData("rolling"))
     assert sd.result_settings().overflow == "rolling"
+
+
+def test_the_time_left_counts_with_the_cost_that_grows_along_the_prompt() -> None:
+    """A token further into the context costs more (attention reads every earlier one): with
+    seconds per token = 2 ms + 3 µs·position and a first chunk that also warms up, the estimate
+    is the true time left once three chunks are measured — a flat rate would say half of it."""
+    def cost(p0: int, p1: int) -> float:
+        return 0.002 * (p1 - p0) + 0.000003 * (p1 * p1 - p0 * p0) / 2
+
+    total, now = 7670, [0.0]
+    live = LiveTurn(clock=lambda: now[0])
+    ends = list(range(0, total, 512)) + [total]
+    live.on_prefill(0, total)
+    for i, (p0, p1) in enumerate(itertools.pairwise(ends)):
+        now[0] += cost(p0, p1) + (1.5 if i == 0 else 0.0)
+        live.on_prefill(p1, total)
+        truth = cost(p1, total)
+        eta = live.prefill_eta()
+        assert eta is not None
+        if i >= 3 and p1 < total:
+            assert abs(eta - truth) <= 0.02 * truth, (p1, eta, truth)
+            flat = (now[0] / p1) * (total - p1)
+            assert flat < 0.8 * truth          # what a rate from the average would have said
+    assert live.prefill_eta() == 0.0
 
 
 def test_live_turn_and_texts() -> None:
