@@ -70,10 +70,31 @@ def test_the_first_exchange_titles_the_chat_in_a_side_session(make_window, engin
     assert all(args[0] in (cid, side[0]) for args in engine.called("generate"))
     # the chat's own session holds the chat, not the title prompt
     assert "title" not in " ".join(engine.sessions[cid].history)
-    # later turns do not ask again
+    # a regenerated first reply, and later turns, do not ask again
+    with qtbot.waitSignal(w.replyFinished, timeout=5000):
+        w.regenerate(w.chat_view.widgets[-1].item.id)
     send(qtbot, w, "And in Porto?")
     wait_idle(qtbot, w)
     assert len(replies.asked) == 1 and w.chat_model.chat(cid).title == "Lisbon trip plan"
+
+
+def test_a_stopped_first_reply_is_titled_once_a_reply_is_complete(make_window, engine, qtbot):
+    replies = Replies("Sourdough starter", answer=" ".join(["Here"] * 400))   # 20 s unless stopped
+    engine.reply = replies
+    engine.delay = 0.05
+    w = make_window(engine, auto_titles=True)
+    seen = _outcomes(w)
+    with qtbot.waitSignal(w.replyFinished, timeout=5000):
+        send(qtbot, w, "Explain how sourdough starter works", wait=False)
+        qtbot.waitUntil(lambda: "Here" in w.chat_view.stream_text, timeout=5000)
+        w.stop()
+    wait_idle(qtbot, w)
+    assert not replies.asked and not seen          # a stopped reply is no exchange to name
+    engine.delay = 0.0
+    with qtbot.waitSignal(w.replyFinished, timeout=5000):
+        w.regenerate(w.chat_view.widgets[-1].item.id)
+    qtbot.waitUntil(lambda: bool(seen), timeout=5000)
+    assert seen == [(w.current_id, "Sourdough starter")]
 
 
 def test_similar_chats_get_titles_that_tell_them_apart(make_window, engine, qtbot):

@@ -1,7 +1,8 @@
 """Titles from a chat's first exchange, made in the background by the loaded model
 (`app.chat.titling`), so that similar chats can be told apart in the list.
 
-When a chat's first reply is in (a send, or an edit of the first message), the model is asked
+When a chat's first reply is in and the chat still has its first-message title (a send, an edit
+of the first message, a regenerate after a stopped first reply), the model is asked
 in a side session for a short title, one chat at a time on a thread of its own. The title is
 stored only if the user has not renamed the chat (`set_auto_title`, one conditional write: a
 rename always wins, whichever lands first) and shown only if the list still shows the title it
@@ -15,6 +16,8 @@ import threading
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
+
+from app.store.titles import chat_title
 
 from ...chat.titling import make_title
 from ..tasks import TaskRunner
@@ -57,6 +60,8 @@ class AutoTitles(QObject):
         if engine is None or store is None:
             return
         user, reply = first
+        if detail.title != chat_title(user):
+            return      # titled already (a regenerated first reply keeps its chat's title)
         before = detail.title
         cancel = self.cancel
 
