@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Sequence
@@ -14,6 +15,10 @@ VERSION = 1
 MAX_IMPORT_MESSAGES = 100_000
 MAX_IMPORT_BYTES = 64 * 1024 * 1024     # a file to import is read whole: never more than this
 MAX_IMPORT_TITLE = 200                  # characters of an imported title (cut, not refused)
+# JSON values (outside strings) an import may hold: each becomes a Python object while parsing, so
+# a file of 64 MiB of `[]` would take gigabytes. An export has ~40 per message.
+MAX_IMPORT_VALUES = 2_000_000
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 def to_markdown(conv: ConversationDetail, path: Sequence[MessageRow]) -> str:
@@ -128,6 +133,12 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
     if isinstance(data, (str, bytes)):
         if len(data) > MAX_IMPORT_BYTES:
             raise ValueError(f"too large ({len(data):,} bytes; at most {MAX_IMPORT_BYTES:,})")
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogatepass")
+        bare = _JSON_STRING.sub(b'""', data)     # what is left to count: the structure
+        values = bare.count(b",") + bare.count(b"[") + bare.count(b"{")
+        if values > MAX_IMPORT_VALUES:
+            raise ValueError(f"too many JSON values ({values:,}; at most {MAX_IMPORT_VALUES:,})")
         try:
             data = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:

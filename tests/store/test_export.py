@@ -135,3 +135,17 @@ def test_a_file_over_the_bound_is_refused_before_parsing(store: ConversationStor
     monkeypatch.setattr(export, "MAX_IMPORT_BYTES", 100)
     with pytest.raises(ValueError, match="too large"):
         store.import_json(json.dumps(store.export_json(make(store))))
+
+
+def test_a_file_of_tiny_values_is_refused_before_parsing(store: ConversationStore, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every JSON value becomes a Python object: `[[],[],…]` within the size bound would take
+    gigabytes, so the values are counted first (what is inside strings is text, not counted)."""
+    from app.store import export
+
+    monkeypatch.setattr(export, "MAX_IMPORT_VALUES", 200)
+    with pytest.raises(ValueError, match="too many JSON values"):
+        store.import_json("[" + "[]," * 1000 + "[]]")
+    data = store.export_json(make(store))
+    data["messages"][0]["content"] = 'code: {"a": [1, 2, 3]}, \\" [ { ' * 2000
+    imported = store.import_json(json.dumps(data))
+    assert store.active_path(imported.id)[0].content == data["messages"][0]["content"]
