@@ -14,6 +14,7 @@ FORMAT = "amber-conversation"
 VERSION = 1
 MAX_IMPORT_MESSAGES = 100_000
 MAX_IMPORT_BYTES = 64 * 1024 * 1024     # a file to import is read whole: never more than this
+MIN_YEAR, MAX_YEAR = 1970, 9000        # times an import may carry
 MAX_IMPORT_TITLE = 200                  # characters of an imported title (cut, not refused)
 # JSON values (outside strings) an import may hold: each becomes a Python object while parsing, so
 # a file of 64 MiB of `[]` would take gigabytes. An export has ~40 per message.
@@ -159,7 +160,7 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
             raise ValueError(f"message {i} is not an object")
         key = _expect(raw, "id", int, where=f"message {i}")
         parent = raw.get("parent_id")
-        if parent is not None and (not isinstance(parent, int) or parent not in seen):
+        if parent is not None and (not _is_id(parent) or parent not in seen):
             raise ValueError(f"message {i}: parent_id {parent!r} does not name an earlier message")
         if key in seen:
             raise ValueError(f"message {i}: duplicate id {key}")
@@ -181,7 +182,7 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
             figures=figures, model_name=model_name,
         ))
     leaf = data.get("current_leaf_id")
-    if leaf is not None and leaf not in seen:
+    if leaf is not None and (not _is_id(leaf) or leaf not in seen):
         raise ValueError(f"current_leaf_id {leaf!r} does not name a message")
     if leaf is None and messages:
         leaf = messages[-1].key
@@ -203,6 +204,10 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
         current_leaf_key=leaf,
         messages=messages,
     )
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _number(value: Any) -> bool:
@@ -253,11 +258,21 @@ def _parse_time(value: Any, where: str) -> datetime:
         return datetime.now(timezone.utc)
     if not isinstance(value, str):
         raise ValueError(f"{where}: time {value!r} is not an ISO 8601 string")
+    shown = value if len(value) <= 40 else value[:40] + "…"
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
-        raise ValueError(f"{where}: time {value!r} is not ISO 8601") from exc
-    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed
+        raise ValueError(f"{where}: time {shown!r} is not ISO 8601") from exc
+    try:
+        parsed = parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+        in_range = MIN_YEAR <= parsed.year <= MAX_YEAR
+    except (ValueError, OverflowError):
+        in_range = False
+    # In UTC and well inside datetime's range: a stored year 1 or 9999 cannot be shown in every
+    # time zone, and the chat list would fail to load.
+    if not in_range:
+        raise ValueError(f"{where}: time {shown!r} is out of range ({MIN_YEAR} to {MAX_YEAR})")
+    return parsed
 
 
 def _iso(value: datetime) -> str:

@@ -149,3 +149,18 @@ def test_a_file_of_tiny_values_is_refused_before_parsing(store: ConversationStor
     data["messages"][0]["content"] = 'code: {"a": [1, 2, 3]}, \\" [ { ' * 2000
     imported = store.import_json(json.dumps(data))
     assert store.active_path(imported.id)[0].content == data["messages"][0]["content"]
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "1900-05-01T00:00:00"])
+def test_a_time_out_of_range_is_refused_and_the_list_still_loads(store: ConversationStore, when: str) -> None:
+    """Year 1 an hour east of UTC is year 0 in UTC: stored, it would break the chat list for good."""
+    for part, key in (("conversation", "updated_at"), ("message", "created_at")):
+        data = store.export_json(make(store))
+        (data["conversation"] if part == "conversation" else data["messages"][0])[key] = when
+        with pytest.raises(ValueError, match="out of range"):
+            store.import_json(data)
+    assert store.list_conversations()
+    data = store.export_json(make(store))
+    data["messages"][0]["created_at"] = "2020-01-01T00:00:00+23:59"      # the far east: kept, in UTC
+    imported = store.import_json(data)
+    assert store.active_path(imported.id)[0].created_at.isoformat() == "2019-12-31T00:01:00+00:00"
