@@ -211,7 +211,10 @@ def _is_id(value: Any) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number a Qt widget can hold (figures and settings end up in progress bars and
+    spin boxes, whose values are 32-bit)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and abs(value) < 2**31
 
 
 def _clean_figures(figures: dict[str, Any] | None) -> dict[str, Any] | None:

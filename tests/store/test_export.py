@@ -109,13 +109,15 @@ def test_hostile_values_are_cleaned_not_kept(store: ConversationStore) -> None:
     data["conversation"]["settings"] = {"temperature": 0.2, "sampling": {"temperature": "hot", "top_k": 5},
                                         "overflow": {"nested": 1}}
     data["messages"][1]["figures"] = {"decode_tokens_per_s": "fast", "generated_tokens": 3,
-                                      "finish_reason": "eos", "deep": {"a": 1}, "ttft_ms": float("nan")}
+                                      "finish_reason": "eos", "deep": {"a": 1}, "ttft_ms": float("nan"),
+                                      "context_used": 10**20}
     imported = store.import_json(data)
     assert len(imported.title) == 200 and "\n" not in imported.title
     assert imported.settings == {"temperature": 0.2, "sampling": {"top_k": 5}}
     figures = store.export_json(imported.id)["messages"][1]["figures"]
     assert figures.get("generated_tokens") == 3 and figures.get("finish_reason") == "eos"
     assert "decode_tokens_per_s" not in figures and "deep" not in figures and "ttft_ms" not in figures
+    assert "context_used" not in figures          # a status bar's 32-bit progress bar shows it
 
 
 @pytest.mark.parametrize("text, message", [
