@@ -259,6 +259,11 @@ class ChatEngine(Protocol):
         """Empties the shared prefix cache (pinned sessions keep theirs); how many blocks went."""
         ...
 
+    def count_tokens(self, text: str) -> int | None:
+        """How many tokens `text` is for the model (its own tokenizer, no special tokens added);
+        None when the engine cannot count them (a remote server without a tokenizer endpoint)."""
+        ...
+
     def shutdown(self, timeout: float = 10.0) -> None: ...
 
 

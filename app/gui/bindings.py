@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from PySide6.QtCore import QTimer
+
 from engine.base import paths
 
 from . import accessibility as a11y
@@ -51,6 +53,10 @@ class ChatBinding:
         r.replyEnded.connect(self.on_reply_ended)
         r.queued.connect(self.show_queued)
         r.dequeued.connect(self.on_dequeued)
+        # the time left while a prompt is read counts down between the engine's reports
+        self.prefill_tick = QTimer(window)
+        self.prefill_tick.setInterval(1000)
+        self.prefill_tick.timeout.connect(self.tick_prefill)
 
     def _current(self, chat_id: str) -> bool:
         return chat_id == self.w.chats.current_id
@@ -141,8 +147,20 @@ class ChatBinding:
     def on_prefill(self, chat_id: str, done: int, total: int) -> None:
         stream = self.w.replies.stream
         if self._current(chat_id) and stream is not None:
-            self.w.chat_view.set_stream_prefill(done, total)
+            self.w.chat_view.set_stream_prefill(done, total, stream.live.summary())
             self.w.status.set_live(stream.live)
+            if not self.prefill_tick.isActive():
+                self.prefill_tick.start()
+
+    def tick_prefill(self) -> None:
+        """Once a second while the prompt of the reply on screen is read: the time left, again."""
+        stream = self.w.replies.stream
+        if stream is None or stream.stopped or not stream.live.prefilling or not self._current(stream.chat_id):
+            self.prefill_tick.stop()
+            return
+        done, total = stream.live.prefill or (0, 0)
+        self.w.chat_view.set_stream_prefill(done, total, stream.live.summary())
+        self.w.status.set_live(stream.live)
 
     def on_stopped(self, chat_id: str, text: str) -> None:
         if self._current(chat_id):

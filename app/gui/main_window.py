@@ -20,7 +20,10 @@ from engine.base import paths
 from . import lifecycle, model_switch, theme
 from .backend import Backend
 from .bindings import ChatBinding, EngineBinding
+from .chat_files import ChatFiles
+from .draft_tokens import DraftTokens
 from .controllers import deletions as deletions_mod
+from .controllers.auto_titles import AutoTitles
 from .controllers import engine as engine_mod
 from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: where it was
 from .controllers.deletions import Deletions
@@ -60,6 +63,7 @@ class MainWindow(QMainWindow):
         self.deletions = Deletions(self.chats, self.engines, self)
         self.replies = RepliesController(self.chats, self.engines, self.deletions,
                                          lambda: self.settings, self.tasks, self._itemizer, self)
+        self.auto_titles = AutoTitles(self.chats, self.engines, self.replies, self)
         self.chat_model = self.chats.model
         self.shutdown_started = False
         self.shutdown_complete = False
@@ -82,6 +86,8 @@ class MainWindow(QMainWindow):
         self.engine_binding = EngineBinding(self)
         self._connect()
         self._make_shortcuts()
+        self.chat_files = ChatFiles(self)      # File ▸ Import chat…, Export chat as
+        self.draft_tokens = DraftTokens(self)  # “1,234 tokens” under the composer
         self.view_ctl = ViewController(self)   # sidebar toggle, small windows, keyboard
         if self.settings.theme != theme.choice() or self.settings.theme != "system":
             apply_theme_choice(self.settings.theme)
@@ -757,6 +763,7 @@ class MainWindow(QMainWindow):
         (bounded, visibly) for the engine's pending KV saves."""
         self.shutdown_started = True
         self.replies.closed = True
+        self.auto_titles.stop()
         self.stop()
         self.deletions.commit_all()
         for row in [r for r in self.chat_model.all_chats() if r.temporary]:

@@ -3,8 +3,10 @@ prompt-processing progress, the overflow notice, and `LiveTurn` — the figures 
 progress, kept by the replies controller and shown by the bubble and the status bar."""
 from __future__ import annotations
 
+import itertools
+import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 
 def count(n: int, noun: str = "token") -> str:
@@ -29,10 +31,29 @@ def short_figures(f: dict[str, Any] | None) -> str:
     return " · ".join(bits)
 
 
-def prefill_text(done: int, total: int) -> str:
-    """“Processing prompt 42 %” (of the tokens this turn computes)."""
-    pct = int(100 * done / total) if total > 0 else 0
-    return f"Processing prompt {max(0, min(100, pct))} %"
+def prefill_text(done: int, total: int, eta_s: float | None = None) -> str:
+    """“Reading prompt… 2,048 / 7,670 tokens, about 45 s left” (the tokens this turn computes;
+    the time left once a rate has been measured)."""
+    done = max(0, min(done, total))
+    if total > 0 and done == total:
+        return f"Read the prompt ({total:,} tokens); the reply starts…"
+    text = f"Reading prompt… {done:,} / {total:,} tokens"
+    left = time_left(eta_s)
+    return f"{text}, {left}" if left else text
+
+
+def time_left(eta_s: float | None) -> str:
+    """“about 45 s left”, “about 3 min left”; "" while unknown."""
+    if eta_s is None or not math.isfinite(eta_s):
+        return ""
+    if eta_s < 5:
+        return "almost done"
+    if eta_s < 60:
+        step = 1 if eta_s < 10 else 5
+        return f"about {max(step, int(round(eta_s / step)) * step)} s left"
+    if eta_s < 90:
+        return "about 1 min left"
+    return f"about {int(round(eta_s / 60))} min left"
 
 
 def overflow_notice(figures: dict[str, Any] | None) -> str:
@@ -49,21 +70,69 @@ def overflow_notice(figures: dict[str, Any] | None) -> str:
     return f"{what} left out to fit the context window"
 
 
+def _fit_cost(chunks: list[tuple[tuple[int, int], float]]) -> tuple[float | None, float]:
+    """Least squares for seconds per token = a + b·position, both ≥ 0, from chunks
+    ((first position, end position), seconds); (None, 0) without data."""
+    xs = [p1 - p0 for (p0, p1), _ in chunks]                  # tokens
+    ys = [(p1 * p1 - p0 * p0) / 2 for (p0, p1), _ in chunks]  # their positions, summed
+    ds = [d for _, d in chunks]
+    if not xs or sum(xs) <= 0:
+        return None, 0.0
+    sxx, syy = sum(x * x for x in xs), sum(y * y for y in ys)
+    sxy = sum(x * y for x, y in zip(xs, ys, strict=True))
+    sxd, syd = sum(x * d for x, d in zip(xs, ds, strict=True)), sum(y * d for y, d in zip(ys, ds, strict=True))
+    det = sxx * syy - sxy * sxy
+    if len(chunks) >= 2 and det > 1e-9 * sxx * syy:
+        a, b = (sxd * syy - syd * sxy) / det, (syd * sxx - sxd * sxy) / det
+        if a >= 0 and b >= 0:
+            return a, b
+    return sum(ds) / sum(xs), 0.0          # too little, or too noisy, to see growth: a flat rate
+
+
 class LiveTurn:
     """The figures of the turn in progress (UI thread): prefill progress, tokens, tok/s."""
 
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.started = clock()
         self.prefill: tuple[int, int] | None = None
+        self.prefill_reports: list[tuple[float, int]] = []   # (when, done) of each report
         self.tokens = 0
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
 
     def on_prefill(self, done: int, total: int) -> None:
+        now = self.clock()
+        if self.prefill is not None and total != self.prefill[1]:
+            self.prefill_reports = []       # another prompt (a retry): measure afresh
         self.prefill = (done, total)
+        self.prefill_reports.append((now, done))
+
+    def prefill_eta(self) -> float | None:
+        """Seconds of prompt processing left, counting down between reports (None until two
+        reports apart). Each token costs more the further into the context it sits (attention
+        reads every earlier one), so the time per token is fitted as a + b·position over the
+        chunks measured so far, and the rest of the prompt is costed with it. The first chunk
+        also pays for warming up: it is left out once there are two others."""
+        if self.prefill is None or len(self.prefill_reports) < 2:
+            return None
+        done, total = self.prefill
+        pairs = list(itertools.pairwise(self.prefill_reports))
+        chunks = [((p0, p1), t1 - t0) for (t0, p0), (t1, p1) in pairs if p1 > p0 and t1 >= t0]
+        if len(chunks) >= 3:
+            chunks = chunks[1:]
+        a, b = _fit_cost(chunks)
+        if a is None:
+            return None
+        left = a * (total - done) + b * (total * total - done * done) / 2
+        return max(0.0, left - (self.clock() - self.prefill_reports[-1][0]))
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prefill is not None and not self.decoding
 
     def on_chunk(self, n_tokens: int) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         if self.first_token_at is None:
             self.first_token_at = now
         self.last_token_at = now
@@ -86,5 +155,7 @@ class LiveTurn:
 
     def summary(self) -> str:
         if not self.decoding:
-            return prefill_text(*self.prefill) if self.prefill else "Waiting for the first token…"
+            if self.prefill is None:
+                return "Waiting for the first token…"
+            return prefill_text(*self.prefill, self.prefill_eta())
         return short_figures(self.figures())

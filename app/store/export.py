@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Sequence
@@ -11,6 +13,13 @@ from .rows import ROLES, ConversationDetail, MessageRow
 FORMAT = "amber-conversation"
 VERSION = 1
 MAX_IMPORT_MESSAGES = 100_000
+MAX_IMPORT_BYTES = 64 * 1024 * 1024     # a file to import is read whole: never more than this
+MIN_YEAR, MAX_YEAR = 1970, 9000        # times an import may carry
+MAX_IMPORT_TITLE = 200                  # characters of an imported title (cut, not refused)
+# JSON values (outside strings) an import may hold: each becomes a Python object while parsing, so
+# a file of 64 MiB of `[]` would take gigabytes. An export has ~40 per message.
+MAX_IMPORT_VALUES = 2_000_000
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 def to_markdown(conv: ConversationDetail, path: Sequence[MessageRow]) -> str:
@@ -27,6 +36,16 @@ def to_markdown(conv: ConversationDetail, path: Sequence[MessageRow]) -> str:
         figures = _figures_line(msg.figures)
         if figures:
             lines += [f"*{figures}*", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def to_text(conv: ConversationDetail, path: Sequence[MessageRow]) -> str:
+    """The active path as plain text: who said what, nothing else."""
+    lines = [conv.title, ""]
+    if conv.system_prompt:
+        lines += ["System:", conv.system_prompt, ""]
+    for msg in path:
+        lines += [f"{msg.role.capitalize()}:", msg.content, ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -113,9 +132,17 @@ class ImportedConversation:
 def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
     """Validate an export made by `to_json`; raise ValueError saying what is wrong."""
     if isinstance(data, (str, bytes)):
+        if len(data) > MAX_IMPORT_BYTES:
+            raise ValueError(f"too large ({len(data):,} bytes; at most {MAX_IMPORT_BYTES:,})")
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogatepass")
+        bare = _JSON_STRING.sub(b'""', data)     # what is left to count: the structure
+        values = bare.count(b",") + bare.count(b"[") + bare.count(b"{")
+        if values > MAX_IMPORT_VALUES:
+            raise ValueError(f"too many JSON values ({values:,}; at most {MAX_IMPORT_VALUES:,})")
         try:
             data = json.loads(data)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise ValueError(f"not JSON: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"not an Amber conversation export (expected format {FORMAT!r})")
@@ -133,7 +160,7 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
             raise ValueError(f"message {i} is not an object")
         key = _expect(raw, "id", int, where=f"message {i}")
         parent = raw.get("parent_id")
-        if parent is not None and (not isinstance(parent, int) or parent not in seen):
+        if parent is not None and (not _is_id(parent) or parent not in seen):
             raise ValueError(f"message {i}: parent_id {parent!r} does not name an earlier message")
         if key in seen:
             raise ValueError(f"message {i}: duplicate id {key}")
@@ -143,6 +170,7 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
         figures = raw.get("figures")
         if figures is not None and not isinstance(figures, dict):
             raise ValueError(f"message {i}: figures must be an object or null")
+        figures = _clean_figures(figures)
         model_name = raw.get("model_name")
         if model_name is not None and not isinstance(model_name, str):
             raise ValueError(f"message {i}: model_name must be a string or null")
@@ -154,25 +182,70 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
             figures=figures, model_name=model_name,
         ))
     leaf = data.get("current_leaf_id")
-    if leaf is not None and leaf not in seen:
+    if leaf is not None and (not _is_id(leaf) or leaf not in seen):
         raise ValueError(f"current_leaf_id {leaf!r} does not name a message")
     if leaf is None and messages:
         leaf = messages[-1].key
     settings = conv.get("settings", {})
     if not isinstance(settings, dict):
         raise ValueError("conversation settings must be an object")
+    title = " ".join(_expect(conv, "title", str, where="conversation").split())
+    if len(title) > MAX_IMPORT_TITLE:
+        title = title[:MAX_IMPORT_TITLE - 1].rstrip() + "\u2026"
     return ImportedConversation(
-        title=_expect(conv, "title", str, where="conversation"),
+        title=title,
         title_locked=bool(conv.get("title_locked", False)),
         created_at=_parse_time(conv.get("created_at"), "conversation"),
         updated_at=_parse_time(conv.get("updated_at"), "conversation"),
         model_id=str(conv.get("model_id", "")),
         model_fingerprint=str(conv.get("model_fingerprint", "")),
         system_prompt=str(conv.get("system_prompt", "")),
-        settings=settings,
+        settings=_clean_settings(settings),
         current_leaf_key=leaf,
         messages=messages,
     )
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    """A finite number a Qt widget can hold (figures and settings end up in progress bars and
+    spin boxes, whose values are 32-bit)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and abs(value) < 2**31
+
+
+def _clean_figures(figures: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Only what a reply's figures hold: numbers and short words (a file is untrusted; the window
+    formats these values)."""
+    if figures is None:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in figures.items():
+        if _number(value) or value is None or isinstance(value, bool):
+            out[key] = value
+        elif isinstance(value, str) and len(value) <= 200 and not key.endswith(_NUMERIC_SUFFIXES):
+            out[key] = value
+    return out
+
+
+_NUMERIC_SUFFIXES = ("_tokens", "_ms", "_per_s", "_used", "_window", "_messages")
+
+
+def _clean_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A chat's own settings, as far as they are plain values: numbers, flags, short words, and the
+    sampling numbers (a file is untrusted; the window and the engine read these)."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key == "sampling" and isinstance(value, dict):
+            out[key] = {k: v for k, v in value.items() if isinstance(k, str) and len(k) <= 40
+                        and (v is None or isinstance(v, bool) or _number(v))}
+        elif _number(value) or value is None or isinstance(value, bool) or \
+                (isinstance(value, str) and len(value) <= 200):
+            out[key] = value
+    return out
 
 
 def _expect(obj: dict[str, Any], key: str, kind: type, *, where: str = "export") -> Any:
@@ -188,11 +261,21 @@ def _parse_time(value: Any, where: str) -> datetime:
         return datetime.now(timezone.utc)
     if not isinstance(value, str):
         raise ValueError(f"{where}: time {value!r} is not an ISO 8601 string")
+    shown = value if len(value) <= 40 else value[:40] + "…"
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
-        raise ValueError(f"{where}: time {value!r} is not ISO 8601") from exc
-    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed
+        raise ValueError(f"{where}: time {shown!r} is not ISO 8601") from exc
+    try:
+        parsed = parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+        in_range = MIN_YEAR <= parsed.year <= MAX_YEAR
+    except (ValueError, OverflowError):
+        in_range = False
+    # In UTC and well inside datetime's range: a stored year 1 or 9999 cannot be shown in every
+    # time zone, and the chat list would fail to load.
+    if not in_range:
+        raise ValueError(f"{where}: time {shown!r} is out of range ({MIN_YEAR} to {MAX_YEAR})")
+    return parsed
 
 
 def _iso(value: datetime) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from . import export
 from .errors import NotFoundError
 from .rows import (
     CURRENT_LEAF,
@@ -147,6 +148,18 @@ class MemoryStore:
         if not title:
             raise ValueError("a title cannot be empty")
         self._update(id, title=title, title_locked=True)
+
+    def set_auto_title(self, id: str, title: str) -> bool:
+        """Set a made title unless the user renamed the chat; whether it was set."""
+        title = " ".join(title.split())
+        if not title:
+            raise ValueError("a title cannot be empty")
+        with self._lock:
+            conv = self._conv(id)
+            if conv.detail.title_locked:
+                return False
+            conv.detail = replace(conv.detail, title=title)
+            return True
 
     def set_pinned(self, id: str, pinned: bool) -> None:
         """Pin or unpin."""
@@ -316,6 +329,13 @@ class MemoryStore:
             new.detail = replace(new.detail, current_leaf_id=parent)
             self._convs[new.detail.id] = new
             return new.detail
+
+    def export_json(self, id: str) -> dict[str, Any]:
+        """The whole conversation (all alternatives) as JSON-ready data, as the SQLite store's."""
+        with self._lock:
+            conv = self._conv(id)
+            rows = [self._message_row(conv, m) for m in sorted(conv.messages.values(), key=lambda m: m.id)]
+            return export.to_json(conv.detail, rows)
 
     def search(self, query: str, limit: int = 50) -> list[SearchHit]:
         """Conversations whose title or one message contains every word of `query`, best first."""

@@ -54,6 +54,11 @@ class ChatStore(Protocol):
         """Set the title and stop deriving it from the first message."""
         ...
 
+    def set_auto_title(self, id: str, title: str) -> bool:
+        """Set a title made for the chat (e.g. by the model) unless the user renamed it; whether
+        it was set. The title stays unlocked: a rename still wins later."""
+        ...
+
     def set_pinned(self, id: str, pinned: bool) -> None:
         """Pin or unpin."""
         ...

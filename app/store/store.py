@@ -151,6 +151,23 @@ class ConversationStore:
             raise ValueError("a title cannot be empty")
         self._update_conversation(id, title=title, title_locked=True)
 
+    def set_auto_title(self, id: str, title: str) -> bool:
+        """Set a made title unless the user renamed the chat (one conditional UPDATE, so a rename
+        that lands first always wins); whether it was set."""
+        title = " ".join(title.split())
+        if not title:
+            raise ValueError("a title cannot be empty")
+        stmt = update(Conversation).where(Conversation.id == id, Conversation.title_locked.is_(False)) \
+            .values(title=title)
+
+        def write(session: Session) -> bool:
+            if cast(CursorResult[Any], session.execute(stmt)).rowcount == 1:
+                return True
+            q.conversation_for_update(session, id)     # NotFoundError when there is no such chat
+            return False
+
+        return self._write(write)
+
     def set_pinned(self, id: str, pinned: bool) -> None:
         """Pin or unpin (pinned conversations come first in the sidebar)."""
         self._update_conversation(id, pinned=bool(pinned))

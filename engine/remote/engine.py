@@ -238,6 +238,10 @@ class RemoteEngine:
                 del self._sessions[sid]
         return 0
 
+    def count_tokens(self, text: str) -> int | None:
+        """None: an OpenAI-compatible server offers no standard way to count tokens."""
+        return None
+
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._lock:
             self._closed = True

@@ -352,6 +352,10 @@ class SessionManager:
         except LockTimeout:
             raise SessionBusy("the block store is busy (a save in another Amber process); try again") from None
 
+    def count_tokens(self, text: str) -> int | None:
+        """The model's tokenizer over `text` (no special tokens: what a message adds to a prompt)."""
+        return len(self.model.tokenizer.encode(text, add_special_tokens=False).ids)
+
     def cache_gc(self) -> dict[str, int]:
         """One janitor pass now (budget and age)."""
         return self.prefix.enforce()

@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import pytest
 
 from engine.api import (CacheSaltMismatch, ChatEngine, ChatMessage, EngineCapabilities, GenerationResult,
-                        KVLocation, ModelNotReady, SamplingParams, SessionBusy, SessionError, SessionInfo,
-                        SessionKind, SessionKindConflict, SessionNotOpen, StreamEvent, TextChunk)
+                        KVLocation, ModelNotReady, PrefillProgress, SamplingParams, SessionBusy, SessionError,
+                        SessionInfo, SessionKind, SessionKindConflict, SessionNotOpen, StreamEvent, TextChunk)
 from tests.support.fake_engine import FakeEngine
 from tests.support.server import KEY_A, ServerProcess
 
@@ -176,6 +176,35 @@ def test_a_reply_streams_text_then_one_result(engine: ChatEngine) -> None:
     assert f.prompt_tokens > 0 and 0 < f.generated_tokens <= SHORT.max_new_tokens
     assert f.finish_reason in ("eos", "length", "stop")
     assert engine.info(s).tokens > 0
+
+
+def test_prompt_progress_comes_before_the_text_and_reaches_the_prompt(engine: ChatEngine) -> None:
+    s = sid()
+    engine.open(s, SessionKind.REGULAR)
+    got = events(engine, s)
+    first_text = next(i for i, e in enumerate(got) if isinstance(e, TextChunk))
+    reports = [e for e in got[:first_text] if isinstance(e, PrefillProgress)]
+    assert not any(isinstance(e, PrefillProgress) for e in got[first_text:])
+    assert [r.done for r in reports] == sorted(r.done for r in reports)
+    assert all(0 <= r.done <= r.total for r in reports)
+    result = got[-1]
+    assert isinstance(result, GenerationResult)
+    if not engine.capabilities.remote:      # an OpenAI-compatible stream says nothing of its prefill
+        assert reports and reports[-1].done == reports[-1].total == result.figures.prefilled_tokens > 0
+
+
+def test_count_tokens_is_the_models_tokenizer_or_none(engines: Engines, engine: ChatEngine) -> None:
+    text = "Hello there, how are you?"
+    n = engine.count_tokens(text)
+    if engine.capabilities.remote:
+        assert n is None                     # no standard way to ask a server: the caller estimates
+        return
+    assert isinstance(n, int) and n > 0 and engine.count_tokens("") == 0
+    longer = engine.count_tokens(" ".join([text] * 10))
+    assert longer is not None and longer >= 10 * n - 10
+    if engines.kind == "local":
+        tokenizer = cast(Any, engine).model.tokenizer
+        assert n == len(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 def test_cancel_ends_the_reply_with_a_cancelled_result(engine: ChatEngine) -> None:

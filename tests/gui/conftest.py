@@ -90,10 +90,13 @@ class WindowFactory:
         return Backend(**kwargs)
 
     def __call__(self, engine: Any, *, wait_ready: bool = True, show: bool = True,
-                 **overrides: Any) -> Any:
+                 auto_titles: bool = False, **overrides: Any) -> Any:
         from app.gui.main_window import MainWindow
 
         w = MainWindow(home=self.home, backend=self.backend(engine, **overrides))
+        # The fake answers every prompt with its canned reply: a title made from it would change
+        # the titles, and the engine calls, that other tests look at (tests/gui/test_auto_titles.py)
+        w.auto_titles.enabled = auto_titles
         self.windows.append(w)
         w.confirm = lambda title, text: True
         w.confirm_switch = lambda title, text: True

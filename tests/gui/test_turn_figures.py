@@ -3,6 +3,7 @@ live figures while streaming, nothing of another chat after a switch, the model 
 each reply (kept across a model switch and a restart), and the overflow policies."""
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from tests.support.fake_engine import FakeEngine
@@ -20,16 +21,18 @@ def test_prefill_progress_shows_in_the_reply_bubble_until_the_first_token(make_w
     qtbot.waitUntil(lambda: w.chat_view.widgets and w.chat_view.widgets[-1].prefill.isVisible(),
                     timeout=5000)
     bubble = w.chat_view.widgets[-1]
-    # from the start the bubble says the prompt is being processed (never an empty bubble)
-    assert bubble.prefill.label.text().startswith("Processing prompt")
-    qtbot.waitUntil(lambda: "%" in bubble.prefill.label.text(), timeout=5000)
+    # from the start the bubble says the prompt is being read (never an empty bubble)
+    assert bubble.prefill.label.text().startswith("Reading prompt…")
+    qtbot.waitUntil(lambda: " / " in bubble.prefill.label.text() and "left" in bubble.prefill.label.text()
+                    or "almost done" in bubble.prefill.label.text(), timeout=5000)
     assert bubble.item.pending and bubble.body.toPlainText().strip() in ("", "…")
     done, total = w.stream.live.prefill
     assert total > 50 and done == total * 2 // 4          # two of the fake's four steps
-    assert bubble.prefill.label.text() == prefill_text(done, total)
-    assert bubble.prefill.label.text() in ("Processing prompt 49 %", "Processing prompt 50 %")
+    # tokens read so far, of how many, and (two reports apart: a measured rate) the time left
+    counts = f"Reading prompt… {done:,} / {total:,} tokens, "
+    assert bubble.prefill.label.text().startswith(counts)
     assert 490 <= bubble.prefill.bar.value() <= 500
-    assert w.status.started.text() == prefill_text(done, total)   # not the previous turn's
+    assert w.status.started.text().startswith(counts)   # not the previous turn's
     assert w.status.speed.text() == ""
     with qtbot.waitSignal(w.replyFinished, timeout=5000):
         engine.release_prefill.set()
@@ -191,11 +194,51 @@ def test_overflow_choice_in_the_chat_settings_dialog(make_window, engine, qtbot)
     assert sd.result_settings().overflow == "rolling"
 
 
+def test_the_time_left_counts_with_the_cost_that_grows_along_the_prompt() -> None:
+    """A token further into the context costs more (attention reads every earlier one): with
+    seconds per token = 2 ms + 3 µs·position and a first chunk that also warms up, the estimate
+    is the true time left once three chunks are measured — a flat rate would say half of it."""
+    def cost(p0: int, p1: int) -> float:
+        return 0.002 * (p1 - p0) + 0.000003 * (p1 * p1 - p0 * p0) / 2
+
+    total, now = 7670, [0.0]
+    live = LiveTurn(clock=lambda: now[0])
+    ends = list(range(0, total, 512)) + [total]
+    live.on_prefill(0, total)
+    for i, (p0, p1) in enumerate(itertools.pairwise(ends)):
+        now[0] += cost(p0, p1) + (1.5 if i == 0 else 0.0)
+        live.on_prefill(p1, total)
+        truth = cost(p1, total)
+        eta = live.prefill_eta()
+        assert eta is not None
+        if i >= 3 and p1 < total:
+            assert abs(eta - truth) <= 0.02 * truth, (p1, eta, truth)
+            flat = (now[0] / p1) * (total - p1)
+            assert flat < 0.8 * truth          # what a rate from the average would have said
+    assert live.prefill_eta() == 0.0
+
+
 def test_live_turn_and_texts() -> None:
-    live = LiveTurn()
+    now = [100.0]
+    live = LiveTurn(clock=lambda: now[0])
     assert live.summary() == "Waiting for the first token…"
-    live.on_prefill(1, 4)
-    assert live.summary() == prefill_text(1, 4) == "Processing prompt 25 %"
+    live.on_prefill(0, 7670)
+    assert live.summary() == prefill_text(0, 7670) == "Reading prompt… 0 / 7,670 tokens"   # no rate yet
+    now[0] += 10.0
+    live.on_prefill(512, 7670)                 # 51.2 tokens/s: 7,158 left, about 140 s
+    assert live.summary() == "Reading prompt… 512 / 7,670 tokens, about 2 min left"
+    now[0] += 20.0
+    live.on_prefill(2048, 7670)                # 2,048 in 30 s: 5,622 left at 68.3/s, about 82 s
+    assert live.summary() == "Reading prompt… 2,048 / 7,670 tokens, about 1 min left"
+    now[0] += 40.0                             # no report for 40 s: the estimate counts down
+    assert live.summary() == "Reading prompt… 2,048 / 7,670 tokens, about 40 s left"
+    now[0] += 50.0
+    assert live.summary().endswith("almost done")
+    live.on_prefill(7670, 7670)
+    assert live.summary() == "Read the prompt (7,670 tokens); the reply starts…"
+    assert prefill_text(3, 10, 7.4) == "Reading prompt… 3 / 10 tokens, about 7 s left"
+    assert prefill_text(3, 10, 47.0) == "Reading prompt… 3 / 10 tokens, about 45 s left"
+    assert prefill_text(3, 10, 600.0) == "Reading prompt… 3 / 10 tokens, about 10 min left"
     live.on_chunk(1)
     assert live.decoding and live.tokens_per_s() is None
     assert overflow_notice({"dropped_messages": 1, "dropped_tokens": 40}) == \

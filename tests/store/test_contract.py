@@ -139,6 +139,21 @@ def test_rename_locks_the_title(store: ChatStore) -> None:
         store.rename(conv.id, " \t ")
 
 
+def test_an_auto_title_never_overrides_a_rename(store: ChatStore) -> None:
+    conv = store.create_conversation()
+    store.add_message(conv.id, "user", "how do I bake bread at home")
+    assert store.set_auto_title(conv.id, "  Baking \n bread ") is True
+    d = store.get_conversation(conv.id)
+    assert (d.title, d.title_locked) == ("Baking bread", False)   # a made title: still renamable
+    store.rename(conv.id, "Mine")
+    assert store.set_auto_title(conv.id, "Baking bread at home") is False
+    assert store.get_conversation(conv.id).title == "Mine"
+    with pytest.raises(ValueError):
+        store.set_auto_title(conv.id, "  ")
+    with pytest.raises(NotFoundError):
+        store.set_auto_title(str(uuid.uuid4()), "Nobody")
+
+
 def test_kv_state_cache_salt_opened_and_settings(store: ChatStore) -> None:
     cid = store.create_conversation().id
     store.set_kv_state(cid, "disk", 4096)

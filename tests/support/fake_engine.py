@@ -362,6 +362,10 @@ class FakeEngine:
         self.shut_down = False
         return self
 
+    def count_tokens(self, text: str) -> int | None:
+        """The fake tokenization of a message's text (one token per word, as `count_tokens`)."""
+        return len(text.split())
+
     def shutdown(self, timeout: float = 10.0) -> None:
         self._record("shutdown", timeout)
         deadline = time.monotonic() + timeout

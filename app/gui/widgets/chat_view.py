@@ -258,10 +258,11 @@ class ChatView(QScrollArea):
         self._update_last_flags()
         return w
 
-    def set_stream_prefill(self, done: int, total: int) -> None:
-        """The engine is processing the prompt: show how far, in the reply bubble."""
+    def set_stream_prefill(self, done: int, total: int, text: str | None = None) -> None:
+        """The engine is processing the prompt: show how far (and `text`: how long still), in the
+        reply bubble."""
         if self._stream is not None and not self._stream_text:
-            self._stream.prefill.set_progress(done, total)
+            self._stream.prefill.set_progress(done, total, text)
 
     def set_stream_meta(self, text: str) -> None:
         """Live figures of the streaming reply (tokens, tok/s), in its header."""

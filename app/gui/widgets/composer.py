@@ -90,10 +90,20 @@ class Composer(QFrame):
         row.addWidget(self.send_btn, 0, Qt.AlignmentFlag.AlignBottom)
         row.addWidget(self.stop_btn, 0, Qt.AlignmentFlag.AlignBottom)
         outer.addLayout(row)
+        below = QHBoxLayout()
+        below.setSpacing(8)
         self.hint = QLabel("")
         self.hint.setObjectName("ChatSubtitle")
         self.hint.hide()
-        outer.addWidget(self.hint)
+        below.addWidget(self.hint, 1)
+        # the draft's size in the model's tokens (app/gui/draft_tokens.py fills it in)
+        self.tokens = QLabel("")
+        self.tokens.setObjectName("DraftTokens")
+        self.tokens.setAccessibleName("Message length in tokens")
+        self.tokens.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.tokens.hide()
+        below.addWidget(self.tokens, 0, Qt.AlignmentFlag.AlignRight)
+        outer.addLayout(below)
         self._generating = False
         self._ready = False
         self._reason = "Loading the model…"
@@ -142,6 +152,16 @@ class Composer(QFrame):
         self.send_btn.setToolTip("Send (Enter)" if self._ready else (self._reason or "Not ready"))
         self.hint.setText("" if self._ready else self._reason)
         self.hint.setVisible(bool(not self._ready and self._reason))
+
+    def show_tokens(self, text: str, *, warn: bool = False, tip: str = "") -> None:
+        """“1,234 tokens” under the draft (a warning colour when it will not fit); "" hides it."""
+        self.tokens.setText(text)
+        self.tokens.setToolTip(tip)
+        if bool(self.tokens.property("warn")) != warn:
+            self.tokens.setProperty("warn", warn)
+            self.tokens.style().unpolish(self.tokens)
+            self.tokens.style().polish(self.tokens)
+        self.tokens.setVisible(bool(text))
 
     def try_send(self) -> None:
         if not self.can_send():

@@ -9,7 +9,8 @@ from ..turn_figures import LiveTurn, overflow_notice, prefill_text  # noqa: F401
 
 
 class PrefillIndicator(QWidget):
-    """“Processing prompt NN %” and a thin bar, inside the reply bubble until the first token."""
+    """“Reading prompt… 2,048 / 7,670 tokens, about 45 s left” and a thin bar, inside the reply
+    bubble until the first token."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -32,12 +33,13 @@ class PrefillIndicator(QWidget):
 
     def set_waiting(self) -> None:
         """Before the engine has said how far it is: a busy bar (never an empty bubble)."""
-        self.label.setText("Processing prompt…")
+        self.label.setText("Reading prompt…")
         self.bar.setRange(0, 0)
         self.show()
 
-    def set_progress(self, done: int, total: int) -> None:
+    def set_progress(self, done: int, total: int, text: str | None = None) -> None:
+        """How far the prompt is; `text` says it in words (with the time left), else the counts."""
         self.bar.setRange(0, 1000)
-        self.label.setText(prefill_text(done, total))
+        self.label.setText(text or prefill_text(done, total))
         self.bar.setValue(int(1000 * done / total) if total > 0 else 0)
         self.show()
