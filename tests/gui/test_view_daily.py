@@ -28,7 +28,7 @@ def test_undo_toast_lasts_ten_seconds_and_pauses_while_hovered(make_window, engi
     w.delete_chat(cid)
     assert w.toast.isVisible()
     _hover(w.toast, True)
-    undo_clock = w.pending_deletes[cid]
+    undo_clock = w._toast_timer               # the toast's countdown (the undo itself lasts till quit)
     assert not undo_clock.isActive()          # the countdown stands still while hovered
     QApplication.processEvents()
     assert w.toast.isVisible() and engine.called("delete") == []
@@ -57,7 +57,6 @@ def test_after_delete_a_neighbouring_chat_is_shown_never_the_temporary(make_wind
     w.delete_chat(ids[1])
     assert w.current_id == ids[0]
     w.delete_chat(ids[0])                                # only the temporary chat is left
-    print("DBG", w.current_id, ids, temp)
     assert w.current_id is None and w.draft is not None and not w.draft.temporary
 
 

@@ -50,7 +50,9 @@ def test_chat_logprobs_are_the_models_own(client_a, tiny_model):
     choice = r.choices[0]
     content = choice.logprobs.content
     assert content and len(content) == r.usage.completion_tokens
-    assert b"".join(bytes(e.bytes) for e in content).decode("utf-8", "replace") == choice.message.content
+    # every sampled token is reported; the text keeps only whole characters (a reply cut inside one,
+    # or stray bytes, never shows U+FFFD), so the bytes decode to it with the broken ones left out
+    assert b"".join(bytes(e.bytes) for e in content).decode("utf-8", "ignore") == choice.message.content
     for e in content:
         assert e.logprob <= 0
         assert len(e.top_logprobs) == 5
