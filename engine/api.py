@@ -4,7 +4,10 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence
+
+if TYPE_CHECKING:     # the template module imports this one
+    from engine.text.chat_template import ChatTemplate
 
 
 KV_STORE_MODEL = "model"          # saved KV in the model's own dtype: lossless (the default)
@@ -283,8 +286,15 @@ class TokenEngine(ChatEngine, Protocol):
         """The bytes a token id stands for in text (the API's log-probabilities show them)."""
         ...
 
-    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
-        """The prompt token ids of `messages` under the model's chat template."""
+    def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
+                    tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """The prompt token ids of `messages` under the model's chat template (messages as
+        transformers takes them, tool calls and results included; `tools`: function schemas)."""
+        ...
+
+    @property
+    def chat_template(self) -> ChatTemplate:
+        """The model's chat template (what it renders, and which tool-call format it teaches)."""
         ...
 
     def encode_prompt(self, prompt: str) -> list[int]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class Generator:
     def new_cache(self) -> KVCache:
         return self.runner.new_cache()
 
-    def encode_chat(self, messages: Sequence[ChatMessage | dict[str, Any]],
+    def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
                     tools: list[dict[str, Any]] | None = None) -> list[int]:
         """Renders the chat template (ChatTemplateError on failure) and tokenizes it as HF does:
         without adding special tokens, since the template already wrote them. `tools` (JSON
