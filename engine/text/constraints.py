@@ -18,7 +18,9 @@ any `SamplingParams.constraint`, so every caller (sessions, the batcher, the ser
 streaming or not, with logprobs and logit_bias) gets it from one place.
 
 Lark grammars (llguidance's dialect) may embed a JSON schema with `%json { ... }` and name a
-special token unquoted as `<name>`; e.g. a tool call in a model's format:
+special token unquoted as `<name>`; e.g. a tool call in a model's format (an embedded schema allows
+free JSON whitespace unless it says `"x-guidance": {"whitespace_flexible": false}`, as the
+`json_schema` constraints here do):
 
     start: "<tool_call>" call "</tool_call>"        (quoted: the text; <tool_call>: the special token)
     call: %json {"type": "object", "properties": {"name": {"const": "f"}, "arguments": {...}},
@@ -121,6 +123,8 @@ def json_schema(schema: Mapping[str, Any] | bool | str) -> OutputConstraint:
                                   "are accepted")
         try:
             schema = json.loads(schema)
+        except RecursionError:
+            raise ConstraintError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels") from None
         except ValueError as exc:
             raise ConstraintError(f"the json schema is not JSON: {_short(str(exc))}") from None
     if not isinstance(schema, (dict, bool)):
