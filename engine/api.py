@@ -41,6 +41,18 @@ class KVLocation(str, enum.Enum):
     DISK = "disk"
 
 
+@dataclass(frozen=True)
+class OutputConstraint:
+    """What every generated token must keep the reply within, enforced while sampling.
+
+    Plain data: make one with `engine.text.constraints` (`json_schema`, `json_object`, `lark`),
+    which checks it; the engine binds it to the model's tokenizer when a generation starts.
+    `kind` is "json_schema", "json_object" or "lark"; `source` is the schema as canonical JSON
+    text, or the Lark grammar ("" for json_object)."""
+    kind: str
+    source: str = ""
+
+
 @dataclass
 class SamplingParams:
     """How to pick the next token. `None` fields fall back to the model's generation_config.json."""
@@ -60,6 +72,9 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None
     # Report each sampled token's log-probability and this many most likely alternatives (None: off).
     logprobs: int | None = None
+    # The reply must match this (a JSON schema, any JSON object, a Lark grammar): tokens outside it
+    # are masked before each draw and the reply ends when it is complete (None: free text).
+    constraint: OutputConstraint | None = None
 
 
 @dataclass
