@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.api import ChatMessage, GenerationResult, TextChunk, TokenLogprob
+from engine.api import ChatMessage, GenerationResult, OutputConstraint, TextChunk, TokenLogprob
 from .errors import ApiError, sse_error
 from .logprobs import LegacyLogprobs, chat_logprobs
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -73,7 +73,7 @@ def router(service: Service) -> APIRouter:
 
     def starts(body: ChatCompletionRequest | CompletionRequest, salt: str, encode: Callable[[], list[int]],
                wanted: int | None, stop: list[str], messages: Sequence[ChatMessage] | None = None,
-               constraint: Any = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
+               constraint: OutputConstraint | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
         service.check_options(body.top_logprobs_wanted(), body.bias())
         encode = computed_once(encode)
         return [service.stateless(salt, encode, wanted, constrained(functools.partial(body.sampling, stop=stop,

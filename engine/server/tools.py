@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from engine.api import SamplingParams
+from engine.api import OutputConstraint, SamplingParams
 
 from engine.text.tool_calls import (ContentDelta, Delta, ParsedOutput, ToolCall, ToolCallDelta, ToolCallStream,
                                     ToolDefinitionError, ToolFormat, check_tools, detect_format)
@@ -89,17 +89,21 @@ def tool_format(template: Any, model: str, request: ToolRequest) -> ToolFormat |
     return fmt
 
 
-def constraint(fmt: ToolFormat | None, request: ToolRequest) -> Any:
+def constraint(fmt: ToolFormat | None, request: ToolRequest) -> OutputConstraint | None:
     """For tool_choice "required" or a named function: the reply must be such a call (one, or
     several when parallel calls are allowed), its arguments valid for the tool's schema."""
     forced = request.forced()
     if fmt is None or forced is None:
         return None
     from engine.text.constraints import lark  # noqa: PLC0415 - llguidance loads only for forced calls
-    return lark(fmt.grammar(forced, parallel=request.parallel and request.choice == "required"))
+    try:
+        return lark(fmt.grammar(forced, parallel=request.parallel and request.choice == "required"))
+    except ValueError as exc:        # a grammar over the constraint's bounds (many, large tools)
+        raise ApiError(400, f"the tools cannot be enforced for 'tool_choice': {exc}", "tools") from None
 
 
-def constrained(sampling: Callable[[int], SamplingParams], rule: Any) -> Callable[[int], SamplingParams]:
+def constrained(sampling: Callable[[int], SamplingParams],
+                rule: OutputConstraint | None) -> Callable[[int], SamplingParams]:
     """`sampling` with the reply held to `rule` (unchanged when there is none)."""
     if rule is None:
         return sampling

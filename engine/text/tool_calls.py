@@ -233,6 +233,9 @@ class _CallObject:
 
 # ---- formats ----------------------------------------------------------------------------------
 _ID_ALPHABET = string.ascii_letters + string.digits
+# Calls are written as json.dumps writes JSON (as the templates' `tojson` shows them to the model):
+# no room for the endless whitespace a free layout gives a weak model.
+_JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
@@ -275,11 +278,13 @@ class ToolFormat:
             fn = tool.get("function", tool)
             params = fn.get("parameters") or {"type": "object", "properties": {}}
             if self.name_then_args:
-                lines.append(f"call_{i}: {json.dumps(fn['name'])} \"[ARGS]\" %json {json.dumps(params)}")
+                schema = {**params, "x-guidance": _JSON_LAYOUT}
+                lines.append(f"call_{i}: {json.dumps(fn['name'])} \"[ARGS]\" %json {json.dumps(schema)}")
             else:
                 schema = {"type": "object",
                           "properties": {"name": {"const": fn["name"]}, self.argument_key: params},
-                          "required": ["name", self.argument_key], "additionalProperties": False}
+                          "required": ["name", self.argument_key], "additionalProperties": False,
+                          "x-guidance": _JSON_LAYOUT}
                 lines.append(f"call_{i}: %json {json.dumps(schema)}")
             rules.append(f"call_{i}")
         lines.append("call: " + " | ".join(rules))
