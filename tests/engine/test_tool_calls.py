@@ -180,3 +180,38 @@ def test_grammars_compile(fmt: ToolFormat, parallel: bool):
     grammar = fmt.grammar(check_tools([WEATHER_TOOL, {"type": "function", "name": "now"}]), parallel)
     assert llguidance.LLMatcher.validate_grammar(grammar) == ""
     assert json.dumps("get_weather") in grammar
+
+
+GOOD_CALLS = {
+    "hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    "llama3": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    "mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+    "mistral_args": '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+}
+
+
+@pytest.mark.parametrize("fmt", [HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS], ids=lambda f: f.name)
+def test_grammar_takes_a_valid_call_and_refuses_others(fmt: ToolFormat):
+    """Driven by the tiny tokenizer through the engine's constraint matcher: the call the format's
+    parser reads is a complete sentence; another name, or arguments against the schema, are not."""
+    from engine.text.constraints import ConstraintCompiler, ConstraintError, lark
+    from tests.support.tiny_gguf import trained_tokenizer
+    tokenizer = trained_tokenizer()
+    compiler = ConstraintCompiler(tokenizer, [tokenizer.token_to_id("<|im_end|>")])
+    rule = lark(fmt.grammar(check_tools([WEATHER_TOOL, {"type": "function", "name": "now"}])))
+
+    def accepts(text: str) -> bool:
+        matcher = compiler.matcher(rule)
+        try:
+            for token in tokenizer.encode(text, add_special_tokens=False).ids:
+                matcher.advance(token)
+        except ConstraintError:
+            return False
+        return matcher.complete
+
+    good = GOOD_CALLS[fmt.name]
+    assert accepts(good)
+    assert _summary(fmt.parse(good)) == ("", [("get_weather", '{"city": "Paris"}')])
+    assert not accepts(good.replace("get_weather", "get_wether"))
+    assert not accepts(good.replace('"Paris"', "7"))
+    assert not accepts(good.replace('{"city": "Paris"}', "{}"))
