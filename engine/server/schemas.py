@@ -187,7 +187,7 @@ def template_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     `tojson`), the text itself when it is no JSON object."""
     try:
         parsed = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):     # not JSON, or nested past the parser's depth
         parsed = None
     return {"id": call_id, "type": "function",
             "function": {"name": name, "arguments": parsed if isinstance(parsed, dict) else arguments}}
