@@ -40,6 +40,10 @@ CASES = [
      "", [("a", '{"x": "[1]"}'), ("b", '{"y": null}')]),
     (MISTRAL, '[TOOL_CALLS][{"name": "a", "arguments": {}, "id": "abcdefghi"}]', "", [("a", "{}")]),
     (MISTRAL, "Brackets [TOOL_ and [TOOL_CALLS] alone", SAME, []),
+    # The marker is a special token: a detokenizer that skips special tokens leaves it out.
+    (MISTRAL, ' [{"name": "a", "arguments": {"x": 1}}]', "", [("a", '{"x": 1}')]),
+    (MISTRAL, "[1, 2] is a list", SAME, []),
+    (MISTRAL, 'Then [{"name": "a", "arguments": {}}]', SAME, []),
     (MISTRAL_ARGS, '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]now[ARGS]{}',
      "", [("get_weather", '{"city": "Paris"}'), ("now", "{}")]),
     (MISTRAL_ARGS, "[TOOL_CALLS]not a name[ARGS]{}", SAME, []),
