@@ -618,7 +618,7 @@ def _merge(deltas: list[Delta]) -> list[Delta]:
 
 
 # ---- tool definitions from a request ----------------------------------------------------------
-def _depth(value: Any) -> int:
+def json_depth(value: Any) -> int:
     """How deeply a parsed JSON value nests (a loop: it may nest as deep as the parser allowed)."""
     deepest, stack = 0, [(value, 1)]
     while stack:
@@ -680,7 +680,7 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
             params = {"type": "object", "properties": {}}
         if not isinstance(params, dict):
             raise ToolDefinitionError(f"{where} ('{name}'): 'parameters' is a JSON schema object")
-        if _depth(params) > MAX_SCHEMA_DEPTH:
+        if json_depth(params) > MAX_SCHEMA_DEPTH:
             raise ToolDefinitionError(f"{where} ('{name}'): 'parameters' nests deeper than {MAX_SCHEMA_DEPTH}")
         try:
             jsonschema.Draft202012Validator.check_schema(params)
