@@ -219,3 +219,33 @@ def test_grammar_takes_a_valid_call_and_refuses_others(fmt: ToolFormat):
     assert not accepts(good.replace("get_weather", "get_wether"))
     assert not accepts(good.replace('"Paris"', "7"))
     assert not accepts(good.replace('{"city": "Paris"}', "{}"))
+
+
+PIECES = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", '{"name": "f", ', '"name"',
+          '"arguments": ', '"parameters": ', "{", "}", "[", "]", '"', "\\", ",", ";", ":", " ", "\n", "x", "é", "7",
+          '{"a": [1, "}"]}', "null"]
+
+
+@pytest.mark.parametrize("fmt", [HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS], ids=lambda f: f.name)
+def test_any_text_streams_as_it_parses(fmt: ToolFormat):
+    """Replies made of the formats' own pieces in any order, cut anywhere: the stream never fails,
+    adds up to the whole reply's reading, and loses no text that is not part of a call."""
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(st.lists(st.sampled_from(PIECES), max_size=24), st.lists(st.integers(0, 400), max_size=4))
+    def check(pieces: list[str], cuts: list[int]) -> None:
+        text = "".join(pieces)
+        whole = fmt.parse(text)
+        stream = fmt.stream()
+        deltas, at = [], 0
+        for cut in sorted(c % (len(text) + 1) for c in cuts) + [len(text)]:
+            deltas += stream.feed(text[at:cut])
+            at = cut
+        deltas += stream.finish()
+        assert _summary(collect(deltas)) == _summary(whole)
+        for call in whole.tool_calls:
+            assert call.arguments.strip()
+        if not whole.tool_calls:
+            assert whole.content == text
+    check()
