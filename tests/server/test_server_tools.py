@@ -114,6 +114,29 @@ def test_required_streamed_as_tool_call_deltas(family_server):
     assert (call.function.name, call.function.arguments) == (calls[0]["name"], calls[0]["arguments"])
 
 
+def test_each_choice_streams_its_own_call(family_server):
+    family, server = family_server
+    stream = client(server).chat.completions.create(model="default", messages=ASK, tools=[WEATHER, CLOCK], n=2,
+                                                    tool_choice={"type": "function", "function": {"name": "get_time"}},
+                                                    max_tokens=150, temperature=1.0, seed=5, stream=True)
+    calls: dict[int, dict] = {}
+    finish: dict[int, str] = {}
+    for chunk in stream:
+        for choice in chunk.choices:
+            for d in choice.delta.tool_calls or ():
+                assert d.index == 0
+                if d.id is not None:
+                    calls[choice.index] = {"id": d.id, "name": d.function.name, "arguments": ""}
+                calls[choice.index]["arguments"] += d.function.arguments or ""
+            if choice.finish_reason:
+                finish[choice.index] = choice.finish_reason
+    assert finish == {0: "tool_calls", 1: "tool_calls"}
+    assert calls[0]["id"] != calls[1]["id"]
+    for call in calls.values():
+        assert_id(family, call["id"])
+        assert_valid_call(call["name"], call["arguments"], ("get_time",))
+
+
 def test_tools_are_shown_for_auto_and_hidden_for_none(family_server):
     _, server = family_server
     c = client(server)
