@@ -97,8 +97,7 @@ class _CallObject:
         self.name: str | None = None
         self.args_streamed: list[str] = []   # raw argument text given out so far
         self.args_pending: list[str] = []    # raw argument text not yet given out
-        self.args_string = False             # arguments given as a JSON string
-        self.args_final: str | None = None
+        self.args_final: str | None = None   # the whole argument text, once its value ended
 
     @property
     def done(self) -> bool:
@@ -218,7 +217,6 @@ class _CallObject:
                     decoded = json.loads(text)
                 except ValueError:
                     decoded = text
-                self.args_string = True
                 self.args_pending = [decoded if isinstance(decoded, str) else text]
             elif self.value_kind == "atom":    # null and the like: no arguments
                 self.args_pending = ["{}"] if text == "null" else [text]
