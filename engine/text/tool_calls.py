@@ -684,7 +684,7 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
             jsonschema.Draft202012Validator.check_schema(params)
         except jsonschema.SchemaError as exc:
             raise ToolDefinitionError(f"{where} ('{name}'): 'parameters' is not a valid JSON schema: "
-                                      f"{exc.message[:200]}") from None
+                                      f"{' '.join(exc.message.split())[:200]}") from None
         if params.get("type", "object") != "object":
             raise ToolDefinitionError(f"{where} ('{name}'): 'parameters' must describe an object "
                                       f"(type 'object'), not {str(params.get('type'))[:40]!r}")
