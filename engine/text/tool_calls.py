@@ -16,7 +16,8 @@ API (pure: no server, no engine state):
 - `ToolFormat.stream() -> ToolCallStream`: `feed(text)` and `finish()` return `ContentDelta`s and
   `ToolCallDelta`s (a call's first delta carries its index, id and name; the next ones fragments
   of its arguments). Text that may be the start of a call is held back until it is known not to
-  be. Whatever way a reply is cut into pieces, the deltas add up to what `parse` returns.
+  be. Whatever way a reply is cut into pieces, the deltas add up to what `parse` returns;
+  `collect(deltas) -> ParsedOutput` adds them up.
 - `ToolFormat.grammar(tools, parallel) -> str`: a Lark grammar (llguidance's dialect, with
   `%json` for the arguments' JSON schemas) whose sentences are one call (several if `parallel`)
   to one of `tools` (OpenAI function definitions), each with arguments valid for its schema.
