@@ -257,6 +257,11 @@ class ToolFormat:
     grammar_close: str = ""
     grammar_joint: str = ""
 
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The format's marker strings (often special tokens, whose text the reply must keep)."""
+        return self.opens + ((_ARGS_MARKER,) if self.name_then_args else ())
+
     def new_id(self) -> str:
         if self.id_length:
             return "".join(secrets.choice(_ID_ALPHABET) for _ in range(self.id_length))
