@@ -11,8 +11,9 @@ from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.api import ChatMessage, GenerationResult, TextChunk, TokenLogprob
+from engine.api import ChatMessage, GenerationResult, OutputConstraint, TextChunk, TokenLogprob
 from .errors import ApiError, sse_error
+from .formats import chat_constraint, check_engine
 from .logprobs import LegacyLogprobs, chat_logprobs
 from .schemas import ChatCompletionRequest, CompletionRequest
 from .choices import Choices, computed_once
@@ -69,10 +70,13 @@ def router(service: Service) -> APIRouter:
 
     def starts(body: ChatCompletionRequest | CompletionRequest, salt: str, encode: Callable[[], list[int]],
                wanted: int | None, stop: list[str],
-               messages: Sequence[ChatMessage] | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
+               messages: Sequence[ChatMessage] | None = None,
+               constraint: OutputConstraint | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
         service.check_options(body.top_logprobs_wanted(), body.bias())
+        check_engine(service, constraint, "response_format")
         encode = computed_once(encode)
-        return [service.stateless(salt, encode, wanted, functools.partial(body.sampling, stop=stop, choice=i), messages)
+        return [service.stateless(salt, encode, wanted, functools.partial(body.sampling, stop=stop, choice=i,
+                                                                          constraint=constraint), messages)
                 for i in range(body.n)]
 
     @r.post("/v1/chat/completions")
@@ -82,9 +86,10 @@ def router(service: Service) -> APIRouter:
         body.check()
         stop = body.stop_list()
         messages = [m.to_chat() for m in body.messages]
+        constraint = await chat_constraint(body.response_format)
         choices = await Choices.submit(service, caller, starts(body, caller.salt(body.cache_salt),
                                                                service.encode_chat(messages), body.wanted_tokens(),
-                                                               stop, messages), request)
+                                                               stop, messages, constraint), request)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         token_bytes = service.token_bytes if body.top_logprobs_wanted() is not None else None
 

@@ -22,6 +22,7 @@ from engine.api import ChatMessage, GenerationResult, SessionKind, TextChunk
 from .auth import Caller
 from .chat import SSE_HEADERS, sse
 from .errors import ApiError, error_body
+from .formats import check_engine, text_constraint
 from .response_store import ResponseRecord, ResponseStore, new_response_id
 from .schemas import ResponseRequest
 from .service import Service, amber_figures
@@ -114,7 +115,8 @@ def _response(rid: str, msg_id: str, created: int, body: ResponseRequest, model:
             "error": None, "model": model, "output": output, "instructions": body.instructions,
             "previous_response_id": body.previous_response_id, "store": body.store,
             "temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
-            "parallel_tool_calls": False, "tool_choice": "none", "tools": [], "text": {"format": {"type": "text"}},
+            "parallel_tool_calls": False, "tool_choice": "none", "tools": [],
+            "text": {"format": body.text.format.echo() if body.text and body.text.format else {"type": "text"}},
             "truncation": "disabled", "metadata": {},
             "usage": _usage(result, body.store), "amber": amber}
 
@@ -142,6 +144,8 @@ def router(service: Service) -> APIRouter:
         caller = service.caller(request)
         service.check_model(body.model)
         body.check()
+        constraint = await text_constraint(body.text)
+        check_engine(service, constraint, "text.format")
         prompt, history, chain = await asyncio.to_thread(plan, caller, body)
         wanted = body.max_output_tokens
         session_id = (chain or str(uuid.uuid4())) if body.store else None
@@ -149,12 +153,13 @@ def router(service: Service) -> APIRouter:
 
         if session_id is None:
             start = service.stateless(caller.salt(body.cache_salt), encode, wanted,
-                                      lambda n: body.sampling(n, []), prompt, kind=SessionKind.TEMPORARY)
+                                      lambda n: body.sampling(n, [], constraint=constraint), prompt,
+                                      kind=SessionKind.TEMPORARY)
         else:
             def start(cancel: threading.Event, sid: str = session_id) -> Iterator[Any]:
                 ids = encode()
                 service.check_prompt(len(ids))
-                params = body.sampling(service.new_tokens(wanted, len(ids)), [])
+                params = body.sampling(service.new_tokens(wanted, len(ids)), [], constraint=constraint)
                 chains.acquire(sid, caller.salt(body.cache_salt))
 
                 def run() -> Iterator[Any]:
