@@ -231,3 +231,26 @@ def test_litellm_completion(server, closers):
     assert isinstance(json.loads(r.choices[0].message.content), dict)
     r = litellm.completion(response_format=json_schema_format("list", LIST), temperature=1.0, seed=9, **kw)
     jsonschema.validate(json.loads(r.choices[0].message.content), LIST)
+
+
+# ---- the real default model --------------------------------------------------------------------
+@pytest.mark.slow
+def test_default_model_fills_a_schema(default_model_dir, tmp_path, start_server):
+    """SmolLM2-135M-Instruct behind the server: a schema-bound reply, greedy, that says something."""
+    s = start_server(default_model_dir, tmp_path / "state")
+    c = openai.OpenAI(base_url=s.url, api_key="unused", max_retries=0, timeout=300)
+    city = {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 40},
+        "country": {"type": "string", "maxLength": 40},
+        "population_millions": {"type": "number", "minimum": 0, "maximum": 100}},
+        "required": ["city", "country", "population_millions"], "additionalProperties": False}
+    r = c.chat.completions.create(model="default", temperature=0, max_tokens=80,
+                                  messages=[{"role": "user", "content": "What is the capital of France? Answer "
+                                                                        "with the city, its country and population."}],
+                                  response_format=json_schema_format("city", city))
+    reply = json.loads(r.choices[0].message.content)
+    jsonschema.validate(reply, city)
+    assert r.choices[0].finish_reason == "stop" and "Paris" in reply["city"]
+    parsed = c.chat.completions.parse(model="default", temperature=0, max_tokens=80, response_format=Pet,
+                                      messages=[{"role": "user", "content": "Describe a small dog as JSON."}])
+    assert isinstance(parsed.choices[0].message.parsed, Pet)
