@@ -242,11 +242,12 @@ def test_default_model_fills_a_schema(default_model_dir, tmp_path, start_server)
     city = {"type": "object", "properties": {
         "city": {"type": "string", "maxLength": 40},
         "country": {"type": "string", "maxLength": 40},
-        "population_millions": {"type": "number", "minimum": 0, "maximum": 100}},
-        "required": ["city", "country", "population_millions"], "additionalProperties": False}
+        "continent": {"enum": ["Africa", "Asia", "Europe", "North America", "South America", "Oceania"]},
+        "is_capital": {"type": "boolean"}},
+        "required": ["city", "country", "continent", "is_capital"], "additionalProperties": False}
     r = c.chat.completions.create(model="default", temperature=0, max_tokens=80,
                                   messages=[{"role": "user", "content": "What is the capital of France? Answer "
-                                                                        "with the city, its country and population."}],
+                                                                        "with the city, its country and continent."}],
                                   response_format=json_schema_format("city", city))
     reply = json.loads(r.choices[0].message.content)
     jsonschema.validate(reply, city)
