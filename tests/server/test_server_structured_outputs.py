@@ -255,3 +255,26 @@ def test_default_model_fills_a_schema(default_model_dir, tmp_path, start_server)
     parsed = c.chat.completions.parse(model="default", temperature=0, max_tokens=80, response_format=Pet,
                                       messages=[{"role": "user", "content": "Describe a small dog as JSON."}])
     assert isinstance(parsed.choices[0].message.parsed, Pet)
+
+
+def test_an_engine_without_a_tokenizer_refuses_formats(tmp_path):
+    """Served over an engine without token prompts (the GUI tests' fake, as a remote engine): a
+    format it cannot enforce is a 400, never a reply that silently ignores it."""
+    from engine.server import serve_in_thread
+    from tests.support.fake_engine import FakeEngine
+    engine = FakeEngine(tmp_path / "fake", delay=0)
+    handle = serve_in_thread(engine, "127.0.0.1", 0, state_dir=tmp_path / "state")
+    try:
+        client = openai.OpenAI(base_url=handle.url, api_key="unused", max_retries=0, timeout=60)
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model=engine.model_name, messages=ASK,
+                                           response_format={"type": "json_object"})
+        assert info.value.body["param"] == "response_format"
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(model=engine.model_name, input="x", text=text_format("pet", PET))
+        assert info.value.body["param"] == "text.format"
+        r = client.chat.completions.create(model=engine.model_name, messages=ASK, response_format={"type": "text"})
+        assert r.choices[0].message.content
+    finally:
+        handle.stop()
+        engine.shutdown()
