@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import statistics
 import sys
 import time
@@ -300,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     text = render(res, facts, load_before, command.strip())
     if args.write:
         DOC.parent.mkdir(parents=True, exist_ok=True)
-        DOC.write_text(text, encoding="utf-8")
+        tmp = DOC.with_suffix(".md.tmp")      # as bench.common.write_section: never a half-written page
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, DOC)
         print(f"wrote {DOC}")
     else:
         print(text)
