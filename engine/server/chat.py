@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from engine.api import ChatMessage, GenerationResult, OutputConstraint, TextChunk, TokenLogprob
 from engine.text.tool_calls import ToolFormat
 from .errors import ApiError, sse_error
+from .formats import chat_constraint, check_engine
 from .logprobs import LegacyLogprobs, chat_logprobs
 from .schemas import ChatCompletionRequest, CompletionRequest
 from .choices import Choices, computed_once
@@ -75,12 +76,15 @@ def router(service: Service) -> APIRouter:
     def starts(body: ChatCompletionRequest | CompletionRequest, salt: str, encode: Callable[[], list[int]],
                wanted: int | None, stop: list[str], messages: Sequence[ChatMessage] | None = None,
                fmt: ToolFormat | None = None,
-               constraint: OutputConstraint | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
+               constraint: OutputConstraint | None = None,
+               output: OutputConstraint | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
+        """`constraint`: a forced tool call's (it wins); `output`: response_format's."""
         service.check_options(body.top_logprobs_wanted(), body.bias())
+        check_engine(service, output, "response_format")
         encode = computed_once(encode)
         return [service.stateless(salt, encode, wanted, constrained(functools.partial(body.sampling, stop=stop,
-                                                                                      choice=i), fmt, constraint),
-                                  messages)
+                                                                                      choice=i, constraint=output),
+                                                                    fmt, constraint), messages)
                 for i in range(body.n)]
 
     @r.post("/v1/chat/completions")
@@ -92,10 +96,11 @@ def router(service: Service) -> APIRouter:
         tooling = body.tool_settings()
         fmt = service.tool_format(tooling)
         messages = [m.to_chat() for m in body.messages]
+        output = await chat_constraint(body.response_format)
         encode = service.encode_chat(name_tool_results([m.to_template() for m in body.messages]), tooling.offered)
         choices = await Choices.submit(service, caller, starts(body, caller.salt(body.cache_salt), encode,
                                                                body.wanted_tokens(), stop, messages, fmt,
-                                                               tools.constraint(fmt, tooling)), request)
+                                                               tools.constraint(fmt, tooling), output), request)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         token_bytes = service.token_bytes if body.top_logprobs_wanted() is not None else None
 

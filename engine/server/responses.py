@@ -24,6 +24,7 @@ from engine.api import ChatMessage, GenerationResult, SessionKind, TextChunk
 from .auth import Caller
 from .chat import SSE_HEADERS, sse
 from .errors import ApiError, error_body
+from .formats import check_engine, text_constraint
 from .response_store import ResponseRecord, ResponseStore, new_response_id
 from . import tools
 from .response_items import Event, ResponseOutput
@@ -131,7 +132,8 @@ def _response(rid: str, created: int, body: ResponseRequest, model: str, output:
             "temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
             "parallel_tool_calls": tooling.parallel, "tool_choice": _tool_choice(tooling),
             "tools": [{"type": "function", **t["function"]} for t in tooling.tools],
-            "text": {"format": {"type": "text"}}, "truncation": "disabled", "metadata": {},
+            "text": {"format": body.text.format.echo() if body.text and body.text.format else {"type": "text"}},
+            "truncation": "disabled", "metadata": {},
             "usage": _usage(result, body.store), "amber": amber}
 
 
@@ -169,11 +171,14 @@ def router(service: Service) -> APIRouter:
         body.check()
         tooling = body.tool_settings()
         fmt = service.tool_format(tooling)
+        text_rule = await text_constraint(body.text)
+        check_engine(service, text_rule, "text.format")
         prompt, history, chain = await asyncio.to_thread(plan, caller, body)
         wanted = body.max_output_tokens
         session_id = (chain or str(uuid.uuid4())) if body.store else None
         encode = service.encode_chat(prompt, tooling.offered)
-        sampling = constrained(lambda n: body.sampling(n, []), fmt, tools.constraint(fmt, tooling))
+        sampling = constrained(lambda n: body.sampling(n, [], constraint=text_rule), fmt,
+                               tools.constraint(fmt, tooling))
         chat_prompt = _chat_messages(prompt)
 
         if session_id is None:

@@ -9,7 +9,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
                       model_validator)
 from pydantic_core import PydanticCustomError
 
-from engine.api import ChatMessage, OverflowPolicy, SamplingParams
+from engine.api import ChatMessage, OutputConstraint, OverflowPolicy, SamplingParams
 from .errors import ApiError
 from .tools import ToolRequest, tool_request
 
@@ -87,9 +87,11 @@ class _Sampling(_Request):
     stream: StrictBool = False
     cache_salt: Annotated[StrictStr, Field(min_length=1, max_length=MAX_SALT_CHARS)] | None = None
 
-    def sampling(self, max_new_tokens: int, stop: list[str], choice: int = 0) -> SamplingParams:
+    def sampling(self, max_new_tokens: int, stop: list[str], choice: int = 0,
+                 constraint: OutputConstraint | None = None) -> SamplingParams:
         """The engine's parameters for choice number `choice` (each choice of `n` draws with a seed
-        of its own: the request's seed plus its index, or fresh entropy without one)."""
+        of its own: the request's seed plus its index, or fresh entropy without one); `constraint`:
+        the reply's format (engine/server/formats.py)."""
         top_p = None if self.top_p is None else float(self.top_p)
         # OpenAI allows top_p = 0 (only the most likely token); the engine's nucleus needs > 0.
         greedy = top_p == 0.0
@@ -100,7 +102,7 @@ class _Sampling(_Request):
                               frequency_penalty=None if self.frequency_penalty is None
                               else float(self.frequency_penalty),
                               max_new_tokens=max_new_tokens, stop=stop,
-                              logit_bias=self.bias(), logprobs=self.top_logprobs_wanted(),
+                              logit_bias=self.bias(), logprobs=self.top_logprobs_wanted(), constraint=constraint,
                               # an API caller is told the prompt is too long (400), never silently cut
                               overflow=OverflowPolicy.STOP.value)
 
@@ -224,6 +226,43 @@ def _unsupported(body: BaseModel, *names: str) -> None:
             raise ApiError(400, f"'{name}' is not supported by Amber's server", name)
 
 
+# ---- structured outputs (engine/server/formats.py turns them into the engine's constraint) ----
+MAX_FORMAT_NAME_CHARS = 64    # OpenAI's bound for a schema's name
+Schema = dict[str, Any] | StrictBool
+
+
+class JsonSchemaFormat(_Body):
+    """Chat completions' `response_format.json_schema`."""
+    name: Annotated[StrictStr, Field(min_length=1, max_length=MAX_FORMAT_NAME_CHARS)]
+    description: StrictStr | None = None
+    schema_: Schema | None = Field(default=None, alias="schema")
+    strict: StrictBool | None = None
+
+
+class ResponseFormat(_Body):
+    """Chat completions' `response_format`."""
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class TextFormat(_Body):
+    """The Responses API's `text.format` (a json_schema's fields sit beside its type)."""
+    type: Literal["text", "json_object", "json_schema"]
+    name: Annotated[StrictStr, Field(min_length=1, max_length=MAX_FORMAT_NAME_CHARS)] | None = None
+    description: StrictStr | None = None
+    schema_: Schema | None = Field(default=None, alias="schema")
+    strict: StrictBool | None = None
+
+    def echo(self) -> dict[str, Any]:
+        """The format as a stored response shows it."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class TextConfig(_Body):
+    """The Responses API's `text`."""
+    format: TextFormat | None = None
+
+
 class _Choices(_Sampling):
     """`n`, `logit_bias` and `stream_options`, shared by chat completions and completions."""
     n: StrictInt = 1
@@ -273,6 +312,7 @@ class ChatCompletionRequest(_Choices, _ToolFields):
     stop: StrictStr | list[StrictStr] | None = None
     logprobs: StrictBool | None = None
     top_logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    response_format: ResponseFormat | None = None
 
     def check(self) -> None:
         _unsupported(self, "functions", "audio")
@@ -318,6 +358,7 @@ class ResponseRequest(_Sampling, _ToolFields):
     previous_response_id: Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)] | None = None
     store: StrictBool = True
     max_output_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    text: TextConfig | None = None
 
     def check(self) -> None:
         _unsupported(self, "reasoning", "background", "conversation")
