@@ -73,13 +73,15 @@ def to_api_error(exc: BaseException) -> ApiError:
     """An engine exception as the client's error: bad input is a 4xx, never a 500."""
     # The server imports no engine implementation at load (it serves any ChatEngine).
     from engine.runtime.model import ModelRunError  # noqa: PLC0415
-    from engine.text.chat_template import ChatTemplateError  # noqa: PLC0415
+    from engine.text.chat_template import ChatTemplateError, NoChatTemplate  # noqa: PLC0415
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, ModelNotReady):
         return ApiError(503, str(exc), code="model_not_ready")
     if isinstance(exc, SessionError):
         return ApiError(409, str(exc), code="session_busy")
+    if isinstance(exc, NoChatTemplate):     # a base model: "<model> has no chat template; use /v1/completions"
+        return ApiError(400, str(exc), "model", code="no_chat_template")
     if isinstance(exc, ChatTemplateError):
         return ApiError(400, f"the messages cannot be rendered by the model's chat template: {exc}", "messages")
     if isinstance(exc, ModelRunError):      # the served model itself fails (a crafted graph)

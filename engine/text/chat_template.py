@@ -220,7 +220,7 @@ class ChatTemplate:
                 f"{type(exc).__name__}: {exc}") from exc
 
 
-def _token_string(value: Any) -> str | None:
+def token_string(value: Any) -> str | None:
     """A special token as tokenizer_config.json stores it: a string or {"content": ...}."""
     if isinstance(value, str):
         return value
@@ -302,11 +302,11 @@ def load_chat_template(model_dir: Path, model_name: str) -> ChatTemplate:
 
     config = read_json("tokenizer_config.json")
     special: dict[str, Any] = {key: tok for key in _SPECIAL_TOKEN_KEYS
-               if (tok := _token_string(config.get(key))) is not None}
+               if (tok := token_string(config.get(key))) is not None}
     extra_specials = config.get("additional_special_tokens")
     if isinstance(extra_specials, list):
         special["additional_special_tokens"] = [
-            t for t in map(_token_string, extra_specials) if t is not None]
+            t for t in map(token_string, extra_specials) if t is not None]
 
     source: str | None = None
     origin = ""
