@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import functools
+import threading
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from engine.api import (CancelToken, ChatMessage, FinishReason, GenerationFigure
                   KVLocation, PrefillProgress, SamplingParams, StreamEvent, TextChunk, TokenLogprob)
 from engine.text.bos import BosPrefix, bos_prefix
 from engine.text.chat_template import ChatTemplate, load_chat_template
+from engine.text.constraints import ConstraintCompiler, ConstraintMatcher
 from engine.text.detokenize import IncrementalDecoder, StopStringMatcher
 from engine.text.logprobs import token_logprob
 from engine.runtime.kvcache import KVCache
@@ -36,6 +38,8 @@ class Generator:
         self.model = model
         self.runner = Runner(model)
         self._template: ChatTemplate | None = None
+        self._constraints: ConstraintCompiler | None = None
+        self._constraints_lock = threading.Lock()
 
     @property
     def template(self) -> ChatTemplate:
@@ -43,12 +47,20 @@ class Generator:
             self._template = load_chat_template(self.model.path, self.model.name)
         return self._template
 
+    @property
+    def constraints(self) -> ConstraintCompiler:
+        """The model's constraint compiler, built on first use (its token trie takes ~0.6 s)."""
+        with self._constraints_lock:
+            if self._constraints is None:
+                self._constraints = ConstraintCompiler(self.model.tokenizer, self.model.eos_token_ids)
+            return self._constraints
+
     @functools.cached_property
     def bos(self) -> BosPrefix:
         """Whether (and with which token) this model's prompts start with a BOS."""
         return bos_prefix(self.model.tokenizer, self.model.tokenizer_config)
 
-    def chat_text(self, messages: Sequence[ChatMessage | dict[str, Any]],
+    def chat_text(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
                   tools: list[dict[str, Any]] | None = None) -> str:
         """The chat template's rendering with the generation prompt, starting with exactly one BOS
         where the model wants one (ChatTemplateError on failure; NoChatTemplate for a base model)."""
@@ -57,7 +69,7 @@ class Generator:
     def new_cache(self) -> KVCache:
         return self.runner.new_cache()
 
-    def encode_chat(self, messages: Sequence[ChatMessage | dict[str, Any]],
+    def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
                     tools: list[dict[str, Any]] | None = None) -> list[int]:
         """`chat_text` tokenized as HF tokenizes a rendered template: without adding special tokens,
         since the text holds them. `tools` (JSON schemas, as HF's) select the model's `tool_use`
@@ -97,6 +109,9 @@ class Generator:
 
         if not prompt:
             raise ValueError("empty prompt")
+        # Compiled before any work, so a format the model cannot follow fails before any output.
+        constraint: ConstraintMatcher | None = (None if sampling.constraint is None
+                                                else self.constraints.matcher(sampling.constraint))
         if len(prompt) >= window:
             # Nothing is cut from the history silently: the caller is told the context is full.
             yield finish(FinishReason.CONTEXT_FULL, "", [])
@@ -135,7 +150,8 @@ class Generator:
         history = np.empty(len(prompt) + sampling.max_new_tokens + 1, dtype=np.int64)
         history[:len(prompt)] = prompt
         n_hist = len(prompt)
-        decoder = IncrementalDecoder(self.model.tokenizer, prompt_tail=prompt[-8:])
+        decoder = IncrementalDecoder(self.model.tokenizer, prompt_tail=prompt[-8:],
+                                     keep_special=sampling.keep_special)
         matcher = StopStringMatcher(sampling.stop)
         eos = set(self.model.eos_token_ids)
         generated: list[int] = []
@@ -150,10 +166,13 @@ class Generator:
         # Other sessions decoding at the same time may share each step's run (engine.runtime.batcher).
         with self.runner.decoding(cache):
             while True:
-                token = sampler.sample(logits, history[:n_hist])
+                # The grammar's mask first: logit_bias and penalties then act on the tokens it allows.
+                token = sampler.sample(logits if constraint is None else constraint.mask(logits), history[:n_hist])
                 if not generated:
                     t_first = time.perf_counter()
                     fig.ttft_ms = (t_first - started) * 1000
+                if constraint is not None:
+                    constraint.advance(token)      # EOS too: refused unless the reply is complete
                 if token in eos:
                     reason = FinishReason.EOS
                     break
@@ -170,6 +189,9 @@ class Generator:
                     pending = []
                 if stopped:
                     reason = FinishReason.STOP
+                    break
+                if constraint is not None and constraint.done:
+                    reason = FinishReason.EOS      # the format is complete: only EOS could follow
                     break
                 if len(generated) >= sampling.max_new_tokens:
                     reason = FinishReason.LENGTH
