@@ -214,7 +214,12 @@ class Service:
         tokens = self.tokens
         if tokens is None:
             raise ApiError(400, "this engine does not take 'tools'", "tools", "tools_not_supported")
-        return tool_format(tokens.chat_template, self.model_id, request)
+        from engine.text.chat_template import ChatTemplateError  # noqa: PLC0415 - as to_api_error
+        try:
+            template = tokens.chat_template
+        except ChatTemplateError as exc:     # none at all (a base model), or one that does not load
+            raise to_api_error(exc) from None
+        return tool_format(template, self.model_id, request)
 
     def encode_text(self, prompt: str | list[int]) -> Callable[[], list[int]]:
         tokens = self.tokens

@@ -59,3 +59,11 @@ def test_completions_work_and_count_one_bos(client):
     # the BOS written in the prompt is the one BOS: the same prompt, token for token
     assert with_bos.usage.prompt_tokens == out.usage.prompt_tokens
     assert with_bos.choices[0].text == out.choices[0].text
+
+
+def test_chat_with_tools_is_the_same_400(client):
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Hi"}], tools=tools,
+                                       max_tokens=4)
+    assert err.value.body["message"] == MESSAGE
