@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "packaging"))   # side_venv, beside this script
+import side_venv  # noqa: E402
 
 # The releases compared, and where their venvs live (relative to the checkout).
 RELEASES = {
@@ -37,41 +37,17 @@ def venv_dir(release: str) -> Path:
     return ROOT / "build" / f"transformers-{release}" / "venv"
 
 
-def venv_python(release: str) -> Path:
-    venv = venv_dir(release)
-    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
-def _stamp(release: str) -> Path:
-    return venv_dir(release) / ".amber-hf-templates.json"
+STAMP = ".amber-hf-templates.json"
 
 
 def ready_python(release: str) -> Path | None:
     """The release's venv python when the venv was made for exactly its pins (its stamp says so)."""
-    python = venv_python(release)
-    try:
-        made_for = json.loads(_stamp(release).read_text())
-    except (OSError, ValueError):
-        return None
-    return python if python.exists() and made_for == RELEASES[release] else None
+    return side_venv.ready(venv_dir(release), RELEASES[release], STAMP)
 
 
 def ensure_venv(release: str) -> Path:
     """Creates (or reuses) the release's venv; returns its python. Needs PyPI the first time."""
-    ready = ready_python(release)
-    if ready is not None:
-        return ready
-    venv, wanted = venv_dir(release), RELEASES[release]
-    print(f"== creating {venv} with {' '.join(wanted)}", flush=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    proc = subprocess.run([str(venv_python(release)), "-m", "pip", "install", "-q",
-                           "--disable-pip-version-check", *wanted], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"hf-templates: pip could not install {' '.join(wanted)} into {venv}:\n"
-                         + (proc.stderr or proc.stdout)[-2000:])
-    _stamp(release).write_text(json.dumps(wanted))
-    return venv_python(release)
+    return side_venv.ensure(venv_dir(release), RELEASES[release], STAMP, "hf-templates")
 
 
 def _tokenizer(special: dict[str, str], template: str) -> Any:
