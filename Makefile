@@ -45,9 +45,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# AMBER_ORT_COMPAT=required: the cross-release test fails (never skips) without its venv.
-test: $(STAMP) native default-model lint install-ort-compat
-	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) AMBER_ORT_COMPAT=required $(BIN)/python -m pytest -q
+# AMBER_ORT_COMPAT / AMBER_TEMPLATE_SWEEP=required: the cross-release test and the chat-template sweep
+# fail (never skip) without their venvs.
+test: $(STAMP) native default-model lint install-ort-compat install-hf-templates
+	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) AMBER_ORT_COMPAT=required AMBER_TEMPLATE_SWEEP=required $(BIN)/python -m pytest -q
 
 # Tests that do not need the real default model.
 test-fast: $(STAMP)
@@ -114,6 +115,13 @@ check-platforms: $(STAMP) default-model
 .PHONY: install-ort-compat
 install-ort-compat: $(STAMP)
 	$(BIN)/python packaging/check_ort_compat.py --install-only
+
+# Hugging Face transformers 4.57.6 and 5.25.0 (with jinja2, no torch), each in a venv of its own
+# (build/transformers-4.57/venv, build/transformers-5/venv), for tests/engine/test_template_sweep.py:
+# Amber's chat-template rendering against transformers' own. Needs PyPI once; a no-op after.
+.PHONY: install-hf-templates
+install-hf-templates: $(STAMP)
+	$(BIN)/python packaging/hf_templates.py --install-only
 
 clean:
 	rm -rf $(VENV) $(DEV_HOME) build dist *.egg-info

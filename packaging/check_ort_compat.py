@@ -38,6 +38,9 @@ from typing import Sequence
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # side_venv, beside this script
+import side_venv  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # What the engine imports (not the GUI): installed next to the ORT under test, at the project's pins.
@@ -196,37 +199,18 @@ def _wanted(ort_version: str, pyproject: Path) -> list[str]:
     return [f"onnxruntime=={ort_version}", *pins]
 
 
-def _venv_python(venv: Path) -> Path:
-    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+STAMP = ".amber-ort-compat.json"
 
 
 def ready_venv(venv: Path, ort_version: str, pyproject: Path) -> Path | None:
     """The venv's python when it was made for exactly these pins (its stamp says so), else None."""
-    python, stamp = _venv_python(venv), venv / ".amber-ort-compat.json"
-    try:
-        made_for = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return None
-    return python if python.exists() and made_for == _wanted(ort_version, pyproject) else None
+    return side_venv.ready(venv, _wanted(ort_version, pyproject), STAMP)
 
 
 def ensure_venv(venv: Path, ort_version: str, pyproject: Path) -> Path:
     """A venv holding onnxruntime==ort_version and the engine's pinned packages; reused when its
     stamp matches. Returns its python."""
-    ready = ready_venv(venv, ort_version, pyproject)
-    if ready is not None:
-        return ready
-    wanted = _wanted(ort_version, pyproject)
-    python, stamp = _venv_python(venv), venv / ".amber-ort-compat.json"
-    print(f"== creating {venv} with {' '.join(wanted)}", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *wanted],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"check-ort-compat: pip could not install {' '.join(wanted)} into {venv}:\n"
-                         + (proc.stderr or proc.stdout)[-2000:])
-    stamp.write_text(json.dumps(wanted))
-    return python
+    return side_venv.ensure(venv, _wanted(ort_version, pyproject), STAMP, "check-ort-compat")
 
 
 def _run_script(python: Path | str, what: str, flag: str, target: Path, out: Path) -> None:

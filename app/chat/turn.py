@@ -14,7 +14,9 @@ from typing import Any, Callable, Generator, Iterator, Literal, Sequence
 
 from engine.api import (CancelToken, ChatEngine, ChatMessage, GenerationResult, PrefillProgress, SamplingParams,
                         SessionKind, SessionNotOpen, StreamEvent, TextChunk)
+from engine.text.chat_template import NoChatTemplate
 
+from . import completion_mode
 from .kv import chat_salt, kv_state_of
 from .overflow import overflow_policy
 
@@ -73,6 +75,7 @@ class TurnOutcome:
     error: BaseException | None
     detail: Any
     text: str = ""
+    note: str = ""      # a word on how the reply was written (completion mode), for the status line
 
 
 def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
@@ -107,9 +110,12 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
         [ChatMessage(m.role, m.content) for m in path]
     sampling = settings.sampling.to_params(overrides.get("sampling"))
     sampling.overflow = overflow_policy(overrides, settings)
-    reply, result, error = "", None, None
+    reply, result, error, note = "", None, None, ""
     try:
         for ev in _reply(engine, chat_id, messages, sampling, cancel, open_session):
+            if isinstance(ev, _CompletionMode):
+                note = completion_mode.note(engine.model_name)
+                continue
             if isinstance(ev, TextChunk):
                 reply += ev.text
                 yield Chunk(ev.text, len(ev.token_ids))
@@ -137,22 +143,39 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
     if info is not None and not req.temporary:
         store.set_kv_state(chat_id, *kv_state_of(info))
     return TurnOutcome(rows=rows, assistant=assistant, figures=figures, info=info, error=error,
-                       detail=store.get_conversation(chat_id), text=reply)
+                       detail=store.get_conversation(chat_id), text=reply, note=note)
+
+
+class _CompletionMode:
+    """Yielded by `_reply` before a reply written in completion mode."""
 
 
 def _reply(engine: ChatEngine, chat_id: str, messages: Sequence[ChatMessage], sampling: SamplingParams,
-           cancel: CancelToken, open_session: Callable[[], None]) -> Iterator[StreamEvent]:
+           cancel: CancelToken, open_session: Callable[[], None]) -> Iterator[StreamEvent | _CompletionMode]:
     """The engine's reply. A session the engine does not have open although the window thought
     so (closed meanwhile, say) is opened and asked once more: a stale record never makes every
-    later message of the chat fail."""
+    later message of the chat fail. A model without a chat template continues the chat's text
+    (app.chat.completion_mode) where the engine takes text prompts; elsewhere its refusal stands."""
+    def ask() -> tuple[Iterator[StreamEvent], bool]:
+        try:
+            return iter(engine.generate(chat_id, messages, sampling, cancel)), False
+        except NoChatTemplate:
+            if not engine.capabilities.token_prompts:
+                raise
+        tokens: Any = engine      # a TokenEngine (capabilities.token_prompts)
+        prompt = tokens.encode_prompt(completion_mode.transcript(messages))
+        return iter(tokens.generate_tokens(chat_id, prompt, sampling, cancel)), True
+
     first: StreamEvent | None
     try:      # an engine may raise at the call or at the first event
-        events = iter(engine.generate(chat_id, messages, sampling, cancel))
+        events, completing = ask()
         first = next(events, None)
     except SessionNotOpen:
         open_session()
-        events = iter(engine.generate(chat_id, messages, sampling, cancel))
+        events, completing = ask()
         first = next(events, None)
+    if completing:
+        yield _CompletionMode()
     if first is not None:
         yield first
     yield from events

@@ -191,7 +191,7 @@ class ChatBinding:
         self.last_figures = out.figures
         w.status.show_chat(out.figures, chat_figures.window(w.engines.engine, out.figures),
                            w.chats.kv_text(chat_id))
-        w.status.set_message(f"Generation failed: {in_words(out.error)}" if out.error is not None else "")
+        w.status.set_message(f"Generation failed: {in_words(out.error)}" if out.error is not None else out.note)
         w.update_header()
 
     def on_reply_ended(self, chat_id: str, text: str, error: str | None, stopped: bool) -> None:

@@ -14,6 +14,11 @@ _GONE = re.compile(rf"\bno (?:session|conversation|chat) {_UUID}\b")
 _NAMED = re.compile(rf"\b(?:the )?(?:session|conversation|chat) {_UUID}\b", re.IGNORECASE)
 _QUOTED_PATH = re.compile(rf"""(?::\s*)?(['"])[^'"]*{_UUID}[^'"]*\1""")
 _BARE = re.compile(_UUID)
+# the engine's (and the API server's) refusal to chat with a base model
+_NO_TEMPLATE = re.compile(r"(\S+) has no chat template; use /v1/completions")
+_NO_TEMPLATE_WORDS = (r"\1 has no chat template: it is a base model, which continues text but does not chat. "
+                      r"Choose a chat (instruct) model for this chat; \1 still completes text through the API "
+                      r"server's /v1/completions")
 
 _OS_WORDS = {
     errno.ENOSPC: "the disk is full",
@@ -35,6 +40,7 @@ def in_words(error: BaseException | str) -> str:
     text = str(error) if not isinstance(error, str) else error
     if isinstance(error, BaseException) and not text:
         text = type(error).__name__
+    text = _NO_TEMPLATE.sub(_NO_TEMPLATE_WORDS, text)
     text = _OS_TEXT.sub(_os_text, text)
     text = _ERRNO_TAG.sub("", text)
     text = _GONE.sub("this chat no longer exists", text)

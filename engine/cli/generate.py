@@ -20,7 +20,7 @@ def _sampling(args: argparse.Namespace) -> SamplingParams:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from engine.text.chat_template import ChatTemplateError
+    from engine.text.chat_template import ChatTemplateError, NoChatTemplate
     from engine.runtime.model import ModelLoadError, ModelRunError, load_model
     from engine.sessions.manager import SessionError, SessionManager
     for option, value in [("--prompt", args.prompt), ("--chat", args.chat), ("--system", args.system),
@@ -62,6 +62,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if result is not None and kind != "temporary":
             manager.wait_for_saves()
             saved = manager.info(sid)       # save_error / manifest_error, before shutdown closes it
+    except NoChatTemplate as exc:      # a base model: --prompt is what it takes here
+        raise CliError(f"{exc.model_name} has no chat template (a base model): give it text to continue "
+                       "with --prompt") from None
     except (ChatTemplateError, SessionError, ModelRunError, ValueError) as exc:
         raise CliError(str(exc)) from None
     finally:

@@ -59,7 +59,7 @@ class ChatPlanner:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
-        return self.generator.template.render(messages, add_generation_prompt=True, tools=tools)
+        return self.generator.chat_text(messages, tools)
 
     def prepare(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
                 sampling: SamplingParams | None, tools: list[dict[str, Any]] | None = None) -> ChatJob:

@@ -1,6 +1,7 @@
 """The generation loop: prompt → reuse the cached prefix → prefill → stream sampled tokens."""
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any, Iterator, Mapping, Sequence
@@ -9,6 +10,7 @@ import numpy as np
 
 from engine.api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
                   KVLocation, PrefillProgress, SamplingParams, StreamEvent, TextChunk, TokenLogprob)
+from engine.text.bos import BosPrefix, bos_prefix
 from engine.text.chat_template import ChatTemplate, load_chat_template
 from engine.text.constraints import ConstraintCompiler, ConstraintMatcher
 from engine.text.detokenize import IncrementalDecoder, StopStringMatcher
@@ -53,19 +55,30 @@ class Generator:
                 self._constraints = ConstraintCompiler(self.model.tokenizer, self.model.eos_token_ids)
             return self._constraints
 
+    @functools.cached_property
+    def bos(self) -> BosPrefix:
+        """Whether (and with which token) this model's prompts start with a BOS."""
+        return bos_prefix(self.model.tokenizer, self.model.tokenizer_config)
+
+    def chat_text(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
+                  tools: list[dict[str, Any]] | None = None) -> str:
+        """The chat template's rendering with the generation prompt, starting with exactly one BOS
+        where the model wants one (ChatTemplateError on failure; NoChatTemplate for a base model)."""
+        return self.bos.text(self.template.render(messages, add_generation_prompt=True, tools=tools))
+
     def new_cache(self) -> KVCache:
         return self.runner.new_cache()
 
     def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
                     tools: list[dict[str, Any]] | None = None) -> list[int]:
-        """Renders the chat template (ChatTemplateError on failure) and tokenizes it as HF does:
-        without adding special tokens, since the template already wrote them. `tools` (JSON
-        schemas, as HF's) select the model's `tool_use` template when it ships one."""
-        text = self.template.render(messages, add_generation_prompt=True, tools=tools)
-        return self.model.tokenizer.encode(text, add_special_tokens=False).ids
+        """`chat_text` tokenized as HF tokenizes a rendered template: without adding special tokens,
+        since the text holds them. `tools` (JSON schemas, as HF's) select the model's `tool_use`
+        template when it ships one."""
+        return self.model.tokenizer.encode(self.chat_text(messages, tools), add_special_tokens=False).ids
 
     def encode_prompt(self, text: str) -> list[int]:
-        return self.model.tokenizer.encode(text, add_special_tokens=True).ids
+        """A raw completion prompt: its text as written, after exactly one BOS where the model wants one."""
+        return self.bos.ids(self.model.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def stream(self, cache: KVCache, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
                cancel: CancelToken | None = None, *, origin: KVLocation = KVLocation.MEMORY,

@@ -75,13 +75,15 @@ def to_api_error(exc: BaseException) -> ApiError:
     """An engine exception as the client's error: bad input is a 4xx, never a 500."""
     # The server imports no engine implementation at load (it serves any ChatEngine).
     from engine.runtime.model import ModelRunError  # noqa: PLC0415
-    from engine.text.chat_template import ChatTemplateError  # noqa: PLC0415
+    from engine.text.chat_template import ChatTemplateError, NoChatTemplate  # noqa: PLC0415
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, ModelNotReady):
         return ApiError(503, str(exc), code="model_not_ready")
     if isinstance(exc, SessionError):
         return ApiError(409, str(exc), code="session_busy")
+    if isinstance(exc, NoChatTemplate):     # a base model: "<model> has no chat template; use /v1/completions"
+        return ApiError(400, str(exc), "model", code="no_chat_template")
     if isinstance(exc, ChatTemplateError):
         return ApiError(400, f"the messages cannot be rendered by the model's chat template: {exc}", "messages")
     if isinstance(exc, ModelRunError):      # the served model itself fails (a crafted graph)
@@ -212,7 +214,12 @@ class Service:
         tokens = self.tokens
         if tokens is None:
             raise ApiError(400, "this engine does not take 'tools'", "tools", "tools_not_supported")
-        return tool_format(tokens.chat_template, self.model_id, request)
+        from engine.text.chat_template import ChatTemplateError  # noqa: PLC0415 - as to_api_error
+        try:
+            template = tokens.chat_template
+        except ChatTemplateError as exc:     # none at all (a base model), or one that does not load
+            raise to_api_error(exc) from None
+        return tool_format(template, self.model_id, request)
 
     def encode_text(self, prompt: str | list[int]) -> Callable[[], list[int]]:
         tokens = self.tokens

@@ -11,6 +11,15 @@ tokenize=False)`: the same sandboxed Jinja2 environment (`ImmutableSandboxedEnvi
 
 A template that fails to compile or render raises `ChatTemplateError`, whose message names the
 model and the cause (including a message passed to `raise_exception` by the template).
+
+The messages reach the template as transformers 5 passes them (`_normalize_chat_messages` and
+`_alias_reasoning_fields` of `transformers.utils.chat_template_utils`): keys whose value is None are
+dropped (an assistant turn holding only tool calls has no `content`), and reasoning given as
+`reasoning_content`, `thinking` or `reasoning` is under both `reasoning_content` and `thinking`.
+Nothing else is rewritten: an assistant turn's `<think>…</think>` goes to the template as written,
+and the template decides what of it to show. transformers 4.57 passes messages untouched, so the
+two releases agree exactly when the caller already sends the normalized form; `normalized_messages`
+is that form (tests/engine/test_template_sweep.py renders both releases over real templates).
 """
 from __future__ import annotations
 
@@ -25,17 +34,6 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.api import ChatMessage
-from engine.text.reasoning import for_template, template_knows_reasoning
-
-# The fallback for models that ship no chat template: plain ChatML, no default system prompt.
-#   <|im_start|>{role}\n{content}<|im_end|>\n ... and, for a generation prompt,
-#   <|im_start|>assistant\n
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 
 # Special-token entries of tokenizer_config.json that HF passes to the template.
 _SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
@@ -44,6 +42,14 @@ _SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_
 
 class ChatTemplateError(Exception):
     """A chat template could not be found, compiled or rendered; the message names the model."""
+
+
+class NoChatTemplate(ChatTemplateError):
+    """The model ships no chat template (a base model): it continues text, it does not chat."""
+
+    def __init__(self, model_name: str):
+        super().__init__(f"{model_name} has no chat template; use /v1/completions")
+        self.model_name = model_name
 
 
 class _TemplateRaised(jinja2.TemplateError):
@@ -80,26 +86,68 @@ class _GenerationBlock(Extension):
         return body
 
 
+class _TemplateDict:
+    """The `dict` a template may call: construction only, no attribute to reach Python's type."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _TemplateNamespace(jinja2.utils.Namespace):
+    """`namespace(...)` refusing underscore names, which could reach CPython internals."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:   # Jinja's signature: `namespace(self=...)` works
+        self, rest = args[0], args[1:]
+        for name in dict(*rest, **kwargs):
+            _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, *rest, **kwargs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                f"a chat template may not store underscore-prefixed attributes on a namespace ({name!r})")
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[_GenerationBlock, loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    env.globals["dict"] = _TemplateDict()
+    env.globals["namespace"] = _TemplateNamespace
     return env
 
 
+# The names a message's reasoning comes under; templates read `reasoning_content` (Qwen3, R1 and
+# most others) or `thinking` (gpt-oss).
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
 def _message_dict(message: ChatMessage | Mapping[str, Any]) -> dict[str, Any]:
+    """One message as transformers 5 hands it to the template (see the module's docstring)."""
     if isinstance(message, ChatMessage):
-        return message.to_dict()
-    if isinstance(message, Mapping):
-        out = dict(message)
-        # transformers 5 drops a `content` of None (an assistant turn holding only tool calls), so
-        # templates testing `message.content is defined` / `'content' in message` see no content.
-        if "content" in out and out["content"] is None:
-            del out["content"]
-        return out
-    raise TypeError(f"a chat message must be a ChatMessage or a mapping, got {type(message)!r}")
+        message = message.to_dict()
+    if not isinstance(message, Mapping):
+        raise TypeError(f"a chat message must be a ChatMessage or a mapping, got {type(message)!r}")
+    out = {key: value for key, value in message.items() if value is not None}
+    reasoning = next((out[key] for key in _REASONING_FIELDS if key in out), None)
+    if reasoning is not None:
+        out = {"thinking": reasoning, **out, "reasoning_content": reasoning}
+    return out
+
+
+def normalized_messages(messages: Sequence[ChatMessage | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as the template sees them: the form both transformers 4.57 and 5 render alike."""
+    return [_message_dict(m) for m in messages]
 
 
 class ChatTemplate:
@@ -151,11 +199,10 @@ class ChatTemplate:
         context: dict[str, Any] = {"tools": None, "documents": None}
         context.update(self.variables)
         context.update(extra)
-        template, source = self._template, self.source
+        template = self._template
         if context.get("tools") is not None and "tool_use" in self.named:
-            template, source = self.named["tool_use"], self.named_sources["tool_use"]
-        knows = template_knows_reasoning(source)   # engine.text.reasoning: which turns keep their thinking
-        context["messages"] = [for_template(_message_dict(m), knows) for m in messages]
+            template = self.named["tool_use"]
+        context["messages"] = normalized_messages(messages)
         context["add_generation_prompt"] = add_generation_prompt
         try:
             return template.render(**context)
@@ -173,7 +220,7 @@ class ChatTemplate:
                 f"{type(exc).__name__}: {exc}") from exc
 
 
-def _token_string(value: Any) -> str | None:
+def token_string(value: Any) -> str | None:
     """A special token as tokenizer_config.json stores it: a string or {"content": ...}."""
     if isinstance(value, str):
         return value
@@ -236,7 +283,8 @@ def load_chat_template(model_dir: Path, model_name: str) -> ChatTemplate:
     `chat_template` in `tokenizer_config.json` (a string, or a list of named templates of which
     "default" is used). Other named templates (the list's, or `additional_chat_templates/*.jinja`)
     are kept: `tool_use` renders instead when tools are given. Special-token strings come from
-    `tokenizer_config.json`. A model with no template at all gets `CHATML_TEMPLATE`.
+    `tokenizer_config.json`. A model with no template at all (a base model) raises `NoChatTemplate`:
+    it can only continue text, and a made-up chat format would only make it ramble.
     """
     model_dir = Path(model_dir)
 
@@ -254,14 +302,14 @@ def load_chat_template(model_dir: Path, model_name: str) -> ChatTemplate:
 
     config = read_json("tokenizer_config.json")
     special: dict[str, Any] = {key: tok for key in _SPECIAL_TOKEN_KEYS
-               if (tok := _token_string(config.get(key))) is not None}
+               if (tok := token_string(config.get(key))) is not None}
     extra_specials = config.get("additional_special_tokens")
     if isinstance(extra_specials, list):
         special["additional_special_tokens"] = [
-            t for t in map(_token_string, extra_specials) if t is not None]
+            t for t in map(token_string, extra_specials) if t is not None]
 
     source: str | None = None
-    origin = "fallback ChatML"
+    origin = ""
     named = _additional_templates(model_dir, model_name)
     jinja_path = model_dir / "chat_template.jinja"
     if jinja_path.is_file():
@@ -281,7 +329,7 @@ def load_chat_template(model_dir: Path, model_name: str) -> ChatTemplate:
         origin = "tokenizer_config.json" if source is not None else origin
         named = {**_named_templates(config.get("chat_template")), **named}
     if source is None:
-        source = CHATML_TEMPLATE
+        raise NoChatTemplate(model_name)
 
     return ChatTemplate(source, bos_token=special.pop("bos_token", ""),
                         eos_token=special.pop("eos_token", ""), model_name=model_name,

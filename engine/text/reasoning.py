@@ -2,18 +2,14 @@
 
 Qwen3 and the DeepSeek-R1 distills write `<think>…</think>` before the answer (the R1 distills'
 templates open `<think>\\n` in the generation prompt, so their reply holds only the closing tag).
-The GUI shows the reasoning collapsed; the history sent back keeps it only when the model's
-template does not say otherwise. Qwen3's template splits each assistant message on `</think>` (or
-takes `message.reasoning_content`) and writes the reasoning back only for the turns after the last
-user query; R1's writes `content.split('</think>')[-1]`. So for templates that know about reasoning
-(they mention `</think>` or `reasoning_content`) an assistant message goes to the template as its
-answer plus `reasoning_content`, exactly as transformers users pass it; for any other template
-the reply is sent as the model wrote it.
+The split is for display only (the GUI shows the reasoning collapsed): the history sent back to
+the model holds each reply as the model wrote it, and the model's chat template decides what of it
+the prompt shows (Qwen3's splits on `</think>` and keeps the reasoning of the turn in progress;
+R1's keeps `content.split('</think>')[-1]`), as transformers renders it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 OPEN, CLOSE = "<think>", "</think>"
 
@@ -43,22 +39,3 @@ def split_reasoning(text: str) -> Reply:
     if end >= 0 and OPEN not in text[:end]:
         return Reply(text[:end].strip("\n"), text[end + len(CLOSE):].lstrip("\n"))
     return Reply(None, text)
-
-
-def template_knows_reasoning(template_source: str) -> bool:
-    """Whether a chat template handles reasoning itself (Qwen3, DeepSeek-R1 and their kind)."""
-    return CLOSE in template_source or "reasoning_content" in template_source
-
-
-def for_template(message: dict[str, Any], knows_reasoning: bool) -> dict[str, Any]:
-    """The assistant message as the template should see it: answer + `reasoning_content` for a
-    template that knows reasoning (it decides which turns keep it), unchanged otherwise."""
-    if not knows_reasoning or message.get("role") != "assistant" or "reasoning_content" in message:
-        return message
-    content = message.get("content")
-    if not isinstance(content, str):
-        return message
-    reply = split_reasoning(content)
-    if reply.reasoning is None:
-        return message
-    return {**message, "content": reply.content, "reasoning_content": reply.reasoning}

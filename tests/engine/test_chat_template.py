@@ -7,8 +7,7 @@ from datetime import datetime
 import pytest
 
 from engine.api import ChatMessage
-from engine.text.chat_template import (CHATML_TEMPLATE, ChatTemplate, ChatTemplateError,
-                                  load_chat_template)
+from engine.text.chat_template import ChatTemplate, ChatTemplateError, NoChatTemplate, load_chat_template
 
 # SmolLM2-Instruct's template (tokenizer_config.json): ChatML with a default system prompt.
 SMOLLM2_TEMPLATE = (
@@ -209,7 +208,7 @@ def test_special_tokens_dict_is_available():
 
 def test_bad_message_type_is_a_type_error():
     with pytest.raises(TypeError):
-        ChatTemplate(CHATML_TEMPLATE).render(["just a string"])
+        ChatTemplate(SMOLLM2_TEMPLATE).render(["just a string"])
 
 
 # ---------------------------------------------------------------- loading from a model dir
@@ -261,19 +260,30 @@ def test_named_templates_without_default_is_an_error(tmp_path):
         load_chat_template(tmp_path, "Some-Model")
 
 
-def test_no_template_falls_back_to_chatml(tmp_path):
+def test_no_template_is_no_chat_template_naming_the_model(tmp_path):
+    """A base model gets no made-up chat format: it can only continue text."""
     write_json(tmp_path / "tokenizer_config.json", {"eos_token": "<|im_end|>"})
-    t = load_chat_template(tmp_path, "m")
-    assert t.origin == "fallback ChatML"
-    assert t.source == CHATML_TEMPLATE
-    assert t.render([ChatMessage("system", "S"), ChatMessage("user", "U")]) == (
-        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
-        "<|im_start|>assistant\n")
+    with pytest.raises(NoChatTemplate, match=r"^Base-270M has no chat template; use /v1/completions$"):
+        load_chat_template(tmp_path, "Base-270M")
+    with pytest.raises(ChatTemplateError):      # callers catching template errors see it too
+        load_chat_template(tmp_path / "missing", "m")
 
 
-def test_empty_model_dir_falls_back_to_chatml(tmp_path):
-    t = load_chat_template(tmp_path, "m")
-    assert t.source == CHATML_TEMPLATE and t.bos_token == "" and t.eos_token == ""
+def test_namespace_refuses_underscore_names_and_dict_has_no_escape():
+    """As transformers 5's sandbox: `namespace(_x=...)` and `dict.__class__` are refused."""
+    with pytest.raises(ChatTemplateError, match="underscore"):
+        ChatTemplate("{% set ns = namespace(_x=1) %}{{ ns._x }}").render([])
+    with pytest.raises(ChatTemplateError, match="underscore"):
+        ChatTemplate("{% set ns = namespace(a=1) %}{% set ns._b = 2 %}").render([])
+    assert ChatTemplate("{% set ns = namespace(a=1) %}{% set ns.a = ns.a + 1 %}{{ ns.a }}"
+                        "{{ dict(b=2) | tojson }}").render([]) == '2{"b": 2}'
+    assert ChatTemplate("{{ dict.__class__ }}").render([]) == ""
+
+
+def test_none_values_are_dropped_as_transformers_5_does():
+    t = ChatTemplate("{% for m in messages %}{{ 'content' in m }},{{ m.tool_calls is defined }};{% endfor %}")
+    msgs = [{"role": "assistant", "content": None, "tool_calls": None}, {"role": "user", "content": "x"}]
+    assert t.render(msgs, add_generation_prompt=False) == "False,False;True,False;"
 
 
 def test_broken_tokenizer_config_names_model(tmp_path):

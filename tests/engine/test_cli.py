@@ -243,3 +243,19 @@ def test_generate_cut_at_max_tokens_never_prints_a_broken_character(run_cli, tin
     plain = run_cli(*args)
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout == text + "\n"
+
+
+def test_a_base_model_refuses_chat_and_continues_a_prompt(run_cli, tmp_path):
+    """A model without a chat template: --chat is one line naming it and --prompt; --prompt works."""
+    from engine.convert import convert_gguf
+    from tests.support.server import TINY
+    from tests.support.tiny_gguf import write_tiny_gguf
+    src = write_tiny_gguf(tmp_path / "tiny-base.gguf", TINY, omit=("tokenizer.chat_template",))
+    folder = convert_gguf(src.path, tmp_path / "tiny-base")
+    one_line_error(run_cli("generate", "--model", folder, "--chat", "hi", "--state-dir", tmp_path / "s"),
+                   "tiny-base has no chat template (a base model)", "--prompt")
+    proc = run_cli("generate", "--model", folder, "--prompt", "Once upon a time", "--max-tokens", "3", "--json",
+                   "--state-dir", tmp_path / "s")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert 1 <= out["generated_tokens"] <= 3 and out["finish_reason"] in ("length", "stop")

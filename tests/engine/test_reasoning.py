@@ -1,11 +1,13 @@
-"""Issue 15: reasoning replies (`<think>…</think>`) split at the engine/app boundary, and kept out
-of the history sent back when the model's template says so (Qwen3, DeepSeek-R1 distills)."""
+"""Reasoning replies (`<think>…</think>`): split for display, and sent back in the history as the
+model wrote them, so that the model's template alone decides what of them the prompt shows (Qwen3
+keeps the reasoning of the turn in progress, the DeepSeek-R1 distills keep none)."""
 from __future__ import annotations
 
 import pytest
 
-from engine.text.chat_template import CHATML_TEMPLATE, ChatTemplate
-from engine.text.reasoning import Reply, for_template, split_reasoning, template_knows_reasoning
+from engine.text.chat_template import ChatTemplate
+from engine.text.reasoning import Reply, split_reasoning
+from tests.support.template_cases import template_sources
 
 # The structure of Qwen3's template (written for this test): an assistant message's reasoning is
 # `reasoning_content`, or what precedes `</think>` in its content; it is written back only for
@@ -65,11 +67,6 @@ def test_split_reasoning(text, expected):
     assert split_reasoning(text) == expected
 
 
-def test_which_templates_know_reasoning():
-    assert template_knows_reasoning(QWEN3_LIKE) and template_knows_reasoning(R1_LIKE)
-    assert not template_knows_reasoning(CHATML_TEMPLATE)
-
-
 def conversation(last_reply: str = REPLY) -> list[dict]:
     return [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": last_reply},
             {"role": "user", "content": "Tell me a joke"}]
@@ -83,8 +80,8 @@ def test_qwen3_template_drops_earlier_reasoning():
 
 
 def test_qwen3_template_keeps_reasoning_of_the_turn_in_progress():
-    """After the last user query (e.g. between tool calls) the template writes the reasoning back;
-    the split passes it as reasoning_content, which it reads first."""
+    """After the last user query (e.g. between tool calls) the template writes the reasoning back,
+    split out of the content by the template itself."""
     msgs = [{"role": "system", "content": "S"}] + conversation()[:2]   # the assistant turn is the last
     text = ChatTemplate(QWEN3_LIKE).render(msgs, add_generation_prompt=False)
     assert text.endswith("<|im_start|>assistant\n<think>\nThe user greets me. Greet back.\n</think>\n\n"
@@ -92,22 +89,30 @@ def test_qwen3_template_keeps_reasoning_of_the_turn_in_progress():
 
 
 def test_r1_template_drops_reasoning():
+    """The template keeps what follows `</think>`, blank lines included (as transformers renders it)."""
     text = ChatTemplate(R1_LIKE).render(conversation("Let me see.\n</think>\n\nHello!"))
-    assert text == ("<｜User｜>Hi<｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Tell me a joke"
+    assert text == ("<｜User｜>Hi<｜Assistant｜>\n\nHello!<｜end▁of▁sentence｜><｜User｜>Tell me a joke"
                     "<｜Assistant｜><think>\n")
 
 
-def test_a_template_that_says_nothing_gets_the_reply_as_written():
-    text = ChatTemplate(CHATML_TEMPLATE).render(conversation())
-    assert "<|im_start|>assistant\n" + REPLY + "<|im_end|>" in text
+def test_a_template_that_mentions_think_still_gets_the_reply_as_written():
+    """No rewriting outside the template: a template that only prints the content shows the
+    reasoning, even though its text mentions `</think>`."""
+    template = ("{# replies may hold </think> #}{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+                "{% if m.reasoning_content is defined %}(R){% endif %}{% endfor %}")
+    assert ChatTemplate(template).render(conversation(), add_generation_prompt=False) == (
+        "[user]Hi[assistant]" + REPLY + "[user]Tell me a joke")
 
 
-def test_for_template_leaves_other_messages_alone():
-    user = {"role": "user", "content": REPLY}
-    assert for_template(user, True) is user
-    given = {"role": "assistant", "content": "x", "reasoning_content": "r"}
-    assert for_template(given, True) is given
-    split = for_template({"role": "assistant", "content": REPLY}, True)
-    assert split == {"role": "assistant", "content": "Hello! How can I help?",
-                     "reasoning_content": "The user greets me. Greet back."}
-    assert for_template({"role": "assistant", "content": REPLY}, False)["content"] == REPLY
+def test_the_real_r1_distill_template_strips_the_reasoning_itself():
+    r1 = template_sources()["deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"]
+    text = ChatTemplate(r1, bos_token="<BOS>").render(conversation())
+    assert "Greet back" not in text and "Hello! How can I help?" in text
+
+
+def test_reasoning_given_under_any_name_reaches_the_template_under_both():
+    """As transformers 5: `reasoning_content`, `thinking` (gpt-oss reads it) or `reasoning`."""
+    template = "{% for m in messages %}{{ m.reasoning_content }}|{{ m.thinking }};{% endfor %}"
+    for key in ("reasoning_content", "thinking", "reasoning"):
+        msgs = [{"role": "assistant", "content": "A", key: "R"}]
+        assert ChatTemplate(template).render(msgs, add_generation_prompt=False) == "R|R;"

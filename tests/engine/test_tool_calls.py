@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from engine.text.chat_template import ChatTemplate, CHATML_TEMPLATE
+from engine.text.chat_template import ChatTemplate
 from engine.text.tool_calls import (HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, ContentDelta, ToolCallDelta,
                                     ToolDefinitionError, ToolFormat, check_tools, collect, detect_format)
 from tests.support.tool_templates import LLAMA31_TEMPLATE, MISTRAL_V3_TEMPLATE, QWEN25_TEMPLATE
+from tests.support.tiny_gguf import CHATML_TEMPLATE   # plain ChatML: no tool-call format
 
 WEATHER_ARGS = '{"city": "Paris", "days": [1, {"unit": "}C\\""}]}'
 

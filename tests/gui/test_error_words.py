@@ -29,3 +29,10 @@ def test_chat_ids_and_errno_tags_leave_the_text():
     assert in_words(KeyError()) == "KeyError"
     for text in (in_words(f"session {CID} is busy"), in_words(OSError(errno.EIO, "I/O", f"/s/{CID}"))):
         assert CID not in text and "Errno" not in text
+
+
+def test_a_base_models_refusal_to_chat_says_what_to_do():
+    """The engine's (or a remote server's) message for a model without a chat template."""
+    said = in_words("Gemma-3-270M has no chat template; use /v1/completions")
+    assert said.startswith("Gemma-3-270M has no chat template: it is a base model, which continues text")
+    assert "Choose a chat (instruct) model" in said and "/v1/completions" in said

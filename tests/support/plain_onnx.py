@@ -24,7 +24,10 @@ from .tiny_gguf import TinyModel
 
 IR_VERSION = 10          # onnx 1.23 writes IR 14 by default, which ORT 1.31 rejects
 OPSET = 21
-COPIED_FILES = ("config.json", "tokenizer.json", "generation_config.json")
+# the converted folder's files that describe the model rather than its graph (its chat template too:
+# a model without one is a base model, and refuses chat)
+COPIED_FILES = ("config.json", "tokenizer.json", "generation_config.json", "tokenizer_config.json",
+                "chat_template.jinja")
 
 
 class _Graph:
@@ -196,14 +199,19 @@ def build_merged_graph(model: TinyModel) -> onnx.ModelProto:
     return _model(helper.make_graph([node], "merged_decoder", inputs, outputs))
 
 
+def _copy_model_files(src: Path, dest: Path) -> None:
+    for name in COPIED_FILES:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, dest / name)
+
+
 def write_plain_model(model: TinyModel, gqa_dir: Path | str, dest: Path | str) -> Path:
     """Writes `dest/model.onnx` (plain attention) with config/tokenizer/generation_config copied
     from the converted (GroupQueryAttention) folder of the same weights."""
     gqa_dir, dest = Path(gqa_dir), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     onnx.save_model(build_plain_graph(model), str(dest / "model.onnx"))
-    for name in COPIED_FILES:
-        shutil.copyfile(gqa_dir / name, dest / name)
+    _copy_model_files(gqa_dir, dest)
     return dest
 
 
@@ -212,6 +220,5 @@ def write_merged_model(model: TinyModel, gqa_dir: Path | str, dest: Path | str) 
     gqa_dir, dest = Path(gqa_dir), Path(dest)
     (dest / "onnx").mkdir(parents=True, exist_ok=True)
     onnx.save_model(build_merged_graph(model), str(dest / "onnx" / "decoder_model_merged.onnx"))
-    for name in COPIED_FILES:
-        shutil.copyfile(gqa_dir / name, dest / name)
+    _copy_model_files(gqa_dir, dest)
     return dest

@@ -325,8 +325,10 @@ def write_tiny_gguf(path: Path | str, cfg: TinyConfig = TinyConfig(), *,
         w.add_bos_token_id(vocab["<|im_start|>"])
         w.add_eos_token_id(vocab["<|im_end|>"])
         w.add_pad_token_id(vocab["<|endoftext|>"])
-        w.add_add_bos_token(False)
-        w.add_chat_template(chat[0] if chat else CHATML_TEMPLATE)
+        if "tokenizer.ggml.add_bos_token" not in omit:
+            w.add_add_bos_token(False)
+        if "tokenizer.chat_template" not in omit:
+            w.add_chat_template(chat[0] if chat else CHATML_TEMPLATE)
     for key, value in (metadata or {}).items():
         if isinstance(value, bool):
             w.add_bool(key, value)

@@ -1,13 +1,13 @@
 """A reasoning model's thinking, shown collapsed above its answer.
 
 Qwen3 and the DeepSeek-R1 distills write `<think>…</think>` before the answer. `split_reasoning`
-here splits it for display; it is the same rule as `engine.text.reasoning.split_reasoning` (which the
-engine uses for the template), kept as a copy because widgets never import the engine
-(import-linter), and tests/gui/test_thinking.py checks that both agree. The reply bubble shows one line — “Thinking…”
-while the reasoning streams, then “Thought for N s” — that expands to the reasoning text on a
-click. N is measured while the reply streams; for a reply loaded from the store it is estimated
-from the turn's figures (the reasoning's share of the reply's characters times its generation
-time), and the line says “about”.
+here splits it for display; it is the same rule as `engine.text.reasoning.split_reasoning`, kept as
+a copy because widgets never import the engine (import-linter), and tests/gui/test_thinking.py
+checks that both agree. The reply bubble shows one line — “Thinking…” while the reasoning
+streams, then “Thought for N s” — that expands to the reasoning text on a click. N is measured
+while the reply streams; for a reply loaded from the store it is estimated from the turn's figures
+(the reasoning's share of the reply's characters times its generation time), and the line says
+“about”.
 """
 from __future__ import annotations
 
