@@ -221,8 +221,9 @@ def router(service: Service) -> APIRouter:
                         yield event("response.output_item.done", output_index=0, item=item)
                         yield event("response.completed" if full["status"] == "completed" else "response.incomplete",
                                     response=full)
-            except ApiError as exc:
-                yield event("error", **error_body(exc.status, exc.message, exc.param, exc.code)["error"])
+            except ApiError as exc:     # the spec's error event: its own `type`, not the error's
+                err = error_body(exc.status, exc.message, exc.param, exc.code)["error"]
+                yield event("error", code=err["code"], message=err["message"], param=err["param"])
             finally:
                 run.cancel()
 
