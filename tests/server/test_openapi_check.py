@@ -107,7 +107,8 @@ def test_each_chat_chunk_is_checked(serve):
     after_done = serve("POST", "/v1/chat/completions", sse("data: [DONE]", f"data: {json.dumps(CHUNK)}"),
                        media="text/event-stream")
     assert after_done and "after [DONE]" in after_done[0]
-    cut = serve("POST", "/v1/chat/completions", sse(f"data: {json.dumps(CHUNK)}") + b"data: {", media="text/event-stream")
+    cut = serve("POST", "/v1/chat/completions", sse(f"data: {json.dumps(CHUNK)}") + b"data: {",
+                media="text/event-stream")
     assert cut and "ends inside an event" in cut[0]
 
 

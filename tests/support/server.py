@@ -35,8 +35,8 @@ class ServerProcess:
         env[openapi_check.SPEC_ENV] = str(openapi_check.spec_json())
         env[openapi_check.LOG_ENV] = str(self.violations.path)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.checked_serve", "serve", "--model", str(model_dir), "--port", "0", "--provider", "cpu",
-             "--state-dir", str(state_dir), *extra],
+            [sys.executable, "-m", "tests.support.checked_serve", "serve", "--model", str(model_dir), "--port", "0",
+             "--provider", "cpu", "--state-dir", str(state_dir), *extra],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self._first_line(120)
         if not line.startswith("amber-engine: serving http://127.0.0.1:"):
