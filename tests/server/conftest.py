@@ -9,12 +9,15 @@ not allow fails the test phase (setup, call or teardown) during which it was sen
 from __future__ import annotations
 
 import contextlib
+import importlib
 from pathlib import Path
+from types import ModuleType
 from typing import Iterator
 
 import pytest
 
 from tests.support import openapi_check
+from tests.support.loopback_only import loopback_only
 from tests.support.server import KEY_A, KEY_B, TINY, DEFAULT_MODEL, ServerProcess
 from tests.support.tiny_gguf import write_tiny_gguf
 
@@ -98,6 +101,24 @@ def client_a(server):
 def client_b(server):
     import openai
     return openai.OpenAI(base_url=server.url, api_key=KEY_B, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def network_attempts() -> Iterator[list[str]]:
+    """Every attempt the test process makes to reach beyond loopback during the module (refused)."""
+    with loopback_only() as refused:
+        yield refused
+    assert refused == []
+
+
+@pytest.fixture(scope="module")
+def litellm(network_attempts: list[str]) -> Iterator[ModuleType]:
+    """litellm, imported with its price list kept local (it fetches it from GitHub otherwise) and
+    no telemetry, while nothing but loopback can be reached."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        patch.setenv("LITELLM_TELEMETRY", "False")
+        yield importlib.import_module("litellm")
 
 
 @pytest.fixture

@@ -6,34 +6,15 @@ OpenAI's OpenAPI spec."""
 from __future__ import annotations
 
 import asyncio
-import importlib
 from types import ModuleType
 from typing import Iterator
 
 import pytest
 
-from tests.support.loopback_only import loopback_only
 from tests.support.server import KEY_A
 
 MODEL = "tiny-chat"
 ASK = [{"role": "user", "content": "Name three colours."}]
-
-
-@pytest.fixture(scope="module")
-def network_attempts() -> Iterator[list[str]]:
-    """Every attempt this module's process makes to reach beyond loopback (refused)."""
-    with loopback_only() as refused:
-        yield refused
-    assert refused == []
-
-
-@pytest.fixture(scope="module")
-def litellm(network_attempts: list[str]) -> Iterator[ModuleType]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        patch.setenv("LITELLM_TELEMETRY", "False")
-        module = importlib.import_module("litellm")
-        yield module
 
 
 @pytest.fixture(autouse=True)
