@@ -71,6 +71,8 @@ def test_stored_chain_retrieve_list_items_and_delete(client_a):
         ("user", "My name is Ada."), ("assistant", first.output_text), ("user", "What is my name?")]
     page = client_a.responses.input_items.list(second.id, order="asc", limit=1, after=items.data[0].id)
     assert [i.id for i in page.data] == [items.data[1].id] and page.has_more
+    past_the_end = client_a.responses.input_items.list(second.id, after=items.data[0].id)    # newest first
+    assert past_the_end.data == [] and not past_the_end.has_more
     client_a.responses.delete(second.id)
     with pytest.raises(openai.NotFoundError):
         client_a.responses.retrieve(second.id)

@@ -64,7 +64,7 @@ def test_routes_and_event_types_come_from_the_spec():
     assert chat and chat.answers["200"] == {"application/json": "CreateChatCompletionResponse",
                                             "text/event-stream": "CreateChatCompletionStreamResponse"}
     assert spec.route("GET", "/v1/responses/resp_1/input_items").answers["200"] == {
-        "application/json": "ResponseItemList"}
+        "application/json": "AmberResponseItemPage"}
     assert spec.route("GET", "/v1/models/tiny").answers["200"] == {"application/json": "Model"}
     assert spec.route("GET", "/health") is None
     assert spec.events["response.output_text.delta"] == "ResponseTextDeltaEvent"
@@ -82,6 +82,17 @@ def test_a_body_missing_what_the_spec_requires_is_found(serve):
     found = serve("GET", "/v1/models", {"object": "list", "data": [{"id": "m", "object": "model"}]})
     assert len(found) == 1 and "GET /v1/models 200: ListModelsResponse at data/0" in found[0]
     assert "required" in found[0]
+
+
+def test_only_an_empty_item_page_has_null_ids(serve):
+    item = {"id": "msg_1", "type": "message", "role": "user", "status": "completed",
+            "content": [{"type": "input_text", "text": "hi"}]}
+    page = {"object": "list", "data": [item], "first_id": "msg_1", "last_id": "msg_1", "has_more": False}
+    assert serve("GET", "/v1/responses/resp_1/input_items", page) == []
+    empty = {**page, "data": [], "first_id": None, "last_id": None}
+    assert serve("GET", "/v1/responses/resp_1/input_items", empty) == []
+    assert serve("GET", "/v1/responses/resp_1/input_items", {**page, "first_id": None})
+    assert serve("GET", "/v1/responses/resp_1/input_items", {**empty, "has_more": True})
 
 
 def test_errors_must_be_openai_error_json(serve):

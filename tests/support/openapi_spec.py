@@ -29,6 +29,7 @@ SERVED_PATHS = ("/chat/completions", "/completions", "/responses", "/responses/{
 ERROR_SCHEMA = "ErrorResponse"          # OpenAI's error body, {"error": {...}}, for every 4xx and 5xx
 STREAM_EVENTS = "ResponseStreamEvent"   # the union of the Responses API's streamed events
 COMPLETION_CHUNK = "AmberCompletionStreamChunk"     # not the spec's: see _completion_chunk
+ITEM_PAGE = "AmberResponseItemPage"                 # not the spec's: see _item_page
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -84,6 +85,17 @@ def _completion_chunk(response: dict[str, Any]) -> dict[str, Any]:
     return chunk
 
 
+def _item_page() -> dict[str, Any]:
+    """ResponseItemList requires `first_id` and `last_id` as strings, but a page with no items
+    (asked for the items after the last one) has neither: Amber says null there, as OpenAI's own
+    API does for an empty list (clients such as async-openai made both optional for it). So this
+    is ResponseItemList, or an empty last page whose ids are null; nothing else is allowed."""
+    empty = {"type": "object", "required": ["object", "data", "has_more", "first_id", "last_id"],
+             "properties": {"object": {"enum": ["list"]}, "data": {"type": "array", "maxItems": 0},
+                            "has_more": {"const": False}, "first_id": {"type": "null"}, "last_id": {"type": "null"}}}
+    return {"description": _item_page.__doc__, "anyOf": [{"$ref": SCHEMA_REF + "ResponseItemList"}, empty]}
+
+
 def served_subset(spec: dict[str, Any]) -> dict[str, Any]:
     """The spec's paths Amber serves (their responses' content only) and the schemas they reach."""
     schemas = spec["components"]["schemas"]
@@ -92,9 +104,15 @@ def served_subset(spec: dict[str, Any]) -> dict[str, Any]:
                  for method, op in spec["paths"][p].items() if isinstance(op, dict) and "responses" in op}
              for p in SERVED_PATHS}
     wanted = [_schema_name(r) for r in _refs(paths)] + [ERROR_SCHEMA, STREAM_EVENTS]
-    kept: dict[str, Any] = {COMPLETION_CHUNK: _completion_chunk(as_json_schema(schemas["CreateCompletionResponse"]))}
+    # Where the spec cannot describe what OpenAI's API answers, a schema of Amber's, each one
+    # OpenAI's with the one difference its docstring gives, checks instead.
+    kept: dict[str, Any] = {COMPLETION_CHUNK: _completion_chunk(as_json_schema(schemas["CreateCompletionResponse"])),
+                            ITEM_PAGE: _item_page()}
     completion = paths["/completions"]["post"]["responses"]["200"]["content"]
     completion.setdefault("text/event-stream", {"schema": {"$ref": SCHEMA_REF + COMPLETION_CHUNK}})
+    items = paths["/responses/{response_id}/input_items"]["get"]["responses"]["200"]["content"]
+    items["application/json"] = {"schema": {"$ref": SCHEMA_REF + ITEM_PAGE}}
+    wanted.append("ResponseItemList")
     while wanted:
         name = wanted.pop()
         if name not in kept:
