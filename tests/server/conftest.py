@@ -111,6 +111,13 @@ def network_attempts() -> Iterator[list[str]]:
     assert refused == []
 
 
+@pytest.fixture
+def nothing_beyond_loopback(network_attempts: list[str]) -> Iterator[None]:
+    """Fails the test that made an attempt beyond loopback (as it ends)."""
+    yield
+    assert network_attempts == []
+
+
 @pytest.fixture(scope="module")
 def litellm(network_attempts: list[str]) -> Iterator[ModuleType]:
     """litellm, imported with its price list kept local (it fetches it from GitHub otherwise) and

@@ -1,6 +1,7 @@
 """`langchain_openai.ChatOpenAI` with `base_url` against a real `amber-engine serve` on 127.0.0.1
-(the tiny model): invoke, stream, batch and ainvoke give the reply the `openai` client gets.
-Every body and event the server sends is also checked against OpenAI's OpenAPI spec."""
+(the tiny model): invoke, stream, batch and ainvoke give the reply the `openai` client gets, and
+nothing beyond loopback is reached. Every body and event the server sends is also checked against
+OpenAI's OpenAPI spec."""
 from __future__ import annotations
 
 import asyncio
@@ -10,6 +11,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
 from tests.support.server import KEY_A
+
+pytestmark = pytest.mark.usefixtures("nothing_beyond_loopback")
 
 MODEL = "tiny-chat"
 ASK = [SystemMessage("You are terse."), HumanMessage("Name three colours.")]

@@ -7,20 +7,15 @@ from __future__ import annotations
 
 import asyncio
 from types import ModuleType
-from typing import Iterator
 
 import pytest
 
 from tests.support.server import KEY_A
 
+pytestmark = pytest.mark.usefixtures("nothing_beyond_loopback")
+
 MODEL = "tiny-chat"
 ASK = [{"role": "user", "content": "Name three colours."}]
-
-
-@pytest.fixture(autouse=True)
-def nothing_beyond_loopback(network_attempts: list[str]) -> Iterator[None]:
-    yield
-    assert network_attempts == []
 
 
 @pytest.fixture

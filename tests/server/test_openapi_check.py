@@ -156,3 +156,18 @@ def test_loopback_only_refuses_and_records_the_outside():
             s.connect(("192.0.2.1", 443))     # TEST-NET-1: never routed
         assert socket.getaddrinfo("127.0.0.1", 80)
     assert refused == ["lookup 'example.com'", "connect 192.0.2.1:443"]
+
+
+def test_tool_call_deltas_and_structured_output_formats_are_checked_by_the_spec(serve):
+    """What other features add (tool calls, response formats) is checked from the spec alone."""
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":"}}
+    with_call = {**CHUNK, "choices": [{**CHUNK["choices"][0], "delta": {"tool_calls": [call]}}]}
+    assert serve("POST", "/v1/chat/completions", sse(f"data: {json.dumps(with_call)}"),
+                 media="text/event-stream") == []
+    no_index = {**CHUNK, "choices": [{**CHUNK["choices"][0], "delta": {"tool_calls": [{"id": "call_1"}]}}]}
+    found = serve("POST", "/v1/chat/completions", sse(f"data: {json.dumps(no_index)}"), media="text/event-stream")
+    assert len(found) == 1 and "tool_calls/0" in found[0] and "index" in found[0]
+    spec = Spec.load(openapi_check.spec_json())
+    good = {"type": "json_schema", "name": "colours", "schema": {"type": "object"}, "strict": True}
+    assert spec.problems("TextResponseFormatConfiguration", good) == []
+    assert spec.problems("TextResponseFormatConfiguration", {k: v for k, v in good.items() if k != "name"})
