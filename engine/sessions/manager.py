@@ -18,7 +18,7 @@ import time
 import types
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from engine.api import (KV_STORE_MODEL, CacheSaltMismatch, CancelToken, ChatMessage, EngineCapabilities,
                         GenerationFigures, GenerationResult, KVLocation, ModelNotReady, SamplingParams,
@@ -37,6 +37,7 @@ from engine.sessions.persistence import SessionFiles
 from engine.sessions.refs import BlockRefs
 from engine.sessions.session import Session, SessionError, next_use, store_shape
 from engine.sessions.writer import SerialWriter
+from engine.text.chat_template import ChatTemplate
 from engine.text.logprobs import TokenBytes
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "CacheSaltMismatch", "ModelNotReady", "SessionBusy", "SessionError",
@@ -133,8 +134,13 @@ class SessionManager:
     def _token_bytes(self) -> TokenBytes:
         return TokenBytes(self.model.tokenizer)
 
-    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
-        return self.generator.encode_chat(messages)
+    def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
+                    tools: list[dict[str, Any]] | None = None) -> list[int]:
+        return self.generator.encode_chat(messages, tools)
+
+    @property
+    def chat_template(self) -> ChatTemplate:
+        return self.generator.template
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return self.generator.encode_prompt(prompt)
