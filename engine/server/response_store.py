@@ -106,8 +106,9 @@ def validate(data: object, response_id: str) -> ResponseRecord:
     previous = data.get("previous_response_id")
     _need(previous is None or (isinstance(previous, str) and bool(ID_PATTERN.fullmatch(previous))),
           "bad previous_response_id")
-    body = data.get("body", {})
-    _need(isinstance(body, dict), "bad body")
+    body = data.get("body")      # answered as stored: it must be this response's object
+    _need(isinstance(body, dict) and body.get("id") == response_id and body.get("object") == "response", "bad body")
+    assert isinstance(body, dict)
     try:      # answered as UTF-8 JSON: a lone surrogate (from a "\ud800" escape) cannot be encoded
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:

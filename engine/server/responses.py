@@ -131,10 +131,16 @@ def _response(rid: str, created: int, body: ResponseRequest, model: str, output:
             "previous_response_id": body.previous_response_id, "store": body.store,
             "temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
             "parallel_tool_calls": tooling.parallel, "tool_choice": _tool_choice(tooling),
-            "tools": [{"type": "function", **t["function"]} for t in tooling.tools],
+            "tools": [_function_tool(t["function"]) for t in tooling.tools],
             "text": {"format": body.text.format.echo() if body.text and body.text.format else {"type": "text"}},
             "truncation": "disabled", "metadata": {},
             "usage": _usage(result, body.store), "amber": amber}
+
+
+def _function_tool(function: dict[str, Any]) -> dict[str, Any]:
+    """A tool as the Responses API echoes it (the spec's FunctionTool, flat): `description`,
+    `parameters` and `strict` always present, null where the request did not give them."""
+    return {"type": "function", "description": None, "parameters": None, "strict": None, **function}
 
 
 def _tool_choice(tooling: ToolRequest) -> Any:
@@ -254,8 +260,9 @@ def router(service: Service) -> APIRouter:
                             yield event(kind, **fields)
                         yield event("response.completed" if full["status"] == "completed" else "response.incomplete",
                                     response=full)
-            except ApiError as exc:
-                yield event("error", **error_body(exc.status, exc.message, exc.param, exc.code)["error"])
+            except ApiError as exc:     # the spec's error event: its own `type`, not the error's
+                err = error_body(exc.status, exc.message, exc.param, exc.code)["error"]
+                yield event("error", code=err["code"], message=err["message"], param=err["param"])
             finally:
                 run.cancel()
 

@@ -61,8 +61,10 @@ def deep(n: int) -> bytes:
     (lambda d: {**d, "session_id": "../../sessions/x"}, False),
     (lambda d: {**d, "body": {"text": "\ud800"}}, False),
     (lambda d: {**d, "body": [1]}, False),
+    (lambda d: {**d, "body": {"deep": 1}}, False),                         # not this response's object
+    (lambda d: {**d, "body": {**d["body"], "id": "resp_" + "0" * 48}}, False),
     (lambda d: deep(100_000), False),
-    (lambda d: {**d, "body": {"deep": json.loads(deep(900))}}, True),     # deep, but only data: answered as stored
+    (lambda d: {**d, "body": {**d["body"], "deep": json.loads(deep(900))}}, True),   # deep, but only data: as stored
     (lambda d: {**d, "messages": [{"role": "tool", "content": "18 C"}]}, False),
     (lambda d: {**d, "messages": [{"role": "assistant", "content": None}]}, False),
     (lambda d: {**d, "messages": [{"role": "assistant", "content": None, "tool_calls": {"id": "x"}}]}, False),
@@ -70,8 +72,9 @@ def deep(n: int) -> bytes:
         {"id": "c1", "function": {"name": "f", "arguments": 7}}]}]}, False),
     (lambda d: {**d, "messages": [{"role": "user", "content": "hi", "tool_calls": []}]}, False),
 ], ids=["messages-ints", "message-without-content", "int-session", "bad-session", "lone-surrogate", "body-list",
-        "100k-deep", "body-900-deep", "tool-result-without-call-id", "assistant-without-content-or-calls",
-        "tool-calls-not-a-list", "tool-call-arguments-a-number", "user-with-tool-calls"])
+        "body-not-a-response", "body-of-another-response", "100k-deep", "body-900-deep",
+        "tool-result-without-call-id", "assistant-without-content-or-calls", "tool-calls-not-a-list",
+        "tool-call-arguments-a-number", "user-with-tool-calls"])
 def test_a_damaged_record_is_a_clean_error_and_can_be_deleted(served, damage, valid):
     server, responses = served
     rid = stored(server)["id"]

@@ -1,5 +1,6 @@
 """Helpers for the API server tests (and the GUI's remote-engine tests): the tiny model's
-config, API keys, and `ServerProcess` (a real `python -m engine serve` child)."""
+config, API keys, and `ServerProcess` (a real `amber-engine serve` child whose answers are
+checked against OpenAI's OpenAPI spec)."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+from . import openapi_check
 from .tiny_gguf import TinyConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,16 +22,21 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 
 
 class ServerProcess:
-    """`python -m engine serve` in a child process; `url` is its base URL (…/v1)."""
+    """`amber-engine serve` in a child process (run as `python -m tests.support.checked_serve`:
+    the same CLI, every answer checked against OpenAI's spec); `url` is its base URL (…/v1).
+    `stop()` raises OpenApiViolation for answers that did not match and no test reported yet."""
 
     def __init__(self, model_dir: Path, state_dir: Path, *extra: str) -> None:
         env = dict(os.environ)
         env["AMBER_HOME"] = str(state_dir.parent / "amber-home")
         env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env.pop("AMBER_API_KEYS", None)
+        self.violations = openapi_check.new_log()
+        env[openapi_check.SPEC_ENV] = str(openapi_check.spec_json())
+        env[openapi_check.LOG_ENV] = str(self.violations.path)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine", "serve", "--model", str(model_dir), "--port", "0", "--provider", "cpu",
-             "--state-dir", str(state_dir), *extra],
+            [sys.executable, "-m", "tests.support.checked_serve", "serve", "--model", str(model_dir), "--port", "0",
+             "--provider", "cpu", "--state-dir", str(state_dir), *extra],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self._first_line(120)
         if not line.startswith("amber-engine: serving http://127.0.0.1:"):
@@ -47,7 +54,8 @@ class ServerProcess:
         return out[0].strip() if out else ""
 
     def stop(self) -> int:
-        """SIGTERM (a graceful shutdown that saves pinned sessions); returns the exit code."""
+        """SIGTERM (a graceful shutdown that saves pinned sessions); returns the exit code, once
+        every answer the server sent is known to match the spec (OpenApiViolation if not)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -55,4 +63,5 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        openapi_check.raise_new([self.violations])
         return self.proc.returncode
