@@ -1,0 +1,49 @@
+"""A small MCP server for the tests, on the official SDK (`MCPServer`, FastMCP's successor):
+`python -m tests.support.mcp_server` serves it over stdio. Its tools answer deterministically:
+`add(a, b)`, `lookup(key)` from a fixed table (an unknown key is a tool error), `shout(text)`.
+`stdio_config()` is the mcp.json entry that starts it with the interpreter running the tests."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+TABLE = {"amber": "a fossilised tree resin", "onyx": "a banded chalcedony"}
+
+server = MCPServer("amber-test-tools")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool()
+def lookup(key: str) -> str:
+    """Look a word up in a small fixed glossary."""
+    if key not in TABLE:
+        raise ToolError(f"no entry for {key!r}")   # a deliberate error: its words reach the client
+    return TABLE[key]
+
+
+@server.tool()
+def shout(text: str) -> str:
+    """The text in capitals."""
+    return text.upper()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stdio_config(name: str = "test-tools") -> dict[str, Any]:
+    """This server as an `mcpServers` entry (run from the repository root, as the tests are)."""
+    return {"command": sys.executable, "args": ["-m", "tests.support.mcp_server"],
+            "env": {"PYTHONPATH": str(ROOT)}}
+
+
+if __name__ == "__main__":
+    server.run("stdio")
