@@ -24,7 +24,8 @@ def test_lm_studio_format_read(tmp_path: Path) -> None:
     assert (files.name, files.transport, files.command, files.args, files.env) == \
         ("files", "stdio", "npx", ["-y", "server-files", "/tmp"], {"TOKEN": "x"})
     assert files.enabled and files.always_allow == []
-    assert (web.transport, web.url, web.enabled, web.always_allow) == ("http", "http://127.0.0.1:9/mcp", False, ["fetch"])
+    assert (web.transport, web.url, web.enabled, web.always_allow) == \
+        ("http", "http://127.0.0.1:9/mcp", False, ["fetch"])
 
 
 def test_missing_file_is_no_servers(tmp_path: Path) -> None:
