@@ -50,7 +50,8 @@ class ToolsController(QObject):
         self.config = McpConfig()
         self.status: dict[str, ServerStatus] = {}
         self.always: set[tuple[str, str]] = set()   # approved for good in this window (also saved)
-        self._generation = 0      # answers of an older refresh are dropped
+        self._generation = 0      # answers of an older listing are dropped
+        self._asked: dict[str, int] = {}    # server -> the generation of its latest listing
 
     # --- loading and saving ------------------------------------------------------------------
     def load(self) -> None:
@@ -67,7 +68,8 @@ class ToolsController(QObject):
         self.refresh()
 
     def set_servers(self, servers: list[McpServerConfig]) -> None:
-        """The servers as the settings page leaves them: saved, then connected again."""
+        """The servers as the settings page leaves them: saved; those that changed connected again."""
+        before = {s.name: s.to_json() for s in self.config.servers}
         self.config = McpConfig(servers=[replace(s) for s in servers])
         path, saved = self.path, list(self.config.servers)
 
@@ -75,18 +77,23 @@ class ToolsController(QObject):
             self.fileProblem.emit(f"Could not save {path.name}: {exc}")
 
         self.tasks.run_task(lambda: save_mcp_config(path, saved), None, failed)
-        self.refresh()
+        self.refresh({s.name for s in self.config.servers if before.get(s.name) != s.to_json()})
 
-    def refresh(self) -> None:
-        """Lists the tools of every enabled server again (each on a worker thread)."""
+    def refresh(self, names: set[str] | None = None) -> None:
+        """Lists the tools of the enabled servers again (`names`: only those; each on a worker
+        thread)."""
         self._generation += 1
         generation = self._generation
-        self.status = {}
+        self.status = {s.name: self.status.get(s.name, ServerStatus(OFF)) for s in self.config.servers}
         for server in self.config.servers:
+            if names is not None and server.name not in names:
+                continue
             if not server.enabled:
                 self.status[server.name] = ServerStatus(OFF)
+                self._asked[server.name] = generation
                 continue
             self.status[server.name] = ServerStatus(CONNECTING)
+            self._asked[server.name] = generation
             self._list(generation, server)
         self.changed.emit()
 
@@ -100,12 +107,12 @@ class ToolsController(QObject):
         self.tasks.run_task(lambda: self.lister(server), listed, failed)
 
     def _listed(self, generation: int, name: str, tools: list[McpTool]) -> None:
-        if generation == self._generation:
+        if generation == self._asked.get(name) and name in self.status:
             self.status[name] = ServerStatus(CONNECTED, tools)
             self.changed.emit()
 
     def _failed(self, generation: int, name: str, exc: BaseException) -> None:
-        if generation == self._generation:
+        if generation == self._asked.get(name) and name in self.status:
             self.status[name] = ServerStatus(FAILED, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             self.changed.emit()
 

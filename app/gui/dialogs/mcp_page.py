@@ -4,6 +4,7 @@ status (connected with N tools, or the error in words); Add, Edit, Remove. Chang
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from typing import Any, Callable
 
 from PySide6.QtCore import Qt
@@ -196,7 +197,7 @@ class McpServersPage(QWidget):
         if item.column() != 0:
             return
         servers = list(self.tools.config.servers)
-        servers[item.row()].enabled = item.checkState() == Qt.CheckState.Checked
+        servers[item.row()] = replace(servers[item.row()], enabled=item.checkState() == Qt.CheckState.Checked)
         self.tools.set_servers(servers)
 
     # --- add, edit, remove -------------------------------------------------------------------

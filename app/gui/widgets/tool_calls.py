@@ -144,6 +144,7 @@ class ToolCallsPanel(QWidget):
                 note.setWordWrap(True)
                 note.setTextFormat(Qt.TextFormat.PlainText)
                 self.lay.addWidget(note)
+                note.show()
             for call in step.get("calls", []):
                 self._add(call)
         self.setVisible(bool(self.cards))
@@ -152,6 +153,7 @@ class ToolCallsPanel(QWidget):
         card = ToolCallCard(call, self)
         card.decided.connect(self.decided)
         self.lay.addWidget(card)
+        card.show()      # now, not when the layout's queued show runs
         self.cards.append(card)
         self.show()
         return card
