@@ -4,7 +4,10 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence
+
+if TYPE_CHECKING:     # the template module imports this one
+    from engine.text.chat_template import ChatTemplate
 
 
 KV_STORE_MODEL = "model"          # saved KV in the model's own dtype: lossless (the default)
@@ -38,6 +41,18 @@ class KVLocation(str, enum.Enum):
     DISK = "disk"
 
 
+@dataclass(frozen=True)
+class OutputConstraint:
+    """What every generated token must keep the reply within, enforced while sampling.
+
+    Plain data: make one with `engine.text.constraints` (`json_schema`, `json_object`, `lark`),
+    which checks it; the engine binds it to the model's tokenizer when a generation starts.
+    `kind` is "json_schema", "json_object" or "lark"; `source` is the schema as canonical JSON
+    text, or the Lark grammar ("" for json_object)."""
+    kind: str
+    source: str = ""
+
+
 @dataclass
 class SamplingParams:
     """How to pick the next token. `None` fields fall back to the model's generation_config.json."""
@@ -57,6 +72,9 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None
     # Report each sampled token's log-probability and this many most likely alternatives (None: off).
     logprobs: int | None = None
+    # The reply must match this (a JSON schema, any JSON object, a Lark grammar): tokens outside it
+    # are masked before each draw and the reply ends when it is complete (None: free text).
+    constraint: OutputConstraint | None = None
 
 
 @dataclass
@@ -292,8 +310,15 @@ class TokenEngine(ChatEngine, Protocol):
         """The bytes a token id stands for in text (the API's log-probabilities show them)."""
         ...
 
-    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
-        """The prompt token ids of `messages` under the model's chat template."""
+    def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
+                    tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """The prompt token ids of `messages` under the model's chat template (messages as
+        transformers takes them, tool calls and results included; `tools`: function schemas)."""
+        ...
+
+    @property
+    def chat_template(self) -> ChatTemplate:
+        """The model's chat template (what it renders, and which tool-call format it teaches)."""
         ...
 
     def encode_prompt(self, prompt: str) -> list[int]:

@@ -1,14 +1,16 @@
 """The generation loop: prompt → reuse the cached prefix → prefill → stream sampled tokens."""
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from engine.api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
                   KVLocation, PrefillProgress, SamplingParams, StreamEvent, TextChunk, TokenLogprob)
 from engine.text.chat_template import ChatTemplate, load_chat_template
+from engine.text.constraints import ConstraintCompiler, ConstraintMatcher
 from engine.text.detokenize import IncrementalDecoder, StopStringMatcher
 from engine.text.logprobs import token_logprob
 from engine.runtime.kvcache import KVCache
@@ -34,6 +36,8 @@ class Generator:
         self.model = model
         self.runner = Runner(model)
         self._template: ChatTemplate | None = None
+        self._constraints: ConstraintCompiler | None = None
+        self._constraints_lock = threading.Lock()
 
     @property
     def template(self) -> ChatTemplate:
@@ -41,10 +45,18 @@ class Generator:
             self._template = load_chat_template(self.model.path, self.model.name)
         return self._template
 
+    @property
+    def constraints(self) -> ConstraintCompiler:
+        """The model's constraint compiler, built on first use (its token trie takes ~0.6 s)."""
+        with self._constraints_lock:
+            if self._constraints is None:
+                self._constraints = ConstraintCompiler(self.model.tokenizer, self.model.eos_token_ids)
+            return self._constraints
+
     def new_cache(self) -> KVCache:
         return self.runner.new_cache()
 
-    def encode_chat(self, messages: Sequence[ChatMessage | dict[str, Any]],
+    def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
                     tools: list[dict[str, Any]] | None = None) -> list[int]:
         """Renders the chat template (ChatTemplateError on failure) and tokenizes it as HF does:
         without adding special tokens, since the template already wrote them. `tools` (JSON
@@ -84,6 +96,9 @@ class Generator:
 
         if not prompt:
             raise ValueError("empty prompt")
+        # Compiled before any work, so a format the model cannot follow fails before any output.
+        constraint: ConstraintMatcher | None = (None if sampling.constraint is None
+                                                else self.constraints.matcher(sampling.constraint))
         if len(prompt) >= window:
             # Nothing is cut from the history silently: the caller is told the context is full.
             yield finish(FinishReason.CONTEXT_FULL, "", [])
@@ -137,10 +152,13 @@ class Generator:
         # Other sessions decoding at the same time may share each step's run (engine.runtime.batcher).
         with self.runner.decoding(cache):
             while True:
-                token = sampler.sample(logits, history[:n_hist])
+                # The grammar's mask first: logit_bias and penalties then act on the tokens it allows.
+                token = sampler.sample(logits if constraint is None else constraint.mask(logits), history[:n_hist])
                 if not generated:
                     t_first = time.perf_counter()
                     fig.ttft_ms = (t_first - started) * 1000
+                if constraint is not None:
+                    constraint.advance(token)      # EOS too: refused unless the reply is complete
                 if token in eos:
                     reason = FinishReason.EOS
                     break
@@ -157,6 +175,9 @@ class Generator:
                     pending = []
                 if stopped:
                     reason = FinishReason.STOP
+                    break
+                if constraint is not None and constraint.done:
+                    reason = FinishReason.EOS      # the format is complete: only EOS could follow
                     break
                 if len(generated) >= sampling.max_new_tokens:
                     reason = FinishReason.LENGTH

@@ -11,11 +11,13 @@ from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.api import ChatMessage, GenerationResult, TextChunk, TokenLogprob
+from engine.api import ChatMessage, GenerationResult, OutputConstraint, TextChunk, TokenLogprob
 from .errors import ApiError, sse_error
 from .logprobs import LegacyLogprobs, chat_logprobs
 from .schemas import ChatCompletionRequest, CompletionRequest
 from .choices import Choices, computed_once
+from . import tools
+from .tools import constrained, name_tool_results
 from .service import Service, amber_figures, chat_usage, finish_reason
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -25,12 +27,12 @@ def sse(obj: Any) -> bytes:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
 
 
-def stream_sse(choices: Choices, chunk: Callable[[int, TextChunk | None, str | None], dict[str, Any]],
+def stream_sse(choices: Choices, chunk: Callable[[int, TextChunk | None, str | None], list[dict[str, Any]]],
                usage_chunk: Callable[[list[GenerationResult]], dict[str, Any]] | None,
                first: Sequence[dict[str, Any]] = ()) -> StreamingResponse:
-    """Server-sent events: `first` (if any), a chunk per text piece of each choice, each choice's
-    finishing chunk, the usage chunk if asked, then `data: [DONE]`. Leaving early (client gone)
-    cancels the generations."""
+    """Server-sent events: `first` (if any), the chunks of each text piece of each choice (none
+    while a tool call's start is held back), each choice's finishing chunks, the usage chunk if
+    asked, then `data: [DONE]`. Leaving early (client gone) cancels the generations."""
 
     async def body() -> AsyncIterator[bytes]:
         results: dict[int, GenerationResult] = {}
@@ -40,10 +42,12 @@ def stream_sse(choices: Choices, chunk: Callable[[int, TextChunk | None, str | N
             async for index, event in choices.events():
                 if isinstance(event, TextChunk):
                     if event.text or event.logprobs:
-                        yield sse(chunk(index, event, None))
+                        for item in chunk(index, event, None):
+                            yield sse(item)
                 else:
                     results[index] = event
-                    yield sse(chunk(index, None, finish_reason(event.figures.finish_reason)))
+                    for item in chunk(index, None, finish_reason(event.figures.finish_reason)):
+                        yield sse(item)
                     if usage_chunk is not None and len(results) == len(choices.runs):
                         yield sse(usage_chunk([results[i] for i in range(len(results))]))
         except ApiError as exc:
@@ -68,11 +72,13 @@ def router(service: Service) -> APIRouter:
     r = APIRouter()
 
     def starts(body: ChatCompletionRequest | CompletionRequest, salt: str, encode: Callable[[], list[int]],
-               wanted: int | None, stop: list[str],
-               messages: Sequence[ChatMessage] | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
+               wanted: int | None, stop: list[str], messages: Sequence[ChatMessage] | None = None,
+               constraint: OutputConstraint | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
         service.check_options(body.top_logprobs_wanted(), body.bias())
         encode = computed_once(encode)
-        return [service.stateless(salt, encode, wanted, functools.partial(body.sampling, stop=stop, choice=i), messages)
+        return [service.stateless(salt, encode, wanted, constrained(functools.partial(body.sampling, stop=stop,
+                                                                                      choice=i), constraint),
+                                  messages)
                 for i in range(body.n)]
 
     @r.post("/v1/chat/completions")
@@ -81,10 +87,13 @@ def router(service: Service) -> APIRouter:
         service.check_model(body.model)
         body.check()
         stop = body.stop_list()
+        tooling = body.tool_settings()
+        fmt = service.tool_format(tooling)
         messages = [m.to_chat() for m in body.messages]
-        choices = await Choices.submit(service, caller, starts(body, caller.salt(body.cache_salt),
-                                                               service.encode_chat(messages), body.wanted_tokens(),
-                                                               stop, messages), request)
+        encode = service.encode_chat(name_tool_results([m.to_template() for m in body.messages]), tooling.offered)
+        choices = await Choices.submit(service, caller, starts(body, caller.salt(body.cache_salt), encode,
+                                                               body.wanted_tokens(), stop, messages,
+                                                               tools.constraint(fmt, tooling)), request)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         token_bytes = service.token_bytes if body.top_logprobs_wanted() is not None else None
 
@@ -93,23 +102,31 @@ def router(service: Service) -> APIRouter:
 
         if not body.stream:
             results = await choices.collect()
+            replies = [tools.chat_message(result.text, fmt, tooling.parallel) for result in results]
             return JSONResponse({
                 "id": rid, "object": "chat.completion", "created": created, "model": service.model_id,
                 "system_fingerprint": service.system_fingerprint,
-                "choices": [{"index": i, "message": {"role": "assistant", "content": result.text, "refusal": None},
+                "choices": [{"index": i, "message": message,
                              "logprobs": logprobs(result.logprobs),
-                             "finish_reason": finish_reason(result.figures.finish_reason)}
-                            for i, result in enumerate(results)],
+                             "finish_reason": tools.finish_reason(finish_reason(result.figures.finish_reason), calls)}
+                            for i, (result, (message, calls)) in enumerate(zip(results, replies, strict=True))],
                 "usage": usage(results), "amber": amber_figures(results[0], choices.queue_ms)})
 
         base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": service.model_id,
                 "system_fingerprint": service.system_fingerprint}
+        readers = [tools.ChatDeltas(fmt, tooling.parallel) for _ in range(body.n)]
 
-        def chunk(index: int, event: TextChunk | None, finish: str | None) -> dict[str, Any]:
-            delta = {} if event is None else {"content": event.text}
-            return {**base, "choices": [{"index": index, "delta": delta,
-                                         "logprobs": None if event is None else logprobs(event.logprobs),
-                                         "finish_reason": finish}]}
+        def chunk(index: int, event: TextChunk | None, finish: str | None) -> list[dict[str, Any]]:
+            def one(delta: dict[str, Any], lp: dict[str, Any] | None, reason: str | None) -> dict[str, Any]:
+                return {**base, "choices": [{"index": index, "delta": delta, "logprobs": lp, "finish_reason": reason}]}
+            reader = readers[index]
+            if event is not None:
+                delta = reader.feed(event.text)
+                lp = logprobs(event.logprobs)
+                return [] if delta is None and lp is None else [one(delta or {}, lp, None)]
+            rest = reader.finish()
+            return ([] if rest is None else [one(rest, None, None)]) + \
+                [one({}, None, tools.finish_reason(finish or "stop", reader.calls))]
 
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         usage_chunk = (lambda res: {**base, "choices": [], "usage": usage(res),
@@ -146,10 +163,10 @@ def router(service: Service) -> APIRouter:
                                                      for i, result in enumerate(results)],
                                  "usage": usage(results), "amber": amber_figures(results[0], choices.queue_ms)})
 
-        def chunk(index: int, event: TextChunk | None, finish: str | None) -> dict[str, Any]:
-            return {**base, "choices": [{"index": index, "text": "" if event is None else event.text,
-                                         "logprobs": None if event is None else logprobs(index, event.logprobs),
-                                         "finish_reason": finish}]}
+        def chunk(index: int, event: TextChunk | None, finish: str | None) -> list[dict[str, Any]]:
+            return [{**base, "choices": [{"index": index, "text": "" if event is None else event.text,
+                                          "logprobs": None if event is None else logprobs(index, event.logprobs),
+                                          "finish_reason": finish}]}]
 
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         usage_chunk = (lambda res: {**base, "choices": [], "usage": usage(res),

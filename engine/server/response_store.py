@@ -23,7 +23,7 @@ from .errors import ApiError
 
 ID_PATTERN = re.compile(r"resp_[0-9a-f]{48}")
 MAX_RECORD_BYTES = 64 << 20
-ROLES = ("system", "user", "assistant")      # what a chain stores (the developer role is the system's)
+ROLES = ("system", "user", "assistant", "tool")   # what a chain stores (the developer role is the system's)
 
 
 class RecordError(ValueError):
@@ -39,7 +39,7 @@ class ResponseRecord:
     id: str
     owner: str                          # the caller's namespace (auth.Caller.namespace)
     session_id: str
-    messages: list[dict[str, str]]      # the conversation including this response's output
+    messages: list[dict[str, Any]]      # the conversation including this response's output (template messages)
     created_at: int
     model: str
     previous_response_id: str | None = None
@@ -61,6 +61,33 @@ def read_owner(data: object) -> str | None:
     return owner if isinstance(owner, str) else None
 
 
+def _tool_call(call: object) -> dict[str, Any]:
+    _need(isinstance(call, dict) and isinstance(call.get("id"), str) and isinstance(call.get("function"), dict),
+          "bad tool call")
+    assert isinstance(call, dict)
+    fn = call["function"]
+    _need(isinstance(fn.get("name"), str) and isinstance(fn.get("arguments"), (str, dict)), "bad tool call")
+    return {"id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": fn["arguments"]}}
+
+
+def _message(m: object) -> dict[str, Any]:
+    """A stored message, as the chat template takes it: role and text, an assistant's tool calls
+    (its content may then be None), a tool result's call id."""
+    _need(isinstance(m, dict) and m.get("role") in ROLES, "bad messages")
+    assert isinstance(m, dict)
+    calls = m.get("tool_calls")
+    content = m.get("content")
+    _need(isinstance(content, str) or (content is None and m["role"] == "assistant" and bool(calls)), "bad messages")
+    out: dict[str, Any] = {"role": m["role"], "content": content}
+    if calls is not None:
+        _need(m["role"] == "assistant" and isinstance(calls, list), "bad messages")
+        out["tool_calls"] = [_tool_call(c) for c in calls]
+    if m["role"] == "tool":
+        _need(isinstance(m.get("tool_call_id"), str), "bad messages")
+        out["tool_call_id"] = m["tool_call_id"]
+    return out
+
+
 def validate(data: object, response_id: str) -> ResponseRecord:
     """A ResponseRecord from parsed JSON, or RecordError naming the first bad field."""
     _need(isinstance(data, dict), "not a JSON object")
@@ -71,10 +98,9 @@ def validate(data: object, response_id: str) -> ResponseRecord:
     _need(isinstance(session_id, str) and canonical_id(session_id) == session_id, "bad session_id")
     assert isinstance(session_id, str)
     messages = data.get("messages")
-    _need(isinstance(messages, list) and all(
-        isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)
-        for m in messages), "bad messages")
+    _need(isinstance(messages, list), "bad messages")
     assert isinstance(messages, list)
+    clean = [_message(m) for m in messages]
     _need(_is_int(data.get("created_at")), "bad created_at")
     _need(isinstance(data.get("model"), str), "bad model")
     previous = data.get("previous_response_id")
@@ -86,8 +112,7 @@ def validate(data: object, response_id: str) -> ResponseRecord:
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise RecordError("text that is not valid Unicode") from None
-    return ResponseRecord(response_id, data["owner"], session_id,
-                          [{"role": m["role"], "content": m["content"]} for m in messages],
+    return ResponseRecord(response_id, data["owner"], session_id, clean,
                           data["created_at"], data["model"], previous, body)
 
 

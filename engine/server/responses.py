@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import hashlib
+import json
 import threading
 import time
 import uuid
@@ -23,7 +25,10 @@ from .auth import Caller
 from .chat import SSE_HEADERS, sse
 from .errors import ApiError, error_body
 from .response_store import ResponseRecord, ResponseStore, new_response_id
+from . import tools
+from .response_items import Event, ResponseOutput
 from .schemas import ResponseRequest
+from .tools import ToolRequest, constrained, name_tool_results
 from .service import Service, amber_figures
 
 
@@ -89,34 +94,54 @@ def _input_items(record: ResponseRecord) -> list[dict[str, Any]]:
     item's place, so they stay the same from one listing to the next (for `after`)."""
     items = []
     for i, m in enumerate(record.messages[:-1]):
-        item_id = "msg_" + hashlib.sha256(f"{record.id}:{i}".encode()).hexdigest()[:48]
-        if m["role"] == "assistant":
-            items.append({"id": item_id, "type": "message", "role": "assistant", "status": "completed",
-                          "content": [{"type": "output_text", "text": m["content"], "annotations": [],
-                                       "logprobs": []}]})
+        def item_id(prefix: str, n: int = 0, i: int = i) -> str:
+            return f"{prefix}_" + hashlib.sha256(f"{record.id}:{i}:{n}".encode() if n else
+                                                 f"{record.id}:{i}".encode()).hexdigest()[:48]
+        content = m.get("content")
+        if m["role"] == "tool":
+            items.append({"id": item_id("fco"), "type": "function_call_output", "call_id": m["tool_call_id"],
+                          "output": content or "", "status": "completed"})
+        elif m["role"] == "assistant":
+            if content or not m.get("tool_calls"):
+                items.append({"id": item_id("msg"), "type": "message", "role": "assistant", "status": "completed",
+                              "content": [{"type": "output_text", "text": content or "", "annotations": [],
+                                           "logprobs": []}]})
+            for n, call in enumerate(m.get("tool_calls") or (), start=1):
+                fn = call["function"]
+                arguments = fn["arguments"]
+                items.append({"id": item_id("fc", n), "type": "function_call", "call_id": call["id"],
+                              "name": fn["name"], "status": "completed",
+                              "arguments": arguments if isinstance(arguments, str)
+                              else json.dumps(arguments, ensure_ascii=False)})
         else:
-            items.append({"id": item_id, "type": "message", "role": m["role"], "status": "completed",
-                          "content": [{"type": "input_text", "text": m["content"]}]})
+            items.append({"id": item_id("msg"), "type": "message", "role": m["role"], "status": "completed",
+                          "content": [{"type": "input_text", "text": content or ""}]})
     return items
 
 
-def _response(rid: str, msg_id: str, created: int, body: ResponseRequest, model: str, text: str | None,
-              result: GenerationResult | None, amber: dict[str, Any] | None) -> dict[str, Any]:
+def _response(rid: str, created: int, body: ResponseRequest, model: str, output: list[dict[str, Any]],
+              result: GenerationResult | None, amber: dict[str, Any] | None, tooling: ToolRequest) -> dict[str, Any]:
     done = result is not None
     incomplete = done and result.figures.finish_reason in ("length", "context_full")   # type: ignore[union-attr]
-    output = [] if text is None else [{
-        "type": "message", "id": msg_id,
-        "status": "incomplete" if incomplete else "completed" if done else "in_progress",
-        "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}]
     return {"id": rid, "object": "response", "created_at": created,
             "status": "incomplete" if incomplete else "completed" if done else "in_progress",
             "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
             "error": None, "model": model, "output": output, "instructions": body.instructions,
             "previous_response_id": body.previous_response_id, "store": body.store,
             "temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
-            "parallel_tool_calls": False, "tool_choice": "none", "tools": [], "text": {"format": {"type": "text"}},
-            "truncation": "disabled", "metadata": {},
+            "parallel_tool_calls": tooling.parallel, "tool_choice": _tool_choice(tooling),
+            "tools": [{"type": "function", **t["function"]} for t in tooling.tools],
+            "text": {"format": {"type": "text"}}, "truncation": "disabled", "metadata": {},
             "usage": _usage(result, body.store), "amber": amber}
+
+
+def _tool_choice(tooling: ToolRequest) -> Any:
+    return {"type": "function", "name": tooling.function} if tooling.choice == "function" else tooling.choice
+
+
+def _chat_messages(messages: list[dict[str, Any]]) -> list[ChatMessage]:
+    """Template messages as plain chat messages (engines that render no templates here)."""
+    return [ChatMessage(m["role"], m.get("content") or "") for m in messages]
 
 
 def router(service: Service) -> APIRouter:
@@ -125,16 +150,16 @@ def router(service: Service) -> APIRouter:
     chains = Chains(service)
     engine = service.engine
 
-    def plan(caller: Caller, body: ResponseRequest) -> tuple[list[ChatMessage], list[dict[str, str]], str | None]:
+    def plan(caller: Caller, body: ResponseRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
         """The prompt's messages, the history to store (no instructions), and the chain's session."""
-        history: list[dict[str, str]] = []
+        history: list[dict[str, Any]] = []
         session_id = None
         if body.previous_response_id is not None:
             prev = store.get(body.previous_response_id, caller.namespace)
-            history, session_id = [dict(m) for m in prev.messages], prev.session_id
-        history += [m.to_dict() for m in body.messages()]
-        prompt = ([ChatMessage("system", body.instructions)] if body.instructions else []) + \
-            [ChatMessage(m["role"], m["content"]) for m in history]
+            history, session_id = copy.deepcopy(prev.messages), prev.session_id
+        history += body.messages()
+        prompt = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + \
+            name_tool_results(copy.deepcopy(history))
         return prompt, history, session_id
 
     @r.post("/v1/responses")
@@ -142,45 +167,50 @@ def router(service: Service) -> APIRouter:
         caller = service.caller(request)
         service.check_model(body.model)
         body.check()
+        tooling = body.tool_settings()
+        fmt = service.tool_format(tooling)
         prompt, history, chain = await asyncio.to_thread(plan, caller, body)
         wanted = body.max_output_tokens
         session_id = (chain or str(uuid.uuid4())) if body.store else None
-        encode = service.encode_chat(prompt)
+        encode = service.encode_chat(prompt, tooling.offered)
+        sampling = constrained(lambda n: body.sampling(n, []), tools.constraint(fmt, tooling))
+        chat_prompt = _chat_messages(prompt)
 
         if session_id is None:
-            start = service.stateless(caller.salt(body.cache_salt), encode, wanted,
-                                      lambda n: body.sampling(n, []), prompt, kind=SessionKind.TEMPORARY)
+            start = service.stateless(caller.salt(body.cache_salt), encode, wanted, sampling, chat_prompt,
+                                      kind=SessionKind.TEMPORARY)
         else:
             def start(cancel: threading.Event, sid: str = session_id) -> Iterator[Any]:
                 ids = encode()
                 service.check_prompt(len(ids))
-                params = body.sampling(service.new_tokens(wanted, len(ids)), [])
+                params = sampling(service.new_tokens(wanted, len(ids)))
                 chains.acquire(sid, caller.salt(body.cache_salt))
 
                 def run() -> Iterator[Any]:
                     try:
                         tokens = service.tokens
                         yield from (tokens.generate_tokens(sid, ids, params, cancel) if tokens is not None
-                                    else engine.generate(sid, prompt, params, cancel))
+                                    else engine.generate(sid, chat_prompt, params, cancel))
                     finally:
                         chains.release(sid)
                 return run()
 
         run = await service.submit(caller, start, request)
-        rid, msg_id, created = new_response_id(), f"msg_{uuid.uuid4().hex}", int(time.time())
+        rid, created = new_response_id(), int(time.time())
         try:
             await run.first()
         except BaseException:
             run.cancel()
             raise
+        output = ResponseOutput(fmt, tooling.parallel)
 
-        async def finish(result: GenerationResult) -> dict[str, Any]:
+        async def finish(result: GenerationResult, events: list[Event]) -> dict[str, Any]:
+            events += output.finish(result.figures.finish_reason in ("length", "context_full"))
             amber = amber_figures(result, run.queue_ms, session_id=session_id)
-            full = _response(rid, msg_id, created, body, service.model_id, result.text, result, amber)
+            full = _response(rid, created, body, service.model_id, output.items, result, amber, tooling)
             if session_id is not None:
-                record = ResponseRecord(rid, caller.namespace, session_id,
-                                        history + [{"role": "assistant", "content": result.text}], created,
-                                        service.model_id, body.previous_response_id, full)
+                record = ResponseRecord(rid, caller.namespace, session_id, history + [output.history_message()],
+                                        created, service.model_id, body.previous_response_id, full)
                 await asyncio.to_thread(store.save, record)
             return full
 
@@ -189,7 +219,9 @@ def router(service: Service) -> APIRouter:
                 result = await run.collect()
             finally:
                 run.cancel()
-            return JSONResponse(await finish(result))
+            output.start()
+            output.feed(result.text)
+            return JSONResponse(await finish(result, []))
 
         async def events() -> AsyncIterator[bytes]:
             seq = 0
@@ -198,27 +230,23 @@ def router(service: Service) -> APIRouter:
                 nonlocal seq
                 seq += 1
                 return f"event: {kind}\n".encode() + sse({"type": kind, "sequence_number": seq - 1, **fields})
-            where = {"item_id": msg_id, "output_index": 0, "content_index": 0}
-            yield event("response.created", response=_response(rid, msg_id, created, body, service.model_id,
-                                                               None, None, None))
-            yield event("response.in_progress", response=_response(rid, msg_id, created, body, service.model_id,
-                                                                   None, None, None))
-            yield event("response.output_item.added", output_index=0,
-                        item={"type": "message", "id": msg_id, "status": "in_progress", "role": "assistant",
-                              "content": []})
-            yield event("response.content_part.added", **where,
-                        part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})
+            yield event("response.created", response=_response(rid, created, body, service.model_id, [], None, None,
+                                                               tooling))
+            yield event("response.in_progress", response=_response(rid, created, body, service.model_id, [], None,
+                                                                   None, tooling))
+            for kind, fields in output.start():
+                yield event(kind, **fields)
             try:
                 async for ev in run.events():
                     if isinstance(ev, TextChunk):
                         if ev.text:
-                            yield event("response.output_text.delta", **where, delta=ev.text, logprobs=[])
+                            for kind, fields in output.feed(ev.text):
+                                yield event(kind, **fields)
                     else:
-                        full = await finish(ev)
-                        item = full["output"][0]
-                        yield event("response.output_text.done", **where, text=ev.text, logprobs=[])
-                        yield event("response.content_part.done", **where, part=item["content"][0])
-                        yield event("response.output_item.done", output_index=0, item=item)
+                        closing: list[Event] = []
+                        full = await finish(ev, closing)
+                        for kind, fields in closing:
+                            yield event(kind, **fields)
                         yield event("response.completed" if full["status"] == "completed" else "response.incomplete",
                                     response=full)
             except ApiError as exc:

@@ -1,6 +1,8 @@
 """Request bodies of the OpenAI endpoints, validated strictly (wrong types are a 400, not coerced)."""
 from __future__ import annotations
 
+import json
+
 from typing import Annotated, Any, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator,
@@ -9,6 +11,7 @@ from pydantic_core import PydanticCustomError
 
 from engine.api import ChatMessage, OverflowPolicy, SamplingParams
 from .errors import ApiError
+from .tools import ToolRequest, tool_request
 
 MAX_MESSAGES = 4096
 MAX_STOP = 16           # OpenAI allows 4; clients (agent frameworks) send more
@@ -18,6 +21,8 @@ MAX_ID_CHARS = 128
 MAX_CHOICES = 8         # n: choices decoded together for one request
 MAX_TOP_LOGPROBS = 20   # OpenAI's bound for top_logprobs (and for completions' logprobs here)
 MAX_LOGIT_BIAS = 1024   # entries in one logit_bias map
+MAX_NAME_CHARS = 64     # a function's name (OpenAI's bound)
+MAX_TOOL_CALLS = 128    # tool calls in one assistant message
 
 Number = StrictFloat | StrictInt
 Penalty = Annotated[Number, Field(ge=-2.0, le=2.0)]
@@ -125,10 +130,33 @@ class TextPart(_Body):
     text: StrictStr
 
 
+class FunctionCall(_Body):
+    name: Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+    arguments: StrictStr = "{}"
+
+
+class MessageToolCall(_Body):
+    """A tool call of an earlier assistant message (chat completions' history)."""
+    id: Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)]
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(_Body):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: StrictStr | list[TextPart] | None = None
     type: Literal["message"] | None = None
+    tool_calls: Annotated[list[MessageToolCall], Field(max_length=MAX_TOOL_CALLS)] | None = None
+    tool_call_id: Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)] | None = None
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> "Message":
+        if self.role == "tool" and self.tool_call_id is None:
+            raise PydanticCustomError("tool_call_id", "a message of role 'tool' needs the 'tool_call_id' "
+                                      "of the call it answers", {})
+        if self.tool_calls and self.role != "assistant":
+            raise PydanticCustomError("tool_calls", "only assistant messages carry 'tool_calls'", {})
+        return self
 
     def text(self) -> str:
         if self.content is None:
@@ -140,6 +168,51 @@ class Message(_Body):
     def to_chat(self) -> ChatMessage:
         # The chat templates know system, user and assistant; OpenAI's developer role is the system's.
         return ChatMessage("system" if self.role == "developer" else self.role, self.text())
+
+    def to_template(self) -> dict[str, Any]:
+        """The message as transformers' chat templates take it (tool calls and results included)."""
+        out: dict[str, Any] = self.to_chat().to_dict()
+        if self.tool_calls:
+            out["tool_calls"] = [template_call(c.id, c.function.name, c.function.arguments)
+                                 for c in self.tool_calls]
+            if self.content is None:
+                out["content"] = None
+        if self.role == "tool":
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+def template_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    """A tool call as chat templates take it: `arguments` as an object (templates write it with
+    `tojson`), the text itself when it is no JSON object."""
+    try:
+        parsed = json.loads(arguments)
+    except (ValueError, RecursionError):     # not JSON, or nested past the parser's depth
+        parsed = None
+    return {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": parsed if isinstance(parsed, dict) else arguments}}
+
+
+class FunctionCallItem(_Body):
+    """A Responses input item: a function call the model made."""
+    type: Literal["function_call"]
+    call_id: Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)]
+    name: Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+    arguments: StrictStr
+    id: Annotated[StrictStr, Field(max_length=MAX_ID_CHARS)] | None = None
+    status: StrictStr | None = None
+
+
+class FunctionCallOutputItem(_Body):
+    """A Responses input item: a function call's result."""
+    type: Literal["function_call_output"]
+    call_id: Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)]
+    output: StrictStr | list[TextPart]
+    id: Annotated[StrictStr, Field(max_length=MAX_ID_CHARS)] | None = None
+    status: StrictStr | None = None
+
+    def text(self) -> str:
+        return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
 
 
 def _unsupported(body: BaseModel, *names: str) -> None:
@@ -183,7 +256,17 @@ class _Choices(_Sampling):
         return None if not self.logit_bias else {int(k): float(v) for k, v in self.logit_bias.items()}
 
 
-class ChatCompletionRequest(_Choices):
+class _ToolFields(_Request):
+    """`tools`, `tool_choice` and `parallel_tool_calls` (checked by `tool_settings`)."""
+    tools: list[Any] | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    parallel_tool_calls: StrictBool | None = None
+
+    def tool_settings(self) -> ToolRequest:
+        return tool_request(self.tools, self.tool_choice, self.parallel_tool_calls)
+
+
+class ChatCompletionRequest(_Choices, _ToolFields):
     messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
@@ -192,7 +275,7 @@ class ChatCompletionRequest(_Choices):
     top_logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
 
     def check(self) -> None:
-        _unsupported(self, "tools", "functions", "audio")
+        _unsupported(self, "functions", "audio")
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
 
@@ -226,20 +309,37 @@ class CompletionRequest(_Choices):
         return _stop_list(self.stop)
 
 
-class ResponseRequest(_Sampling):
-    input: StrictStr | Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
+InputItem = Annotated[Message | FunctionCallItem | FunctionCallOutputItem, Field(union_mode="left_to_right")]
+
+
+class ResponseRequest(_Sampling, _ToolFields):
+    input: StrictStr | Annotated[list[InputItem], Field(min_length=1, max_length=MAX_MESSAGES)]
     instructions: StrictStr | None = None
     previous_response_id: Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)] | None = None
     store: StrictBool = True
     max_output_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
 
     def check(self) -> None:
-        _unsupported(self, "tools", "reasoning", "background", "conversation")
+        _unsupported(self, "reasoning", "background", "conversation")
 
-    def messages(self) -> list[ChatMessage]:
+    def messages(self) -> list[dict[str, Any]]:
+        """The input as template messages: function calls join the assistant message before them
+        (or make one), their outputs are messages of role "tool"."""
         if isinstance(self.input, str):
-            return [ChatMessage("user", self.input)]
-        return [m.to_chat() for m in self.input]
+            return [ChatMessage("user", self.input).to_dict()]
+        out: list[dict[str, Any]] = []
+        for item in self.input:
+            if isinstance(item, FunctionCallItem):
+                last = out[-1] if out else None
+                if last is None or last["role"] != "assistant":
+                    last = {"role": "assistant", "content": None}
+                    out.append(last)
+                last.setdefault("tool_calls", []).append(template_call(item.call_id, item.name, item.arguments))
+            elif isinstance(item, FunctionCallOutputItem):
+                out.append({"role": "tool", "content": item.text(), "tool_call_id": item.call_id})
+            else:
+                out.append(item.to_template())
+        return out
 
 
 def dump(obj: Any) -> Any:

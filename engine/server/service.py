@@ -10,15 +10,17 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator, Sequence, cast
+from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence, cast
 
 from starlette.requests import Request
 
 from engine.api import (ChatEngine, ChatMessage, FinishReason, GenerationResult, ModelNotReady, SamplingParams,
                         SessionError, SessionKind, TextChunk, TokenEngine)
+from engine.text.tool_calls import ToolFormat
 from .auth import Caller, KeyRing
 from .errors import ApiError
 from .scheduler import END, Job, Scheduler
+from .tools import ToolRequest, tool_format
 
 DEFAULT_MAX_BODY_BYTES = 4 << 20       # 4 MiB: far more text than any context window holds
 DEFAULT_MAX_NEW_TOKENS = 4096          # when a request sets no max_tokens
@@ -194,11 +196,23 @@ class Service:
             return run()
         return start
 
-    def encode_chat(self, messages: Sequence[ChatMessage]) -> Callable[[], list[int]]:
+    def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
+                    tools: list[dict[str, Any]] | None = None) -> Callable[[], list[int]]:
+        """The prompt's token ids, computed on the engine thread (`tools`: shown by the template)."""
         tokens = self.tokens
         if tokens is None:
             return lambda: [0] * 1        # engines without a tokenizer: the engine checks the length
-        return lambda: tokens.encode_chat(messages)
+        return lambda: tokens.encode_chat(messages, tools)
+
+    def tool_format(self, request: ToolRequest) -> ToolFormat | None:
+        """The tool-call format of the served model's template for a request's tools (a 400 when
+        it has none, or the engine does not render templates here)."""
+        if request.offered is None:
+            return None
+        tokens = self.tokens
+        if tokens is None:
+            raise ApiError(400, "this engine does not take 'tools'", "tools", "tools_not_supported")
+        return tool_format(tokens.chat_template, self.model_id, request)
 
     def encode_text(self, prompt: str | list[int]) -> Callable[[], list[int]]:
         tokens = self.tokens

@@ -37,6 +37,7 @@ from engine.sessions.persistence import SessionFiles
 from engine.sessions.refs import BlockRefs
 from engine.sessions.session import Session, SessionError, next_use, store_shape
 from engine.sessions.writer import SerialWriter
+from engine.text.chat_template import ChatTemplate
 from engine.text.logprobs import TokenBytes
 from engine.text.tool_calls import detect_format
 
@@ -140,8 +141,13 @@ class SessionManager:
     def _token_bytes(self) -> TokenBytes:
         return TokenBytes(self.model.tokenizer)
 
-    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
-        return self.generator.encode_chat(messages)
+    def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
+                    tools: list[dict[str, Any]] | None = None) -> list[int]:
+        return self.generator.encode_chat(messages, tools)
+
+    @property
+    def chat_template(self) -> ChatTemplate:
+        return self.generator.template
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return self.generator.encode_prompt(prompt)

@@ -7,8 +7,9 @@ API (pure: no server, no engine state):
   when it ships one) or a template's source. `HERMES` (Hermes, Qwen2.5, Qwen3:
   `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), `LLAMA3` (Llama 3.1/3.2: a bare
   `{"name": ..., "parameters": {...}}` reply, `<|python_tag|>` optional), `MISTRAL` (v3/v7:
-  `[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]`) or `MISTRAL_ARGS` (v11:
-  `[TOOL_CALLS]name[ARGS]{...}`); None when the template shows the model no tools.
+  `[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]`, the marker optional, as a detokenizer
+  that skips special tokens leaves it out) or `MISTRAL_ARGS` (v11: `[TOOL_CALLS]name[ARGS]{...}`);
+  None when the template shows the model no tools.
 - `ToolFormat.parse(text) -> ParsedOutput(content, tool_calls)`: a finished reply. Each `ToolCall`
   has an `id` (new, in the form the format's templates accept), `name` and `arguments` (the JSON
   object's text as the model wrote it).
@@ -96,8 +97,7 @@ class _CallObject:
         self.name: str | None = None
         self.args_streamed: list[str] = []   # raw argument text given out so far
         self.args_pending: list[str] = []    # raw argument text not yet given out
-        self.args_string = False             # arguments given as a JSON string
-        self.args_final: str | None = None
+        self.args_final: str | None = None   # the whole argument text, once its value ended
 
     @property
     def done(self) -> bool:
@@ -217,7 +217,6 @@ class _CallObject:
                     decoded = json.loads(text)
                 except ValueError:
                     decoded = text
-                self.args_string = True
                 self.args_pending = [decoded if isinstance(decoded, str) else text]
             elif self.value_kind == "atom":    # null and the like: no arguments
                 self.args_pending = ["{}"] if text == "null" else [text]
@@ -233,6 +232,9 @@ class _CallObject:
 
 # ---- formats ----------------------------------------------------------------------------------
 _ID_ALPHABET = string.ascii_letters + string.digits
+# Calls are written as json.dumps writes JSON (as the templates' `tojson` shows them to the model):
+# no room for the endless whitespace a free layout gives a weak model.
+_JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,10 @@ class ToolFormat:
     opens: tuple[str, ...]            # markers that start tool calls
     close: str = ""                   # what ends each call (Hermes' </tool_call>)
     array: bool = False               # the calls are one JSON array after the marker (Mistral)
-    bare_json_start: bool = False     # a reply opening with {"name": ... is a call (Llama 3)
+    # A reply opening with these brackets and then "name" (or "type") is a call without its marker:
+    # Llama 3 writes bare JSON, and a marker that is a special token is left out of the decoded text
+    # (Mistral's [TOOL_CALLS], Llama's <|python_tag|>).
+    bare_start: str = ""
     separators: tuple[str, ...] = ()  # between calls after one marker (Llama 3: ";")
     name_then_args: bool = False      # name[ARGS]{...} after the marker (Mistral v11)
     id_length: int = 0                # ids of this length from letters and digits (Mistral's 9)
@@ -275,11 +280,13 @@ class ToolFormat:
             fn = tool.get("function", tool)
             params = fn.get("parameters") or {"type": "object", "properties": {}}
             if self.name_then_args:
-                lines.append(f"call_{i}: {json.dumps(fn['name'])} \"[ARGS]\" %json {json.dumps(params)}")
+                schema = {**params, "x-guidance": _JSON_LAYOUT}
+                lines.append(f"call_{i}: {json.dumps(fn['name'])} \"[ARGS]\" %json {json.dumps(schema)}")
             else:
                 schema = {"type": "object",
                           "properties": {"name": {"const": fn["name"]}, self.argument_key: params},
-                          "required": ["name", self.argument_key], "additionalProperties": False}
+                          "required": ["name", self.argument_key], "additionalProperties": False,
+                          "x-guidance": _JSON_LAYOUT}
                 lines.append(f"call_{i}: %json {json.dumps(schema)}")
             rules.append(f"call_{i}")
         lines.append("call: " + " | ".join(rules))
@@ -302,9 +309,10 @@ class ToolFormat:
 
 HERMES = ToolFormat("hermes", opens=("<tool_call>",), close="</tool_call>",
                     grammar_open="<tool_call>\n", grammar_close="\n</tool_call>")
-LLAMA3 = ToolFormat("llama3", opens=("<|python_tag|>",), bare_json_start=True, separators=(";",),
+LLAMA3 = ToolFormat("llama3", opens=("<|python_tag|>",), bare_start="{", separators=(";",),
                     argument_key="parameters", grammar_joint="; ")
-MISTRAL = ToolFormat("mistral", opens=("[TOOL_CALLS]",), array=True, id_length=9, grammar_open="[TOOL_CALLS]")
+MISTRAL = ToolFormat("mistral", opens=("[TOOL_CALLS]",), array=True, bare_start="[{", id_length=9,
+                     grammar_open="[TOOL_CALLS]")
 MISTRAL_ARGS = ToolFormat("mistral_args", opens=("[TOOL_CALLS]",), name_then_args=True, id_length=9,
                           grammar_open="[TOOL_CALLS]")
 FORMATS = (HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS)
@@ -429,7 +437,7 @@ class ToolCallStream:
     # -- modes: each consumes what it can; False when it waits for more text
     def _content(self, out: list[Delta], final: bool) -> bool:
         fmt = self.fmt
-        if fmt.bare_json_start and not self.started:
+        if fmt.bare_start and not self.started:
             verdict = self._bare_json(final)
             if verdict == "hold":
                 return False
@@ -452,13 +460,15 @@ class ToolCallStream:
         return False
 
     def _bare_json(self, final: bool) -> str:
-        """At the reply's start: "call" (it opens with {"name" or {"type"), "hold", or "no"."""
-        lead = self.buffer.lstrip()
-        if not lead:
-            return "no" if final else "hold"
-        if lead[0] != "{":
-            return "no"
-        rest = lead[1:].lstrip()
+        """At the reply's start: "call" (the format's bare brackets, then "name" or "type"),
+        "hold" (it may still be), or "no"."""
+        rest = self.buffer.lstrip()
+        for bracket in self.fmt.bare_start:
+            if not rest:
+                return "no" if final else "hold"
+            if rest[0] != bracket:
+                return "no"
+            rest = rest[1:].lstrip()
         for key in ('"name"', '"type"'):
             if rest.startswith(key):
                 return "call"
@@ -606,7 +616,7 @@ def _merge(deltas: list[Delta]) -> list[Delta]:
 
 
 # ---- tool definitions from a request ----------------------------------------------------------
-def _depth(value: Any) -> int:
+def json_depth(value: Any) -> int:
     """How deeply a parsed JSON value nests (a loop: it may nest as deep as the parser allowed)."""
     deepest, stack = 0, [(value, 1)]
     while stack:
@@ -668,7 +678,7 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
             params = {"type": "object", "properties": {}}
         if not isinstance(params, dict):
             raise ToolDefinitionError(f"{where} ('{name}'): 'parameters' is a JSON schema object")
-        if _depth(params) > MAX_SCHEMA_DEPTH:
+        if json_depth(params) > MAX_SCHEMA_DEPTH:
             raise ToolDefinitionError(f"{where} ('{name}'): 'parameters' nests deeper than {MAX_SCHEMA_DEPTH}")
         try:
             jsonschema.Draft202012Validator.check_schema(params)

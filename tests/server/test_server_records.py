@@ -63,8 +63,15 @@ def deep(n: int) -> bytes:
     (lambda d: {**d, "body": [1]}, False),
     (lambda d: deep(100_000), False),
     (lambda d: {**d, "body": {"deep": json.loads(deep(900))}}, True),     # deep, but only data: answered as stored
+    (lambda d: {**d, "messages": [{"role": "tool", "content": "18 C"}]}, False),
+    (lambda d: {**d, "messages": [{"role": "assistant", "content": None}]}, False),
+    (lambda d: {**d, "messages": [{"role": "assistant", "content": None, "tool_calls": {"id": "x"}}]}, False),
+    (lambda d: {**d, "messages": [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "function": {"name": "f", "arguments": 7}}]}]}, False),
+    (lambda d: {**d, "messages": [{"role": "user", "content": "hi", "tool_calls": []}]}, False),
 ], ids=["messages-ints", "message-without-content", "int-session", "bad-session", "lone-surrogate", "body-list",
-        "100k-deep", "body-900-deep"])
+        "100k-deep", "body-900-deep", "tool-result-without-call-id", "assistant-without-content-or-calls",
+        "tool-calls-not-a-list", "tool-call-arguments-a-number", "user-with-tool-calls"])
 def test_a_damaged_record_is_a_clean_error_and_can_be_deleted(served, damage, valid):
     server, responses = served
     rid = stored(server)["id"]
