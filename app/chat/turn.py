@@ -195,7 +195,8 @@ def _run_calls(toolbox: Toolbox, calls: Sequence[Any], cancel: CancelToken
     for raw in calls:
         call = toolbox.proposed(raw)
         decision: Decision | None = Decision.ONCE
-        if call.server is not None and not toolbox.allowed(call):
+        # nothing to approve where nothing can run: an unknown tool, arguments that are no object
+        if call.server is not None and call.arguments is not None and not toolbox.allowed(call):
             approval = Approval(call)
             yield ToolAsked(approval)
             decision = approval.wait(cancel)

@@ -77,7 +77,7 @@ def test_approved_call_runs_and_the_model_answers_with_its_result(store: Any, tm
     assert out.assistant.tool_steps == [{"text": "", "calls": ran}]
     # the second generation saw the call and its result, with the tools offered both times
     (first, tools1), (second, tools2) = engine.requests
-    assert [t["function"]["name"] for t in tools1] == ["add", "lookup", "shout"] and tools2 == tools1
+    assert [t["function"]["name"] for t in tools1] == ["add", "lookup", "shout", "colour_of"] and tools2 == tools1
     assert second[-2]["tool_calls"][0]["function"] == {"name": "add", "arguments": {"a": 19, "b": 23}}
     assert second[-1] == {"role": "tool", "tool_call_id": call.id, "name": "add", "content": "42"}
 
@@ -127,3 +127,17 @@ def test_a_call_of_a_tool_nobody_offers_is_answered_without_asking(store: Any, t
     assert not any(isinstance(e, ToolAsked) for e in events)
     record = out.assistant.tool_steps[0]["calls"][0]
     assert record["status"] == "unknown" and "no tool named 'format_disk'" in record["result"]
+
+
+def test_arguments_that_are_no_json_object_are_answered_without_asking(store: Any, tmp_path: Path, server: Any,
+                                                                       tools: Any) -> None:
+    def reply(messages: Any) -> str:
+        if messages[-1].role == "tool":
+            return "sorry"
+        return '<tool_call>\n{"name": "add", "arguments": "two and three"}\n</tool_call>'
+
+    engine = FakeEngine(tmp_path / "state", delay=0, reply=reply, tool_format="hermes")
+    events, out = run(store, engine, toolbox(server, tools), None)
+    assert not any(isinstance(e, ToolAsked) for e in events)
+    record = out.assistant.tool_steps[0]["calls"][0]
+    assert record["status"] == "failed" and "not a JSON object" in record["result"]

@@ -31,7 +31,7 @@ def test_approved_call_round_trip_and_a_pinned_chat_keeps_it_across_a_restart(ma
     engine = tool_engine(home)
     w = make_window(engine)
     wait_connected(qtbot, w)
-    assert w.composer.tools.text() == "3 tools available"
+    assert w.composer.tools.text() == "4 tools available"
     send(qtbot, w, "what is 19 + 23?", wait=False)
     with qtbot.waitSignal(w.replyFinished, timeout=REPLY):
         card = answer(qtbot, w, "AllowToolOnce")
@@ -196,11 +196,11 @@ def test_settings_page_lists_servers_with_their_status(make_window: Any, home: P
     cfg = stdio_config()
     page.ask = fill("calc", [cfg["command"], *cfg["args"]], cfg["env"])
     page.add_btn.click()
-    qtbot.waitUntil(lambda: page.status_text("calc") == "Connected, 3 tools", timeout=REPLY)
+    qtbot.waitUntil(lambda: page.status_text("calc") == "Connected, 4 tools", timeout=REPLY)
     page.ask = fill("ghost", ["amber-no-such-command-here"], {})
     page.add_btn.click()
     qtbot.waitUntil(lambda: page.status_text("ghost").startswith("MCP server 'ghost' failed"), timeout=REPLY)
-    assert page.status_text("calc") == "Connected, 3 tools"
+    assert page.status_text("calc") == "Connected, 4 tools"
     wait_idle(qtbot, w)      # the file is written off the UI thread
     saved = json.loads((home / "mcp.json").read_text())["mcpServers"]
     assert set(saved) == {"calc", "ghost"} and saved["ghost"] == {"command": "amber-no-such-command-here"}

@@ -19,7 +19,7 @@ def write_mcp_json(home: Path, **extra: Any) -> Path:
 
 def wait_connected(qtbot: Any, w: Any, timeout: int = 60000) -> None:
     """Until the test server's tools are listed (a real process started, its tools listed)."""
-    qtbot.waitUntil(lambda: len(w.tools.tools()) == 3, timeout=timeout)
+    qtbot.waitUntil(lambda: len(w.tools.tools()) == 4, timeout=timeout)
 
 
 def asking_card(w: Any) -> Any:

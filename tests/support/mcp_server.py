@@ -1,12 +1,13 @@
 """A small MCP server for the tests, on the official SDK (`MCPServer`, FastMCP's successor):
 `python -m tests.support.mcp_server` serves it over stdio. Its tools answer deterministically:
-`add(a, b)`, `lookup(key)` from a fixed table (an unknown key is a tool error), `shout(text)`.
+`add(a, b)`, `lookup(key)` from a fixed table (an unknown key is a tool error), `shout(text)`,
+`colour_of(fruit)` (an enum argument: a forced call of it is short whatever the model).
 `stdio_config()` is the mcp.json entry that starts it with the interpreter running the tests."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -34,6 +35,12 @@ def lookup(key: str) -> str:
 def shout(text: str) -> str:
     """The text in capitals."""
     return text.upper()
+
+
+@server.tool()
+def colour_of(fruit: Literal["apple", "banana"]) -> str:
+    """The colour of a fruit."""
+    return {"apple": "red", "banana": "yellow"}[fruit]
 
 
 ROOT = Path(__file__).resolve().parents[2]

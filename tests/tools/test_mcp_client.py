@@ -18,7 +18,7 @@ def server() -> McpServerConfig:
 
 def test_lists_the_tools_with_their_schemas(server: McpServerConfig) -> None:
     tools = {t.name: t for t in list_tools(server)}
-    assert set(tools) == {"add", "lookup", "shout"}
+    assert set(tools) == {"add", "lookup", "shout", "colour_of"}
     add = tools["add"]
     assert add.server == "test-tools" and add.description == "Add two integers."
     assert add.input_schema["required"] == ["a", "b"]
@@ -29,6 +29,7 @@ def test_calls_a_tool(server: McpServerConfig) -> None:
     result = call_tool(server, "add", {"a": 19, "b": 23})
     assert (result.text, result.is_error) == ("42", False)
     assert call_tool(server, "lookup", {"key": "onyx"}).text == "a banded chalcedony"
+    assert call_tool(server, "colour_of", {"fruit": "banana"}).text == "yellow"
 
 
 def test_a_tool_error_is_a_result_marked_as_error(server: McpServerConfig) -> None:
