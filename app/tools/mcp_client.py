@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, TypeVar
-
-import anyio
-from mcp import Client, StdioServerParameters
-from mcp.client.stdio import get_default_environment
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from .mcp_config import McpServerConfig
+
+if TYPE_CHECKING:
+    from mcp import Client
 
 T = TypeVar("T")
 
@@ -51,6 +50,11 @@ class ToolResult:
 
 
 def _client(server: McpServerConfig) -> Client:
+    # The SDK (pydantic models, HTTP and process transports) loads on first use, not with the
+    # window: importing it costs more than a second of start-up.
+    from mcp import Client, StdioServerParameters  # noqa: PLC0415
+    from mcp.client.stdio import get_default_environment  # noqa: PLC0415
+
     if server.url:
         return Client(server.url, mode="auto")
     env = {**get_default_environment(), **server.env}
@@ -69,6 +73,8 @@ def _one_line(exc: BaseException) -> str:
 
 def _run(server: McpServerConfig, what: str, timeout_s: float,
          work: Callable[[Client], Awaitable[T]]) -> T:
+    import anyio  # noqa: PLC0415 - with the SDK, on first use
+
     async def main() -> T:
         with anyio.fail_after(timeout_s):
             async with _client(server) as client:
