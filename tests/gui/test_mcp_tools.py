@@ -218,3 +218,20 @@ def test_settings_page_lists_servers_with_their_status(make_window: Any, home: P
     assert taken.result() == 0 and taken.error.text() == "There is a server named 'calc' already"
     dlg.reject()
     dlg.deleteLater()
+
+
+def test_screenshot_tool_call_asked_and_folded(make_window: Any, home: Path, qtbot: Any, shots: Any) -> None:
+    """For a person to look at (`make screenshots`): the card asking, then the reply with its call folded."""
+    write_mcp_json(home)
+    engine = FakeEngine(home / "state", delay=0, reply=calling(preface="Let me add those. "), tool_format="hermes")
+    w = make_window(engine)
+    wait_connected(qtbot, w)
+    send(qtbot, w, "what is 19 + 23?", wait=False)
+    qtbot.waitUntil(lambda: asking_card(w) is not None, timeout=REPLY)
+    asked = shots(w, "tool_call_asked")
+    with qtbot.waitSignal(w.replyFinished, timeout=REPLY):
+        qtbot.mouseClick(asking_card(w).allow_once, Qt.MouseButton.LeftButton)
+    folded = shots(w, "tool_call_folded")
+    reply_cards(w)[0].toggle.click()
+    opened = shots(w, "tool_call_opened")
+    assert asked.stat().st_size > 0 and folded.stat().st_size > 0 and opened.stat().st_size > 0
