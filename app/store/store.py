@@ -463,7 +463,7 @@ class ConversationStore:
                 depth = depths[msg.parent_key] + 1 if msg.parent_key is not None else 0
                 ids[msg.key] = q.insert_message(conn, new_id, parent, depth, msg.role,
                                                msg.content, msg.created_at, msg.figures,
-                                               msg.model_name)
+                                               msg.model_name, msg.tool_steps)
                 depths[msg.key] = depth
             if parsed.current_leaf_key is not None:
                 conv.current_leaf_id = ids[parsed.current_leaf_key]
