@@ -25,12 +25,18 @@ def tool_engine(home: Path, **kw: Any) -> FakeEngine:
     return FakeEngine(home / "state", delay=0, reply=calling(), tool_format="hermes", **kw)
 
 
-def test_approved_call_round_trip_and_a_pinned_chat_keeps_it_across_a_restart(make_window: Any, home: Path,
-                                                                               qtbot: Any) -> None:
+def connected_window(make_window: Any, home: Path, qtbot: Any, engine: FakeEngine | None = None) -> tuple[Any, Any]:
+    """mcp.json with the test server, a window on a tool-calling fake engine, the server connected."""
     write_mcp_json(home)
-    engine = tool_engine(home)
+    engine = engine or tool_engine(home)
     w = make_window(engine)
     wait_connected(qtbot, w)
+    return w, engine
+
+
+def test_approved_call_round_trip_and_a_pinned_chat_keeps_it_across_a_restart(make_window: Any, home: Path,
+                                                                               qtbot: Any) -> None:
+    w, engine = connected_window(make_window, home, qtbot)
     assert w.composer.tools.text() == "4 tools available"
     send(qtbot, w, "what is 19 + 23?", wait=False)
     with qtbot.waitSignal(w.replyFinished, timeout=REPLY):
@@ -69,10 +75,7 @@ def test_approved_call_round_trip_and_a_pinned_chat_keeps_it_across_a_restart(ma
 
 
 def test_denied_call_is_not_run_and_the_model_is_told(make_window: Any, home: Path, qtbot: Any) -> None:
-    write_mcp_json(home)
-    engine = tool_engine(home)
-    w = make_window(engine)
-    wait_connected(qtbot, w)
+    w, engine = connected_window(make_window, home, qtbot)
     send(qtbot, w, "what is 19 + 23?", wait=False)
     with qtbot.waitSignal(w.replyFinished, timeout=REPLY):
         answer(qtbot, w, "DenyTool")
@@ -107,10 +110,7 @@ def test_always_allow_is_kept_and_later_calls_are_not_asked(make_window: Any, ho
 
 
 def test_stop_while_a_call_waits(make_window: Any, home: Path, qtbot: Any) -> None:
-    write_mcp_json(home)
-    engine = tool_engine(home)
-    w = make_window(engine)
-    wait_connected(qtbot, w)
+    w, engine = connected_window(make_window, home, qtbot)
     send(qtbot, w, "what is 19 + 23?", wait=False)
     qtbot.waitUntil(lambda: asking_card(w) is not None, timeout=REPLY)
     w.replies.stop()
@@ -120,10 +120,7 @@ def test_stop_while_a_call_waits(make_window: Any, home: Path, qtbot: Any) -> No
 
 
 def test_temporary_chat_keeps_its_tool_calls_in_memory_only(make_window: Any, home: Path, qtbot: Any) -> None:
-    write_mcp_json(home)
-    engine = tool_engine(home)
-    w = make_window(engine)
-    wait_connected(qtbot, w)
+    w, engine = connected_window(make_window, home, qtbot)
     qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     send(qtbot, w, "what is 19 + 23? secretword", wait=False)
     with qtbot.waitSignal(w.replyFinished, timeout=REPLY):
@@ -154,10 +151,7 @@ def test_a_model_without_a_tool_format_is_offered_no_tools(make_window: Any, hom
 
 
 def test_tools_switched_off_are_not_offered(make_window: Any, home: Path, qtbot: Any) -> None:
-    write_mcp_json(home)
-    engine = tool_engine(home)
-    w = make_window(engine)
-    wait_connected(qtbot, w)
+    w, engine = connected_window(make_window, home, qtbot)
     w.settings.mcp_tools = False
     w.tool_binding.update_state()
     assert not w.composer.tools.isVisible()
