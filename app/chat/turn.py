@@ -129,10 +129,12 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
     reply, result, error = "", None, None
     steps: list[dict[str, Any]] = []
     toolbox = req.tools
+    shown = ""      # what the window was sent so far (rounds apart by a blank line)
     for round_no in range(MAX_TOOL_ROUNDS + 1):
         offered = toolbox if toolbox is not None and round_no < MAX_TOOL_ROUNDS else None
         parser = offered.fmt.stream() if offered is not None else None
         reply, result, error = "", None, None
+        round_shown = False
         try:
             gen = _reply(engine, chat_id, messages, sampling, cancel, open_session,
                          offered.schemas() if offered is not None else None)
@@ -141,6 +143,9 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
                     text = ev.text if parser is None else _content(parser.feed(ev.text))
                     reply += ev.text
                     if text:
+                        if shown and not round_shown:     # a round after tool calls: a new paragraph
+                            text = "\n\n" + text
+                        shown, round_shown = shown + text, True
                         yield Chunk(text, len(ev.token_ids))
                 elif isinstance(ev, PrefillProgress):
                     yield Prefill(ev.done, ev.total)
@@ -152,9 +157,11 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
             reply = result.text
         if parser is None or offered is None or error is not None or cancel.is_set():
             break
-        tail = parser.finish()
-        if tail and _content(tail):
-            yield Chunk(_content(tail), 0)
+        tail = _content(parser.finish())
+        if tail:
+            tail = tail if round_shown or not shown else "\n\n" + tail
+            shown, round_shown = shown + tail, True
+            yield Chunk(tail, 0)
         parsed = offered.fmt.parse(reply)
         if not parsed.tool_calls:
             reply = parsed.content

@@ -110,6 +110,14 @@ def test_always_runs_later_calls_without_asking(store: Any, tmp_path: Path, serv
         ["system", "user", "assistant", "tool", "assistant", "user"]
 
 
+def test_a_round_after_calls_streams_as_a_new_paragraph(store: Any, tmp_path: Path, server: Any,
+                                                         tools: Any) -> None:
+    engine = FakeEngine(tmp_path / "state", delay=0, reply=calling(preface="Let me add. "), tool_format="hermes")
+    events, out = run(store, engine, toolbox(server, tools), Decision.ONCE)
+    assert "".join(e.text for e in events if isinstance(e, Chunk)) == "Let me add.\n\nThe answer is 42."
+    assert out.assistant.content == "The answer is 42." and out.assistant.tool_steps[0]["text"] == "Let me add."
+
+
 def test_stop_while_asking_stores_the_call_as_cancelled(tmp_path: Path, server: Any, tools: Any) -> None:
     store = MemoryStore()
     engine = FakeEngine(tmp_path / "state", delay=0, reply=calling(preface="Let me add. "), tool_format="hermes")
