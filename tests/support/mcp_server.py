@@ -2,12 +2,15 @@
 `python -m tests.support.mcp_server` serves it over stdio. Its tools answer deterministically:
 `add(a, b)`, `lookup(key)` from a fixed table (an unknown key is a tool error), `shout(text)`,
 `colour_of(fruit)` (an enum argument: a forced call of it is short whatever the model).
-`stdio_config()` is the mcp.json entry that starts it with the interpreter running the tests."""
+`stdio_config()` is the mcp.json entry that starts it with the interpreter running the tests;
+`http_server()` serves it over streamable HTTP on 127.0.0.1 for a `with` block."""
 from __future__ import annotations
 
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -54,3 +57,27 @@ def stdio_config(name: str = "test-tools") -> dict[str, Any]:
 
 if __name__ == "__main__":
     server.run("stdio")
+
+
+@contextmanager
+def http_server() -> Iterator[str]:
+    """This server over streamable HTTP on 127.0.0.1 (uvicorn, in a thread); yields its URL."""
+    import uvicorn
+
+    ready = threading.Event()
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            ready.set()
+
+    srv = _Server(uvicorn.Config(server.streamable_http_app(), host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(60), "the MCP HTTP server did not start"
+        port = srv.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        srv.should_exit = True
+        thread.join(30)

@@ -37,6 +37,15 @@ def test_a_tool_error_is_a_result_marked_as_error(server: McpServerConfig) -> No
     assert result.is_error and "no entry for 'quartz'" in result.text
 
 
+def test_streamable_http_server_lists_and_calls() -> None:
+    from tests.support.mcp_server import http_server
+    with http_server() as url:
+        web = parse_server("web", {"url": url})
+        assert {t.name for t in list_tools(web)} == {"add", "lookup", "shout", "colour_of"}
+        assert call_tool(web, "shout", {"text": "amber"}).text == "AMBER"
+        assert call_tool(web, "lookup", {"key": "quartz"}).is_error
+
+
 def test_a_command_that_does_not_exist(tmp_path: object) -> None:
     bad = McpServerConfig("ghost", command="amber-no-such-command-here")
     with pytest.raises(McpServerError) as err:
