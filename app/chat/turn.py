@@ -126,42 +126,14 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
     messages += chat_messages(path, with_tools=req.tools is not None)
     sampling = settings.sampling.to_params(overrides.get("sampling"))
     sampling.overflow = overflow_policy(overrides, settings)
-    reply, result, error = "", None, None
     steps: list[dict[str, Any]] = []
-    toolbox = req.tools
-    shown = ""      # what the window was sent so far (rounds apart by a blank line)
-    for round_no in range(MAX_TOOL_ROUNDS + 1):
-        offered = toolbox if toolbox is not None and round_no < MAX_TOOL_ROUNDS else None
-        parser = offered.fmt.stream() if offered is not None else None
-        reply, result, error = "", None, None
-        round_shown = False
-        try:
-            gen = _reply(engine, chat_id, messages, sampling, cancel, open_session,
-                         offered.schemas() if offered is not None else None)
-            for ev in gen:
-                if isinstance(ev, TextChunk):
-                    text = ev.text if parser is None else _content(parser.feed(ev.text))
-                    reply += ev.text
-                    if text:
-                        if shown and not round_shown:     # a round after tool calls: a new paragraph
-                            text = "\n\n" + text
-                        shown, round_shown = shown + text, True
-                        yield Chunk(text, len(ev.token_ids))
-                elif isinstance(ev, PrefillProgress):
-                    yield Prefill(ev.done, ev.total)
-                elif isinstance(ev, GenerationResult):
-                    result = ev
-        except Exception as exc:  # noqa: BLE001 - reported with the (partial) reply
-            error = exc
-        if result is not None and result.text and len(result.text) >= len(reply):
-            reply = result.text
-        if parser is None or offered is None or error is not None or cancel.is_set():
+    shown = _Shown()
+    for round_no in range(MAX_TOOL_ROUNDS + 1):     # model -> tool calls -> model ... -> its answer
+        offered = req.tools if round_no < MAX_TOOL_ROUNDS else None
+        reply, result, error = yield from _generate_round(
+            engine, chat_id, messages, sampling, cancel, open_session, offered, shown)
+        if offered is None or error is not None or cancel.is_set():
             break
-        tail = _content(parser.finish())
-        if tail:
-            tail = tail if round_shown or not shown else "\n\n" + tail
-            shown, round_shown = shown + tail, True
-            yield Chunk(tail, 0)
         parsed = offered.fmt.parse(reply)
         if not parsed.tool_calls:
             reply = parsed.content
@@ -193,6 +165,52 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
 
 def _content(deltas: Sequence[Any]) -> str:
     return "".join(d.text for d in deltas if isinstance(d, ContentDelta))
+
+
+@dataclass
+class _Shown:
+    """What the window was sent of the reply: a round after tool calls starts a new paragraph."""
+
+    text: str = ""
+    round_started: bool = False
+
+    def chunk(self, text: str, tokens: int) -> Chunk:
+        if self.text and not self.round_started:
+            text = "\n\n" + text
+        self.text, self.round_started = self.text + text, True
+        return Chunk(text, tokens)
+
+
+def _generate_round(engine: ChatEngine, chat_id: str, messages: Sequence[Message], sampling: SamplingParams,
+                    cancel: CancelToken, open_session: Callable[[], None], offered: Toolbox | None,
+                    shown: _Shown) -> Generator[TurnEvent, None, tuple[str, GenerationResult | None,
+                                                                       BaseException | None]]:
+    """One generation: its text streams to the window (with tools offered, through the format's
+    parser, so call markup never shows); returns the whole text, the result and the error."""
+    parser = offered.fmt.stream() if offered is not None else None
+    shown.round_started = False
+    reply, result, error = "", None, None
+    try:
+        for ev in _reply(engine, chat_id, messages, sampling, cancel, open_session,
+                         offered.schemas() if offered is not None else None):
+            if isinstance(ev, TextChunk):
+                reply += ev.text
+                text = ev.text if parser is None else _content(parser.feed(ev.text))
+                if text:
+                    yield shown.chunk(text, len(ev.token_ids))
+            elif isinstance(ev, PrefillProgress):
+                yield Prefill(ev.done, ev.total)
+            elif isinstance(ev, GenerationResult):
+                result = ev
+    except Exception as exc:  # noqa: BLE001 - reported with the (partial) reply
+        error = exc
+    if result is not None and result.text and len(result.text) >= len(reply):
+        reply = result.text
+    if parser is not None and error is None and not cancel.is_set():
+        tail = _content(parser.finish())     # text held back in case it began a call
+        if tail:
+            yield shown.chunk(tail, 0)
+    return reply, result, error
 
 
 def _run_calls(toolbox: Toolbox, calls: Sequence[Any], cancel: CancelToken
