@@ -75,6 +75,8 @@ class SamplingParams:
     # The reply must match this (a JSON schema, any JSON object, a Lark grammar): tokens outside it
     # are masked before each draw and the reply ends when it is complete (None: free text).
     constraint: OutputConstraint | None = None
+    # Special tokens whose text the reply keeps (others add none): a tool-call format's markers.
+    keep_special: tuple[str, ...] = ()
 
 
 @dataclass

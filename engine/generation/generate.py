@@ -137,7 +137,8 @@ class Generator:
         history = np.empty(len(prompt) + sampling.max_new_tokens + 1, dtype=np.int64)
         history[:len(prompt)] = prompt
         n_hist = len(prompt)
-        decoder = IncrementalDecoder(self.model.tokenizer, prompt_tail=prompt[-8:])
+        decoder = IncrementalDecoder(self.model.tokenizer, prompt_tail=prompt[-8:],
+                                     keep_special=sampling.keep_special)
         matcher = StopStringMatcher(sampling.stop)
         eos = set(self.model.eos_token_ids)
         generated: list[int] = []

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.api import ChatMessage, GenerationResult, OutputConstraint, TextChunk, TokenLogprob
+from engine.text.tool_calls import ToolFormat
 from .errors import ApiError, sse_error
 from .logprobs import LegacyLogprobs, chat_logprobs
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -73,11 +74,12 @@ def router(service: Service) -> APIRouter:
 
     def starts(body: ChatCompletionRequest | CompletionRequest, salt: str, encode: Callable[[], list[int]],
                wanted: int | None, stop: list[str], messages: Sequence[ChatMessage] | None = None,
+               fmt: ToolFormat | None = None,
                constraint: OutputConstraint | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
         service.check_options(body.top_logprobs_wanted(), body.bias())
         encode = computed_once(encode)
         return [service.stateless(salt, encode, wanted, constrained(functools.partial(body.sampling, stop=stop,
-                                                                                      choice=i), constraint),
+                                                                                      choice=i), fmt, constraint),
                                   messages)
                 for i in range(body.n)]
 
@@ -92,7 +94,7 @@ def router(service: Service) -> APIRouter:
         messages = [m.to_chat() for m in body.messages]
         encode = service.encode_chat(name_tool_results([m.to_template() for m in body.messages]), tooling.offered)
         choices = await Choices.submit(service, caller, starts(body, caller.salt(body.cache_salt), encode,
-                                                               body.wanted_tokens(), stop, messages,
+                                                               body.wanted_tokens(), stop, messages, fmt,
                                                                tools.constraint(fmt, tooling)), request)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         token_bytes = service.token_bytes if body.top_logprobs_wanted() is not None else None

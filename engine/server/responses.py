@@ -173,7 +173,7 @@ def router(service: Service) -> APIRouter:
         wanted = body.max_output_tokens
         session_id = (chain or str(uuid.uuid4())) if body.store else None
         encode = service.encode_chat(prompt, tooling.offered)
-        sampling = constrained(lambda n: body.sampling(n, []), tools.constraint(fmt, tooling))
+        sampling = constrained(lambda n: body.sampling(n, []), fmt, tools.constraint(fmt, tooling))
         chat_prompt = _chat_messages(prompt)
 
         if session_id is None:

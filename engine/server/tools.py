@@ -102,12 +102,17 @@ def constraint(fmt: ToolFormat | None, request: ToolRequest) -> OutputConstraint
         raise ApiError(400, f"the tools cannot be enforced for 'tool_choice': {exc}", "tools") from None
 
 
-def constrained(sampling: Callable[[int], SamplingParams],
+def constrained(sampling: Callable[[int], SamplingParams], fmt: ToolFormat | None,
                 rule: OutputConstraint | None) -> Callable[[int], SamplingParams]:
-    """`sampling` with the reply held to `rule` (unchanged when there is none)."""
-    if rule is None:
+    """`sampling` with the reply held to `rule`, and the text of the format's markers kept (a
+    tokenizer may make them special tokens, which otherwise add no text). Unchanged without tools."""
+    if fmt is None:
         return sampling
-    return lambda n: dataclasses.replace(sampling(n), constraint=rule)
+
+    def params(n: int) -> SamplingParams:
+        made = sampling(n)
+        return dataclasses.replace(made, constraint=rule or made.constraint, keep_special=fmt.markers)
+    return params
 
 
 def name_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -51,16 +51,17 @@ class IncrementalDecoder:
     exactly, including a SentencePiece tokenizer's stripping of the first token's space.
 
     With `skip_special_tokens` (the default), generated special tokens (EOS, `<|im_end|>`, ...)
-    produce no text, like `tokenizer.decode(ids, skip_special_tokens=True)`.
+    produce no text, like `tokenizer.decode(ids, skip_special_tokens=True)`, except those named in
+    `keep_special` (a tool-call format's markers, such as Mistral's `[TOOL_CALLS]`).
     """
 
     def __init__(self, tokenizer: Tokenizer, prompt_tail: Sequence[int] = (), *,
-                 skip_special_tokens: bool = True):
+                 skip_special_tokens: bool = True, keep_special: Sequence[str] = ()):
         self._tokenizer = tokenizer
         self._skip_special = skip_special_tokens
         self._special_ids = frozenset(
             token_id for token_id, added in tokenizer.get_added_tokens_decoder().items()
-            if added.special)
+            if added.special and added.content not in keep_special)
         tail = list(prompt_tail)[-PROMPT_CONTEXT_TOKENS:] if PROMPT_CONTEXT_TOKENS else []
         self._ids: list[int] = [int(t) for t in tail]
         # _ids[_prefix:_read] were already emitted (context); _ids[_read:] are pending.

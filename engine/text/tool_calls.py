@@ -16,7 +16,8 @@ API (pure: no server, no engine state):
 - `ToolFormat.stream() -> ToolCallStream`: `feed(text)` and `finish()` return `ContentDelta`s and
   `ToolCallDelta`s (a call's first delta carries its index, id and name; the next ones fragments
   of its arguments). Text that may be the start of a call is held back until it is known not to
-  be. Whatever way a reply is cut into pieces, the deltas add up to what `parse` returns.
+  be. Whatever way a reply is cut into pieces, the deltas add up to what `parse` returns;
+  `collect(deltas) -> ParsedOutput` adds them up.
 - `ToolFormat.grammar(tools, parallel) -> str`: a Lark grammar (llguidance's dialect, with
   `%json` for the arguments' JSON schemas) whose sentences are one call (several if `parallel`)
   to one of `tools` (OpenAI function definitions), each with arguments valid for its schema.
@@ -255,6 +256,11 @@ class ToolFormat:
     grammar_open: str = ""
     grammar_close: str = ""
     grammar_joint: str = ""
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The format's marker strings (often special tokens, whose text the reply must keep)."""
+        return self.opens + ((_ARGS_MARKER,) if self.name_then_args else ())
 
     def new_id(self) -> str:
         if self.id_length:
@@ -684,7 +690,7 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
             jsonschema.Draft202012Validator.check_schema(params)
         except jsonschema.SchemaError as exc:
             raise ToolDefinitionError(f"{where} ('{name}'): 'parameters' is not a valid JSON schema: "
-                                      f"{exc.message[:200]}") from None
+                                      f"{' '.join(exc.message.split())[:200]}") from None
         if params.get("type", "object") != "object":
             raise ToolDefinitionError(f"{where} ('{name}'): 'parameters' must describe an object "
                                       f"(type 'object'), not {str(params.get('type'))[:40]!r}")

@@ -148,6 +148,14 @@ def test_special_tokens_are_skipped_by_default(byte_level):
         byte_level.decode(gen, skip_special_tokens=False)
 
 
+def test_special_tokens_named_to_keep_keep_their_text(byte_level):
+    """A tool-call format's marker may be a special token: its text stays in the reply."""
+    start, end = byte_level.token_to_id("<|im_start|>"), byte_level.token_to_id("<|im_end|>")
+    ids = byte_level.encode("Hi", add_special_tokens=False).ids
+    dec = IncrementalDecoder(byte_level, keep_special=("<|im_start|>",))
+    assert "".join(dec.push(i) for i in [start, *ids, end]) + dec.flush() == "<|im_start|>Hi"
+
+
 def test_flush_drops_an_incomplete_tail(byte_level):
     """A reply cut (at the token limit) inside an emoji ends before it, not with U+FFFD."""
     ids = byte_level.encode("ok 🎉", add_special_tokens=False).ids

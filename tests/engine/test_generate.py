@@ -231,6 +231,16 @@ def test_stop_string_that_never_matches_loses_no_text(generator):
     assert result.text == plain.text == "".join(c.text for c in chunks)
 
 
+def test_special_tokens_kept_by_the_sampling_params_are_in_the_reply(generator):
+    """A tool-call format's marker may be a special token: SamplingParams.keep_special keeps its text."""
+    prompt = generator.encode_chat(CHAT)
+    start = generator.model.tokenizer.token_to_id("<|im_start|>")
+    forced = greedy(3, logit_bias={start: 100.0})
+    assert fresh(generator, prompt, forced).text == ""
+    kept = fresh(generator, prompt, greedy(3, logit_bias={start: 100.0}, keep_special=("<|im_start|>",)))
+    assert kept.text == "<|im_start|>" * 3 and kept.figures.generated_tokens == 3
+
+
 # ---- UTF-8 streaming -------------------------------------------------------------------------
 UTF8_TEXT = "Emoji 😀🎉👍🏽 and 漢字, 東京は日本の首都です。你好，世界！ 𝄞 done"
 
