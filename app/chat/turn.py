@@ -8,6 +8,7 @@ and reads the chat's new state back. It runs on a worker thread (the GUI drives 
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterator, Literal, Sequence
@@ -188,6 +189,8 @@ def _generate_round(engine: ChatEngine, chat_id: str, messages: Sequence[Message
     """One generation: its text streams to the window (with tools offered, through the format's
     parser, so call markup never shows); returns the whole text, the result and the error."""
     parser = offered.fmt.stream() if offered is not None else None
+    if offered is not None:     # its call markers may be special tokens: their text must reach the parser
+        sampling = dataclasses.replace(sampling, keep_special=offered.fmt.markers)
     shown.round_started = False
     reply, result, error = "", None, None
     try:

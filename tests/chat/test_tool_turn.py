@@ -80,6 +80,8 @@ def test_approved_call_runs_and_the_model_answers_with_its_result(store: Any, tm
     assert [t["function"]["name"] for t in tools1] == ["add", "lookup", "shout", "colour_of"] and tools2 == tools1
     assert second[-2]["tool_calls"][0]["function"] == {"name": "add", "arguments": {"a": 19, "b": 23}}
     assert second[-1] == {"role": "tool", "tool_call_id": call.id, "name": "add", "content": "42"}
+    # the format's markers keep their text in the reply (a model may have them as special tokens)
+    assert [args[2].keep_special for args in engine.called("generate")] == [("<tool_call>",)] * 2
 
 
 def test_denied_call_does_not_run_and_the_model_is_told(store: Any, tmp_path: Path, server: Any,
