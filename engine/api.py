@@ -207,6 +207,9 @@ class EngineCapabilities:
     token_prompts: bool = False     # also a `TokenEngine`: token-id prompts and its tokenizer (raw completions)
     state_dir: Path | None = None   # where pinned sessions are saved (they resume after a restart); None: nowhere
     provider_fallback: str | None = None   # why it runs on the CPU though a GPU was asked for
+    # How the model writes tool calls, as its chat template teaches it (engine.text.tool_calls'
+    # format names: "hermes", "llama3", "mistral", "mistral_args"); None: the model is shown no tools.
+    tool_format: str | None = None
 
 
 class ChatEngine(Protocol):
@@ -241,13 +244,19 @@ class ChatEngine(Protocol):
         ModelNotReady: the engine was shut down."""
         ...
 
-    def generate(self, session_id: str, messages: Sequence[ChatMessage],
+    def generate(self, session_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
                  sampling: SamplingParams | None = None,
-                 cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+                 cancel: CancelToken | None = None,
+                 tools: list[dict[str, Any]] | None = None) -> Iterator[StreamEvent]:
         """Streams the reply to `messages` (the whole chat): `PrefillProgress`, `TextChunk`s, then
         one `GenerationResult` (finish_reason "cancelled" once `cancel` is set). SessionNotOpen;
         SessionBusy: it is generating already; ModelNotReady. They may be raised at the call or
-        at the first event."""
+        at the first event.
+
+        A message may be a mapping in the chat template's terms: an assistant turn with
+        `tool_calls`, a `tool` turn with its result. `tools` (OpenAI function schemas) are shown
+        to the model through its template; only where `capabilities.tool_format` is set (an
+        engine without one refuses them with ValueError)."""
         ...
 
     def pin(self, session_id: str) -> None:

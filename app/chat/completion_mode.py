@@ -8,21 +8,24 @@ continued directly, and each message the user writes starts a new paragraph.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from engine.api import ChatMessage
 
 
-def transcript(messages: Sequence[ChatMessage]) -> str:
-    """The chat as the one text the model continues."""
+def transcript(messages: Sequence[ChatMessage | Mapping[str, Any]]) -> str:
+    """The chat as the one text the model continues (tool steps a chat kept from a model that
+    could call tools are messages in the template's terms: their text is kept, their calls not)."""
     text = ""
     for message in messages:
-        if message.role == "system":
+        role, content = ((message.role, message.content) if isinstance(message, ChatMessage)
+                         else (str(message.get("role", "")), str(message.get("content") or "")))
+        if role == "system":
             continue
-        if message.role == "assistant" or not text:
-            text += message.content
+        if role == "assistant" or not text:
+            text += content
         else:
-            text += "\n\n" + message.content
+            text += "\n\n" + content
     return text
 
 

@@ -8,6 +8,7 @@ and reads the chat's new state back. It runs on a worker thread (the GUI drives 
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterator, Literal, Sequence
@@ -15,6 +16,10 @@ from typing import Any, Callable, Generator, Iterator, Literal, Sequence
 from engine.api import (CancelToken, ChatEngine, ChatMessage, GenerationResult, PrefillProgress, SamplingParams,
                         SessionKind, SessionNotOpen, StreamEvent, TextChunk)
 from engine.text.chat_template import NoChatTemplate
+from engine.text.tool_calls import ContentDelta
+
+from ..tools.history import Message, chat_messages, round_messages
+from ..tools.toolbox import CANCELLED, DENIED, MAX_TOOL_ROUNDS, Approval, Decision, Toolbox, denied_text
 
 from . import completion_mode
 from .kv import chat_salt, kv_state_of
@@ -39,6 +44,7 @@ class TurnRequest:
     temporary: bool = False         # a memory-only chat: no stored salt, no stored KV state
     model_name: str | None = None   # recorded with the reply
     model_choice: str | None = None  # what the window loaded to run it: the chat goes on with it
+    tools: Toolbox | None = None    # MCP tools offered to the model (its template has a tool format)
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,21 @@ class Prefill:
     total: int
 
 
-TurnEvent = UserSaved | Chunk | Prefill
+@dataclass(frozen=True)
+class ToolAsked:
+    """The model called a tool: the user decides (`approval.decide`) while the turn waits."""
+
+    approval: Approval
+
+
+@dataclass(frozen=True)
+class ToolRan:
+    """A call ended (run, denied, failed): `record` as it is stored with the reply."""
+
+    record: dict[str, Any]
+
+
+TurnEvent = UserSaved | Chunk | Prefill | ToolAsked | ToolRan
 
 
 @dataclass
@@ -106,35 +126,36 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
         open_session()
     overrides = dict(getattr(detail, "settings", None) or {})
     system = getattr(detail, "system_prompt", "") or settings.system_prompt
-    messages = ([ChatMessage("system", system)] if system else []) + \
-        [ChatMessage(m.role, m.content) for m in path]
+    messages: list[Message] = [ChatMessage("system", system)] if system else []
+    messages += chat_messages(path, with_tools=req.tools is not None)
     sampling = settings.sampling.to_params(overrides.get("sampling"))
     sampling.overflow = overflow_policy(overrides, settings)
-    reply, result, error, note = "", None, None, ""
-    try:
-        for ev in _reply(engine, chat_id, messages, sampling, cancel, open_session):
-            if isinstance(ev, _CompletionMode):
-                note = completion_mode.note(engine.model_name)
-                continue
-            if isinstance(ev, TextChunk):
-                reply += ev.text
-                yield Chunk(ev.text, len(ev.token_ids))
-            elif isinstance(ev, PrefillProgress):
-                yield Prefill(ev.done, ev.total)
-            elif isinstance(ev, GenerationResult):
-                result = ev
-    except Exception as exc:  # noqa: BLE001 - reported with the (partial) reply
-        error = exc
+    steps: list[dict[str, Any]] = []
+    shown = _Shown()
+    for round_no in range(MAX_TOOL_ROUNDS + 1):     # model -> tool calls -> model ... -> its answer
+        offered = req.tools if round_no < MAX_TOOL_ROUNDS else None
+        reply, result, error = yield from _generate_round(
+            engine, chat_id, messages, sampling, cancel, open_session, offered, shown)
+        if offered is None or error is not None or cancel.is_set():
+            break
+        parsed = offered.fmt.parse(reply)
+        if not parsed.tool_calls:
+            reply = parsed.content
+            break
+        records = yield from _run_calls(offered, parsed.tool_calls, cancel)
+        steps.append({"text": parsed.content, "calls": records})
+        reply = ""
+        if any(r["status"] == CANCELLED for r in records):
+            break
+        messages += round_messages(parsed.content, records)
     figures = result.figures.to_dict() if result is not None else None
-    if result is not None and result.text and len(result.text) >= len(reply):
-        reply = result.text
     if figures is not None and cancel.is_set():
         figures["finish_reason"] = "cancelled"
     assistant = None
-    if reply or result is not None:
+    if reply or result is not None or steps:
         assistant = store.add_message(chat_id, "assistant", reply,
                                       parent_id=user.id if user else req.parent_id,
-                                      figures=figures, model_name=req.model_name)
+                                      figures=figures, model_name=req.model_name, tool_steps=steps or None)
     rows = store.active_path(chat_id)
     try:
         info = engine.info(chat_id)
@@ -143,21 +164,106 @@ def run_turn(req: TurnRequest, store: Any, engine: ChatEngine,
     if info is not None and not req.temporary:
         store.set_kv_state(chat_id, *kv_state_of(info))
     return TurnOutcome(rows=rows, assistant=assistant, figures=figures, info=info, error=error,
-                       detail=store.get_conversation(chat_id), text=reply, note=note)
+                       detail=store.get_conversation(chat_id), text=reply, note=shown.note)
 
 
 class _CompletionMode:
     """Yielded by `_reply` before a reply written in completion mode."""
 
 
-def _reply(engine: ChatEngine, chat_id: str, messages: Sequence[ChatMessage], sampling: SamplingParams,
-           cancel: CancelToken, open_session: Callable[[], None]) -> Iterator[StreamEvent | _CompletionMode]:
+def _content(deltas: Sequence[Any]) -> str:
+    return "".join(d.text for d in deltas if isinstance(d, ContentDelta))
+
+
+@dataclass
+class _Shown:
+    """What the window was sent of the reply: a round after tool calls starts a new paragraph."""
+
+    text: str = ""
+    round_started: bool = False
+    note: str = ""     # a line for the status bar (completion mode)
+
+    def chunk(self, text: str, tokens: int) -> Chunk:
+        if self.text and not self.round_started:
+            text = "\n\n" + text
+        self.text, self.round_started = self.text + text, True
+        return Chunk(text, tokens)
+
+
+def _generate_round(engine: ChatEngine, chat_id: str, messages: Sequence[Message], sampling: SamplingParams,
+                    cancel: CancelToken, open_session: Callable[[], None], offered: Toolbox | None,
+                    shown: _Shown) -> Generator[TurnEvent, None, tuple[str, GenerationResult | None,
+                                                                       BaseException | None]]:
+    """One generation: its text streams to the window (with tools offered, through the format's
+    parser, so call markup never shows); returns the whole text, the result and the error."""
+    parser = offered.fmt.stream() if offered is not None else None
+    if offered is not None:     # its call markers may be special tokens: their text must reach the parser
+        sampling = dataclasses.replace(sampling, keep_special=offered.fmt.markers)
+    shown.round_started = False
+    reply, result, error = "", None, None
+    try:
+        for ev in _reply(engine, chat_id, messages, sampling, cancel, open_session,
+                         offered.schemas() if offered is not None else None):
+            if isinstance(ev, _CompletionMode):
+                shown.note = completion_mode.note(engine.model_name)
+            elif isinstance(ev, TextChunk):
+                reply += ev.text
+                text = ev.text if parser is None else _content(parser.feed(ev.text))
+                if text:
+                    yield shown.chunk(text, len(ev.token_ids))
+            elif isinstance(ev, PrefillProgress):
+                yield Prefill(ev.done, ev.total)
+            elif isinstance(ev, GenerationResult):
+                result = ev
+    except Exception as exc:  # noqa: BLE001 - reported with the (partial) reply
+        error = exc
+    if result is not None and result.text and len(result.text) >= len(reply):
+        reply = result.text
+    if parser is not None and error is None and not cancel.is_set():
+        tail = _content(parser.finish())     # text held back in case it began a call
+        if tail:
+            yield shown.chunk(tail, 0)
+    return reply, result, error
+
+
+def _run_calls(toolbox: Toolbox, calls: Sequence[Any], cancel: CancelToken
+               ) -> Generator[TurnEvent, None, list[dict[str, Any]]]:
+    """Each call the model wrote: asked (unless approved for good), then run or denied."""
+    records: list[dict[str, Any]] = []
+    for raw in calls:
+        call = toolbox.proposed(raw)
+        decision: Decision | None = Decision.ONCE
+        # nothing to approve where nothing can run: an unknown tool, arguments that are no object
+        if call.server is not None and call.arguments is not None and not toolbox.allowed(call):
+            approval = Approval(call)
+            yield ToolAsked(approval)
+            decision = approval.wait(cancel)
+        if decision is None:
+            record = call.record(CANCELLED, "The turn was stopped before the call was allowed.")
+        elif decision is Decision.DENY:
+            record = call.record(DENIED, denied_text(call))
+        else:
+            if decision is Decision.ALWAYS and call.server is not None:
+                toolbox.always.add((call.server, call.name))
+            record = call.record(*toolbox.run(call))
+        records.append(record)
+        yield ToolRan(record)
+        if decision is None:
+            break
+    return records
+
+
+def _reply(engine: ChatEngine, chat_id: str, messages: Sequence[Message], sampling: SamplingParams,
+           cancel: CancelToken, open_session: Callable[[], None],
+           tools: list[dict[str, Any]] | None = None) -> Iterator[StreamEvent | _CompletionMode]:
     """The engine's reply. A session the engine does not have open although the window thought
     so (closed meanwhile, say) is opened and asked once more: a stale record never makes every
     later message of the chat fail. A model without a chat template continues the chat's text
     (app.chat.completion_mode) where the engine takes text prompts; elsewhere its refusal stands."""
     def ask() -> tuple[Iterator[StreamEvent], bool]:
         try:
+            if tools:
+                return iter(engine.generate(chat_id, messages, sampling, cancel, tools=tools)), False
             return iter(engine.generate(chat_id, messages, sampling, cancel)), False
         except NoChatTemplate:
             if not engine.capabilities.token_prompts:

@@ -29,11 +29,13 @@ from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: whe
 from .controllers.deletions import Deletions
 from .controllers.engine import EngineController, quit_work
 from .controllers.replies import RepliesController
+from .controllers.tools import ToolsController
 from .error_words import in_words
 from .dialogs import import_dialog
 from .lifecycle import freeze_heap, shiboken_valid, shutdown_runner, warm_up_rendering
 from .settings import Settings
 from .tasks import TaskRunner
+from .tool_binding import ToolBinding
 from .widgets.chat_area import ChatArea
 from .widgets.chat_view import MessageItem, copy_to_clipboard
 from .widgets.hover_pause import HoverPause
@@ -64,6 +66,9 @@ class MainWindow(QMainWindow):
         self.replies = RepliesController(self.chats, self.engines, self.deletions,
                                          lambda: self.settings, self.tasks, self._itemizer, self)
         self.auto_titles = AutoTitles(self.chats, self.engines, self.replies, self)
+        self.mcp_path = paths.mcp_config_path() if home is None else self.home / "mcp.json"
+        self.tools = ToolsController(self.mcp_path, self.tasks, lambda: self.settings.mcp_tools, parent=self)
+        self.replies.toolbox = self._toolbox
         self.chat_model = self.chats.model
         self.shutdown_started = False
         self.shutdown_complete = False
@@ -84,6 +89,8 @@ class MainWindow(QMainWindow):
         self._build()
         self.binding = ChatBinding(self)
         self.engine_binding = EngineBinding(self)
+        self.tool_binding = ToolBinding(self)
+        self.tools.load()
         self._connect()
         self._make_shortcuts()
         self.chat_files = ChatFiles(self)      # File ▸ Import chat…, Export chat as
@@ -620,7 +627,7 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         from .dialogs.settings_dialog import SettingsDialog  # noqa: PLC0415
 
-        dlg = SettingsDialog(self.settings, self.home, parent=self, server=self.api_server())
+        dlg = SettingsDialog(self.settings, self.home, parent=self, server=self.api_server(), tools=self.tools)
         dlg.clearCacheRequested.connect(self.clear_cache)
         self.settings_dialog = dlg
         if self._settings_at_api and dlg.server_panel is not None:
@@ -635,9 +642,16 @@ class MainWindow(QMainWindow):
             self.save_settings()
             if old.theme != self.settings.theme:
                 apply_theme_choice(self.settings.theme)
+            if old.mcp_tools != self.settings.mcp_tools:
+                self.tool_binding.update_state()
             if _engine_options(old) != _engine_options(self.settings):
                 self.stop()
                 self.load_engine()
+
+    def _toolbox(self) -> Any:
+        """The MCP tools the next turn offers the loaded model (None: none, or it takes none)."""
+        engine = self.engines.engine
+        return self.tools.toolbox(engine.capabilities.tool_format) if engine is not None else None
 
     def open_api_settings(self) -> None:
         """The settings, at the API server's switch (the status bar's indicator)."""

@@ -69,6 +69,7 @@ class Settings:
     api_server: bool = False               # the local API server is on (started again on launch)
     api_port: int = 8080                   # its port on 127.0.0.1
     api_key: str = ""                      # the bearer key its clients send ("" = none)
+    mcp_tools: bool = True                 # offer the MCP servers' tools (mcp.json) to models that take them
     last_dir: str | None = None            # the folder the last file dialog was in
     last_chat_id: str | None = None
     window_geometry: str | None = None     # base64 of QWidget.saveGeometry()

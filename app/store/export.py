@@ -94,6 +94,7 @@ def to_json(conv: ConversationDetail, messages: Sequence[MessageRow]) -> dict[st
                 "created_at": _iso(m.created_at),
                 "figures": m.figures,
                 "model_name": m.model_name,
+                "tool_steps": m.tool_steps,
             }
             for m in messages
         ],
@@ -111,6 +112,21 @@ class ImportedMessage:
     created_at: datetime
     figures: dict[str, Any] | None
     model_name: str | None = None
+    tool_steps: list[dict[str, Any]] | None = None
+
+
+def _tool_steps(value: Any, where: str) -> list[dict[str, Any]] | None:
+    """A message's tool steps from a file: rounds of {"text", "calls": [objects]}, or null."""
+    if value is None:
+        return None
+    bad = ValueError(f"{where}: tool_steps must be a list of {{\"text\", \"calls\": [objects]}} or null")
+    if not isinstance(value, list):
+        raise bad
+    for step in value:
+        if not isinstance(step, dict) or not isinstance(step.get("text", ""), str) \
+                or not isinstance(step.get("calls"), list) or not all(isinstance(c, dict) for c in step["calls"]):
+            raise bad
+    return value or None
 
 
 @dataclass(frozen=True)
@@ -180,6 +196,7 @@ def parse_json(data: dict[str, Any] | str | bytes) -> ImportedConversation:
             content=_expect(raw, "content", str, where=f"message {i}"),
             created_at=_parse_time(raw.get("created_at"), f"message {i}"),
             figures=figures, model_name=model_name,
+            tool_steps=_tool_steps(raw.get("tool_steps"), f"message {i}"),
         ))
     leaf = data.get("current_leaf_id")
     if leaf is not None and (not _is_id(leaf) or leaf not in seen):

@@ -13,7 +13,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from . import export
 from .errors import NotFoundError
@@ -30,6 +30,7 @@ from .rows import (
     MessageRow,
     SearchHit,
     figures_dict,
+    tool_steps_list,
 )
 from .titles import DEFAULT_TITLE, title_from_message
 
@@ -60,6 +61,7 @@ class _Msg:
     created_at: datetime
     figures: dict[str, Any] | None
     model_name: str | None
+    tool_steps: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -221,7 +223,8 @@ class MemoryStore:
                           depth=m.depth, role=m.role, content=m.content, created_at=m.created_at,
                           figures=_json_copy(m.figures, "figures") if m.figures else m.figures,
                           sibling_index=sibs.index(m), sibling_count=len(sibs),
-                          model_name=m.model_name)
+                          model_name=m.model_name,
+                          tool_steps=_json_copy(m.tool_steps, "tool_steps") if m.tool_steps else None)
 
     def _path(self, conv: _Conv, leaf: MessageId | None) -> list[MessageRow]:
         out: list[MessageRow] = []
@@ -235,7 +238,8 @@ class MemoryStore:
     def add_message(self, conversation_id: str, role: str, content: str, *,
                     parent_id: MessageId | None | CurrentLeaf = CURRENT_LEAF,
                     figures: Mapping[str, Any] | Any | None = None,
-                    model_name: str | None = None) -> MessageRow:
+                    model_name: str | None = None,
+                    tool_steps: Sequence[Mapping[str, Any]] | None = None) -> MessageRow:
         """Append a message (by default under the current leaf) and make it the current leaf;
         the first user message on a path sets the title unless the user renamed the chat."""
         if role not in ROLES:
@@ -243,6 +247,9 @@ class MemoryStore:
         figs = figures_dict(figures)
         if figs is not None:
             figs = _json_copy(figs, "figures")
+        steps = tool_steps_list(tool_steps)
+        if steps is not None:
+            steps = _json_copy(steps, "tool_steps")
         with self._lock:
             conv = self._conv(conversation_id)
             parent = conv.detail.current_leaf_id if isinstance(parent_id, CurrentLeaf) else parent_id
@@ -252,7 +259,7 @@ class MemoryStore:
                 if up is None:
                     raise NotFoundError(f"no message {parent} in conversation {conversation_id}")
                 depth = up.depth + 1
-            m = _Msg(self._next(), parent, depth, role, content, _now(), figs, model_name)
+            m = _Msg(self._next(), parent, depth, role, content, _now(), figs, model_name, steps)
             conv.messages[m.id] = m
             changes: dict[str, Any] = {"current_leaf_id": m.id, "updated_at": m.created_at}
             if role == "user" and not conv.detail.title_locked and not any(
@@ -323,7 +330,7 @@ class MemoryStore:
             parent: MessageId | None = None
             for row in path:
                 m = _Msg(self._next(), parent, row.depth, row.role, row.content, row.created_at,
-                         row.figures, row.model_name)
+                         row.figures, row.model_name, row.tool_steps)
                 new.messages[m.id] = m
                 parent = m.id
             new.detail = replace(new.detail, current_leaf_id=parent)

@@ -128,6 +128,9 @@ class Message(Base):
     # The model that wrote an assistant message (revision 0003); NULL for older messages and
     # for user messages. Kept per message so a model switch never relabels earlier replies.
     model_name: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The tool calls an assistant reply made and their results (revision 0005; JSON, see
+    # rows.MessageRow.tool_steps); NULL for replies without tools and for other messages.
+    tool_steps_json: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class PendingEngineDelete(Base):

@@ -7,7 +7,7 @@ contract (or the rows) does not load it.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from .rows import (
     CURRENT_LEAF,
@@ -100,9 +100,11 @@ class ChatStore(Protocol):
     def add_message(self, conversation_id: str, role: str, content: str, *,
                     parent_id: MessageId | None | CurrentLeaf = CURRENT_LEAF,
                     figures: Mapping[str, Any] | Any | None = None,
-                    model_name: str | None = None) -> MessageRow:
+                    model_name: str | None = None,
+                    tool_steps: Sequence[Mapping[str, Any]] | None = None) -> MessageRow:
         """Append a message (by default under the current leaf) and make it the current leaf;
-        the first user message on a path sets the title unless the user renamed the chat."""
+        the first user message on a path sets the title unless the user renamed the chat.
+        `tool_steps`: the tools an assistant reply called (see `MessageRow.tool_steps`)."""
         ...
 
     def update_message(self, message_id: MessageId, *, content: str | None = None,

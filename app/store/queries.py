@@ -54,6 +54,10 @@ def dump_json(value: Any, what: str) -> str:
         raise ValueError(f"{what} must be JSON-serialisable: {exc}") from exc
 
 
+def tool_steps_json(steps: list[dict[str, Any]] | None) -> str | None:
+    return dump_json(steps, "tool_steps") if steps else None
+
+
 def figure_columns(figures: dict[str, Any] | None) -> dict[str, Any]:
     """The JSON kept whole, plus the figures worth querying as columns (see models.Message)."""
     if figures is None:
@@ -101,6 +105,7 @@ def message_row(r: Any, index: int, count: int) -> MessageRow:
         role=r.role, content=r.content, created_at=r.created_at,
         figures=json.loads(r.figures_json) if r.figures_json is not None else None,
         sibling_index=index, sibling_count=count, model_name=getattr(r, "model_name", None),
+        tool_steps=json.loads(r.tool_steps_json) if getattr(r, "tool_steps_json", None) else None,
     )
 
 
@@ -144,10 +149,11 @@ def path_rows(conn: Connection, cid: str, leaf: int | None) -> list[MessageRow]:
 
 def insert_message(conn: Connection, cid: str, parent: int | None, depth: int, role: str,
                    content: str, created_at: Any, figures: dict[str, Any] | None,
-                   model_name: str | None = None) -> int:
+                   model_name: str | None = None, tool_steps: list[dict[str, Any]] | None = None) -> int:
     result = conn.execute(insert(Message).values(
         conversation_id=cid, parent_id=parent, depth=depth, role=role, content=content,
-        created_at=created_at, model_name=model_name, **figure_columns(figures)))
+        created_at=created_at, model_name=model_name, tool_steps_json=tool_steps_json(tool_steps),
+        **figure_columns(figures)))
     key = result.inserted_primary_key
     assert key is not None  # an INSERT always has one
     return int(key[0])

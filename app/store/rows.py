@@ -74,6 +74,10 @@ class MessageRow:
     sibling_index: int
     sibling_count: int
     model_name: str | None = None   # the model that wrote it (assistant messages; revision 0003)
+    # The tools an assistant reply called on the way to its text (revision 0005): a list of rounds,
+    # each {"text": what the model wrote with its calls, "calls": [{"id", "name", "arguments",
+    # "server", "status", "result"}, ...]}; None for every other message.
+    tool_steps: list[dict[str, Any]] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,15 @@ class SearchHit:
     title: str
     snippet: str
     rank: float
+
+
+def tool_steps_list(steps: Any) -> list[dict[str, Any]] | None:
+    """A message's tool steps as a plain list of dicts (None or empty: none)."""
+    if not steps:
+        return None
+    if not isinstance(steps, (list, tuple)) or not all(isinstance(s, Mapping) for s in steps):
+        raise ValueError("tool_steps must be a list of mappings")
+    return [dict(s) for s in steps]
 
 
 def figures_dict(figures: Any) -> dict[str, Any] | None:

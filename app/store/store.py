@@ -6,7 +6,7 @@ import sqlite3
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TypeVar, cast
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar, cast
 
 from sqlalchemy import Connection, delete, insert, select, text, update
 from sqlalchemy.engine import CursorResult
@@ -20,6 +20,7 @@ from .models import Conversation, Message, PendingEngineDelete, utcnow
 from .rows import (CURRENT_LEAF, KV_STATES, ROLES, ConversationDetail, ConversationRow, CurrentLeaf,
                    MessageRow, SearchHit)
 from .rows import figures_dict as _figures_dict
+from .rows import tool_steps_list
 from .titles import DEFAULT_TITLE, title_from_message
 from .writer import Writer
 
@@ -265,7 +266,8 @@ class ConversationStore:
     def add_message(self, conversation_id: str, role: str, content: str, *,
                     parent_id: int | None | CurrentLeaf = CURRENT_LEAF,
                     figures: Mapping[str, Any] | Any | None = None,
-                    model_name: str | None = None) -> MessageRow:
+                    model_name: str | None = None,
+                    tool_steps: Sequence[Mapping[str, Any]] | None = None) -> MessageRow:
         """Append a message (by default under the current leaf) and make it the current leaf.
 
         `parent_id=None` starts a new root (an edit of the first message); a parent that
@@ -276,6 +278,9 @@ class ConversationStore:
             raise ValueError(f"role must be one of {sorted(ROLES)}, not {role!r}")
         figures_dict = _figures_dict(figures)
         columns = q.figure_columns(figures_dict)
+        steps = tool_steps_list(tool_steps)
+        steps_json = q.tool_steps_json(steps)
+        steps = json.loads(steps_json) if steps_json else None   # what a read gives back
         now = utcnow()
 
         def write(session: Session) -> MessageRow:
@@ -291,7 +296,8 @@ class ConversationStore:
                 depth = found.depth + 1
             result = session.execute(insert(Message).values(
                 conversation_id=conversation_id, parent_id=parent, depth=depth, role=role,
-                content=content, created_at=now, model_name=model_name, **columns))
+                content=content, created_at=now, model_name=model_name, tool_steps_json=steps_json,
+                **columns))
             key = cast(CursorResult[Any], result).inserted_primary_key
             assert key is not None     # an INSERT of one row
             message_id = key[0]
@@ -307,7 +313,7 @@ class ConversationStore:
             return MessageRow(
                 id=message_id, conversation_id=conversation_id, parent_id=parent, depth=depth,
                 role=role, content=content, created_at=now, figures=figures_dict,
-                sibling_index=count - 1, sibling_count=count, model_name=model_name,
+                sibling_index=count - 1, sibling_count=count, model_name=model_name, tool_steps=steps,
             )
 
         return self._write(write)
@@ -403,7 +409,7 @@ class ConversationStore:
             parent: int | None = None
             for msg in path:
                 parent = q.insert_message(conn, new_id, parent, msg.depth, msg.role, msg.content,
-                                         msg.created_at, msg.figures, msg.model_name)
+                                         msg.created_at, msg.figures, msg.model_name, msg.tool_steps)
             conv.current_leaf_id = parent
             session.flush()
             return q.detail_row(conv)
@@ -457,7 +463,7 @@ class ConversationStore:
                 depth = depths[msg.parent_key] + 1 if msg.parent_key is not None else 0
                 ids[msg.key] = q.insert_message(conn, new_id, parent, depth, msg.role,
                                                msg.content, msg.created_at, msg.figures,
-                                               msg.model_name)
+                                               msg.model_name, msg.tool_steps)
                 depths[msg.key] = depth
             if parsed.current_leaf_key is not None:
                 conv.current_leaf_id = ids[parsed.current_leaf_key]

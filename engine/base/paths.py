@@ -45,6 +45,11 @@ def settings_path() -> Path:
     return amber_home() / "settings.json"
 
 
+def mcp_config_path() -> Path:
+    """The MCP servers the desktop window offers tools from (LM Studio's mcp.json format)."""
+    return amber_home() / "mcp.json"
+
+
 def bundled_models_dir() -> Path | None:
     """Read-only models shipped with an installed build: `$AMBER_BUNDLED_MODELS`, else `models/`
     inside a PyInstaller bundle (`sys._MEIPASS`); None when running from source."""

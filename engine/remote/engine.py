@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, fields
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import httpx2 as httpx
 
@@ -249,7 +249,7 @@ class RemoteEngine:
         self._client.close()
 
     # --- generation ----------------------------------------------------------------------------
-    def request_body(self, session_id: str, messages: Sequence[ChatMessage | dict[str, Any]],
+    def request_body(self, session_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
                      sampling: SamplingParams | None = None) -> dict[str, Any]:
         """The JSON sent for one turn (public so that what leaves the machine can be checked)."""
         sp = sampling or SamplingParams()
@@ -292,15 +292,18 @@ class RemoteEngine:
             body["cache_prompt"] = not temp
         return body
 
-    def generate(self, session_id: str, messages: Sequence[ChatMessage | dict[str, Any]],
+    def generate(self, session_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
                  sampling: SamplingParams | None = None,
-                 cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
+                 cancel: CancelToken | None = None,
+                 tools: list[dict[str, Any]] | None = None) -> Iterator[StreamEvent]:
         """Streams one turn. When the server refuses the chat as too long for its context window,
         the overflow policy applies here (the server's tokenizer is unknown to Amber): older
         messages are left out and the turn is retried (`truncate_middle` keeps the system prompt,
         `rolling` does not; `stop` passes the server's error on)."""
         if self._closed:
             raise ModelNotReady(f"the connection to {self.endpoint.host} was shut down")
+        if tools:       # capabilities.tool_format is None: the server's calls are not read here
+            raise ValueError(f"tools are not offered to {self.endpoint.host}'s models from Amber's window")
         with self._lock:
             s = self._get(session_id)
             if s.generating:
@@ -312,7 +315,7 @@ class RemoteEngine:
             with self._lock:
                 s.generating = False
 
-    def _turn(self, session_id: str, messages: Sequence[ChatMessage | dict[str, Any]],
+    def _turn(self, session_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
               sampling: SamplingParams | None, cancel: CancelToken | None) -> Iterator[StreamEvent]:
         msgs = list(messages)
         policy = (sampling or SamplingParams()).overflow

@@ -39,6 +39,7 @@ from engine.sessions.session import Session, SessionError, next_use, store_shape
 from engine.sessions.writer import SerialWriter
 from engine.text.chat_template import ChatTemplate
 from engine.text.logprobs import TokenBytes
+from engine.text.tool_calls import detect_format
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "CacheSaltMismatch", "ModelNotReady", "SessionBusy", "SessionError",
            "SessionKindConflict", "SessionManager", "SessionNotOpen", "store_shape"]
@@ -116,7 +117,13 @@ class SessionManager:
     def capabilities(self) -> EngineCapabilities:
         return EngineCapabilities(batches_decode=self.batches_decode, token_prompts=True,
                                   state_dir=self.state_dir,
-                                  provider_fallback=self.model.provider_fallback_reason)
+                                  provider_fallback=self.model.provider_fallback_reason,
+                                  tool_format=self._tool_format)
+
+    @functools.cached_property
+    def _tool_format(self) -> str | None:
+        fmt = detect_format(self.generator.template)
+        return fmt.name if fmt is not None else None
 
     # ---- TokenEngine surface ------------------------------------------------------------------
     @property
@@ -220,7 +227,7 @@ class SessionManager:
                 # The file goes too (a waiter retries on the new one): `locks/` holds open chats only.
                 self.locks.unlock_session(sid, remove=True)
 
-    def generate(self, session_id: str, messages: Sequence[ChatMessage | dict[str, Any]],
+    def generate(self, session_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
                  sampling: SamplingParams | None = None, cancel: CancelToken | None = None,
                  tools: list[dict[str, Any]] | None = None) -> Iterator[StreamEvent]:
         """Streams a reply to `messages` (the whole conversation, rendered by the chat template;
@@ -230,6 +237,8 @@ class SessionManager:
         has seen, plus the tokenization of the rest (engine.generation.history); `sampling.overflow` decides
         what is left out when it does not fit the context window (engine.generation.overflow)."""
         self._check_running()
+        if tools and self._tool_format is None:
+            raise ValueError(f"{self.model_name}'s chat template shows the model no tools")
         s = self._get(session_id)
         job = self.planner.prepare(messages, sampling, tools=tools)     # template and policy errors: now
         return self._stream(s, job, sampling, cancel)

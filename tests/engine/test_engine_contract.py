@@ -371,3 +371,58 @@ def test_pinning_a_session_not_opened_since_the_restart(saving: Engines) -> None
     assert info.kind == SessionKind.PINNED and info.kv_location == KVLocation.DISK
     third = next_turn(first) + [ChatMessage("assistant", second.text), ChatMessage("user", "Go on.")]
     assert reply(engine, s, third).figures.resume == "disk"
+
+
+# --- tools: shown to models whose template teaches tool calls -----------------------------------
+
+ADD_TOOL = {"type": "function", "function": {"name": "add", "description": "Add two integers.",
+                                             "parameters": {"type": "object", "required": ["a", "b"],
+                                                            "properties": {"a": {"type": "integer"},
+                                                                           "b": {"type": "integer"}}}}}
+TOOL_TURN: list[Any] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is 2 + 3?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
+    {"role": "tool", "tool_call_id": "call_1", "name": "add", "content": "5"},
+]
+
+
+def test_tools_are_refused_where_the_template_shows_none(engine: ChatEngine) -> None:
+    """The tiny model's template is plain ChatML: no tool format, and tools are refused."""
+    assert engine.capabilities.tool_format is None
+    s = sid()
+    engine.open(s)
+    raises_at_call_or_first_event(ValueError, lambda: engine.generate(s, HELLO, SHORT, tools=[ADD_TOOL]))
+    assert isinstance(reply(engine, s), GenerationResult)     # the session still works
+
+
+@pytest.fixture(scope="module")
+def tool_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from engine.runtime.model import load_model
+    from tests.support.tool_template import tiny_tool_model
+    return load_model(tiny_tool_model(tmp_path_factory.mktemp("tool-model")), provider="cpu", threads=1)
+
+
+@pytest.mark.parametrize("kind", ["local", "fake"])
+def test_tool_calls_and_results_in_the_history(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A Qwen-style template: the engine says "hermes", takes `tools=` and a history holding an
+    assistant turn's `tool_calls` and the `tool` result, and replies; the next turn goes on."""
+    engine: ChatEngine
+    if kind == "local":
+        from engine.sessions.manager import SessionManager
+        engine = SessionManager(request.getfixturevalue("tool_model"), tmp_path / "state")
+    else:
+        engine = FakeEngine(tmp_path / "state", delay=0, tool_format="hermes")
+    try:
+        assert engine.capabilities.tool_format == "hermes"
+        s = sid()
+        engine.open(s)
+        first = list(engine.generate(s, TOOL_TURN, SHORT, tools=[ADD_TOOL]))[-1]
+        assert isinstance(first, GenerationResult) and first.figures.finish_reason in ("eos", "length")
+        nxt = TOOL_TURN + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "And 4 + 4?"}]
+        second = list(engine.generate(s, nxt, SHORT, tools=[ADD_TOOL]))[-1]
+        assert isinstance(second, GenerationResult)
+        assert second.figures.prompt_tokens > first.figures.prompt_tokens
+    finally:
+        engine.shutdown()

@@ -103,10 +103,12 @@ def test_a_streamed_reply_is_announced_once_when_it_finishes(make_window, engine
 
 
 def _dialogs(w: Any) -> list[QDialog]:
+    from app.gui.dialogs.mcp_page import McpServerDialog
     from app.gui.dialogs.remote_dialog import RemoteDialog
     from app.gui.dialogs.settings_dialog import ChatSettingsDialog, SettingsDialog
-    # the settings dialog as the window opens it: with the API server panel
-    out: list[QDialog] = [SettingsDialog(w.settings, w.home, parent=w, server=w.api_server())]
+    # the settings dialog as the window opens it: with the API server panel and the MCP servers
+    out: list[QDialog] = [SettingsDialog(w.settings, w.home, parent=w, server=w.api_server(), tools=w.tools)]
+    out.append(McpServerDialog(None, set(), parent=w))
     out.append(RemoteDialog(w.tasks.run_task, parent=w))
     detail = w.store.get_conversation(w.current_id)
     out.append(ChatSettingsDialog(detail, w.settings, parent=w))

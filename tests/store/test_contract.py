@@ -260,6 +260,28 @@ def test_figures_and_model_name_round_trip(store: ChatStore) -> None:
         store.add_message(conv.id, "assistant", "x", figures=42)
 
 
+STEPS = [{"text": "", "calls": [{"id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3},
+                                  "server": "calc", "status": "done", "result": "5"}]}]
+
+
+def test_tool_steps_round_trip_and_are_copied(store: ChatStore) -> None:
+    conv = store.create_conversation()
+    store.add_message(conv.id, "user", "2 + 3?")
+    steps = [dict(STEPS[0])]
+    a = store.add_message(conv.id, "assistant", "It is 5.", tool_steps=steps)
+    steps[0]["text"] = "changed after the call"        # the store kept its own copy
+    assert a.tool_steps == STEPS
+    path = store.active_path(conv.id)
+    assert path[1].tool_steps == STEPS and path[0].tool_steps is None
+    copy = store.duplicate(conv.id)
+    assert store.active_path(copy.id)[1].tool_steps == STEPS
+    assert store.add_message(conv.id, "assistant", "plain", parent_id=path[0].id, tool_steps=[]).tool_steps is None
+    with pytest.raises(ValueError):
+        store.add_message(conv.id, "assistant", "x", tool_steps=[{"calls": object()}])
+    with pytest.raises(ValueError):
+        store.add_message(conv.id, "assistant", "x", tool_steps="calls")
+
+
 def test_update_message_when_the_stream_finishes(store: ChatStore) -> None:
     conv, (_, a) = _chat(store, "q", "")
     before = store.get_conversation(conv.id).updated_at

@@ -65,6 +65,8 @@ def test_json_round_trip(store: ConversationStore) -> None:
     (lambda d: d["messages"][0].update(content=None), "'content' must be str"),
     (lambda d: d.update(current_leaf_id=777), "current_leaf_id"),
     (lambda d: d["messages"][0].update(created_at="yesterday"), "ISO 8601"),
+    (lambda d: d["messages"][1].update(tool_steps="calls"), "tool_steps must be a list"),
+    (lambda d: d["messages"][1].update(tool_steps=[{"text": "", "calls": ["add"]}]), "tool_steps must be a list"),
 ])
 def test_bad_import_is_refused(store: ConversationStore, mutate, message) -> None:  # type: ignore[no-untyped-def]
     data = store.export_json(make(store))
@@ -73,6 +75,18 @@ def test_bad_import_is_refused(store: ConversationStore, mutate, message) -> Non
     with pytest.raises(ValueError, match=message):
         store.import_json(data)
     assert len(store.list_conversations()) == before
+
+
+def test_tool_steps_are_exported_and_imported(store: ConversationStore) -> None:
+    steps = [{"text": "Adding.", "calls": [{"id": "c1", "name": "add", "server": "calc", "arguments": {"a": 2, "b": 2},
+                                            "status": "done", "result": "4"}]}]
+    conv = store.create_conversation()
+    store.add_message(conv.id, "user", "2 + 2?")
+    store.add_message(conv.id, "assistant", "It is 4.", tool_steps=steps)
+    data = json.loads(json.dumps(store.export_json(conv.id)))
+    assert [m["tool_steps"] for m in data["messages"]] == [None, steps]
+    imported = store.import_json(data)
+    assert [m.tool_steps for m in store.active_path(imported.id)] == [None, steps]
 
 
 def test_import_not_json(store: ConversationStore) -> None:

@@ -40,14 +40,14 @@ def make_revision_0001(path: Path) -> None:
 
 
 def test_revisions_are_numbered_and_linear() -> None:
-    assert known_revisions() == {"0001", "0002", "0003", "0004"}
-    assert head_revision() == "0004"
+    assert known_revisions() == {"0001", "0002", "0003", "0004", "0005"}
+    assert head_revision() == "0005"
 
 
 def test_blank_database_upgrades_to_head(db_path: Path) -> None:
     with ConversationStore(db_path) as store:
         assert store.list_conversations() == [] and store.backup_path is None
-    assert raw(db_path).execute("SELECT version_num FROM alembic_version").fetchone() == ("0004",)
+    assert raw(db_path).execute("SELECT version_num FROM alembic_version").fetchone() == ("0005",)
 
 
 def test_empty_file_is_a_blank_database(db_path: Path) -> None:
@@ -156,7 +156,7 @@ def test_upgrade_from_0002_labels_old_replies_with_the_chat_model(db_path: Path)
         assert {m["model_name"] for m in exported["messages"]} == {None, "smol", "Other-7B"}
         imported = store.import_json(exported)
         assert [m.model_name for m in store.active_path(imported.id)] == [None, "Other-7B"]
-    assert raw(db_path).execute("SELECT version_num FROM alembic_version").fetchone() == ("0004",)
+    assert raw(db_path).execute("SELECT version_num FROM alembic_version").fetchone() == ("0005",)
     assert raw(db_path).execute("PRAGMA foreign_key_check").fetchall() == []
 
 
@@ -178,3 +178,29 @@ def test_upgrade_from_0003_keeps_chats_and_leaves_their_model_choice_unknown(db_
         assert store.get_conversation(CID).model_choice == "Tiny-A"
         made = store.create_conversation(model_id="Tiny-B", model_choice="Tiny-B")
         assert store.get_conversation(made.id).model_choice == "Tiny-B"
+
+
+def test_upgrade_from_0004_keeps_replies_and_stores_tool_steps(db_path: Path) -> None:
+    open_database(db_path, target_revision="0004").dispose()
+    conn = raw(db_path)
+    conn.execute(
+        "INSERT INTO conversations (id, title, title_locked, pinned, created_at, updated_at, "
+        "model_id, system_prompt, settings_json, kv_state, kv_bytes, current_leaf_id) "
+        "VALUES (?, 'Sums', 0, 1, 1700000000000000, 1700000001000000, 'Tiny-A', '', '{}', "
+        "'disk', 4096, 2)", (CID,))
+    for mid, parent, role, text in [(1, None, "user", "what is 2 + 3"), (2, 1, "assistant", "Five.")]:
+        conn.execute("INSERT INTO messages (id, conversation_id, parent_id, depth, role, content, created_at) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?)", (mid, CID, parent, mid - 1, role, text, 1700000000500000 + mid))
+    conn.close()
+    steps = [{"text": "", "calls": [{"id": "c1", "name": "add", "arguments": {"a": 2, "b": 3},
+                                     "server": "calc", "status": "done", "result": "5"}]}]
+    with ConversationStore(db_path) as store:
+        backup = store.backup_path
+        assert backup is not None and backup.name.startswith("amber.sqlite3.backup-0004-")
+        assert [(m.content, m.tool_steps) for m in store.active_path(CID)] == [
+            ("what is 2 + 3", None), ("Five.", None)]
+        store.add_message(CID, "assistant", "It is 5.", parent_id=1, tool_steps=steps)
+        assert [h.conversation_id for h in store.search("It is 5")] == [CID]
+    with ConversationStore(db_path) as store:      # read back by a second start
+        assert store.active_path(CID)[-1].tool_steps == steps
+    assert raw(db_path).execute("SELECT version_num FROM alembic_version").fetchone() == ("0005",)

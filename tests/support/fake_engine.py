@@ -7,6 +7,9 @@ under its state directory so that a second instance over the same directory (an 
 restart) resumes them from disk. Like the real engine it sends `PrefillProgress` events while it
 "prefills" (`prefill_steps` of them, `prefill_delay` apart) and applies `SamplingParams.overflow`
 when a history does not fit its `context_window` (reporting `dropped_messages/_tokens`).
+Given a `tool_format` (a model whose template teaches tool calls), it takes `tools=` and messages
+in the template's terms (assistant `tool_calls`, `tool` results), as the real engine does; without
+one it refuses tools with ValueError. `requests` keeps each generation's messages and tools as given.
 
 Its sessions follow the engine contract that tests/engine/test_engine_contract.py runs against
 the real engines (this fake too): the same typed errors (`SessionNotOpen`, `SessionBusy`,
@@ -20,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from engine.api import (CacheSaltMismatch, ChatMessage, EngineCapabilities, GenerationFigures,
                         GenerationResult, KVLocation, ModelNotReady, OverflowPolicy, PrefillProgress,
@@ -34,6 +37,16 @@ DEFAULT_REPLY = (
     "| Provider | Speed |\n|---|---|\n| CPU | fine |\n| CUDA | fast |\n\n"
     "See [the docs](https://onnxruntime.ai) for more."
 )
+
+
+def as_chat_message(message: ChatMessage | Mapping[str, Any]) -> ChatMessage:
+    """A message in the template's terms as the fake counts it: its text, and its tool calls as JSON."""
+    if isinstance(message, ChatMessage):
+        return message
+    content = str(message.get("content") or "")
+    if message.get("tool_calls"):
+        content = (content + " " + json.dumps(message["tool_calls"])).strip()
+    return ChatMessage(str(message.get("role", "")), content)
 
 
 def count_tokens(messages: Sequence[ChatMessage]) -> list[str]:
@@ -68,7 +81,7 @@ class FakeEngine:
                  resume_ms: float = 31.0, save_delay: float = 0.15,
                  tokens_per_s: float = 42.5, context_window: int = 2048,
                  prefill_steps: int = 4, prefill_delay: float = 0.0,
-                 model_name: str = "Fake-Model-135M"):
+                 model_name: str = "Fake-Model-135M", tool_format: str | None = None):
         self.state_dir = Path(state_dir) if state_dir else None
         self.delay = delay
         self.reply = reply
@@ -79,7 +92,8 @@ class FakeEngine:
         self.prefill_steps = prefill_steps
         self.prefill_delay = prefill_delay
         self.model_name = model_name
-        self.capabilities = EngineCapabilities(state_dir=self.state_dir)
+        self.capabilities = EngineCapabilities(state_dir=self.state_dir, tool_format=tool_format)
+        self.requests: list[tuple[list[Any], list[dict[str, Any]] | None]] = []   # messages, tools
         self.prefilling = threading.Event()   # set while the fake prefill runs
         self.release_prefill = threading.Event()  # with hold_prefill: the prefill waits for it
         self.hold_prefill = False
@@ -157,9 +171,13 @@ class FakeEngine:
             raise SessionNotOpen(f"session {session_id} is not open")
         return s
 
-    def generate(self, session_id: str, messages: Sequence[ChatMessage],
-                 sampling: SamplingParams | None = None, cancel: Any = None
-                 ) -> Iterator[StreamEvent]:
+    def generate(self, session_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
+                 sampling: SamplingParams | None = None, cancel: Any = None,
+                 tools: list[dict[str, Any]] | None = None) -> Iterator[StreamEvent]:
+        if tools and self.capabilities.tool_format is None:
+            raise ValueError(f"{self.model_name}'s chat template shows the model no tools")
+        self.requests.append((list(messages), tools))
+        messages = [as_chat_message(m) for m in messages]
         self._record("generate", session_id, list(messages), sampling)
         self.generations.append(list(messages))
         if self.shut_down:

@@ -13,7 +13,8 @@ from PySide6.QtCore import QObject, Signal
 
 from app.store.titles import chat_title
 
-from ...chat.turn import Chunk, Prefill, TurnOutcome, TurnRequest, UserSaved, run_turn
+from ...chat.turn import Chunk, Prefill, ToolAsked, ToolRan, TurnOutcome, TurnRequest, UserSaved, run_turn
+from ...tools.toolbox import Toolbox
 from ..error_words import in_words
 from ..settings import Settings
 from ..tasks import GeneratorWorker, TaskRunner
@@ -79,6 +80,8 @@ class RepliesController(QObject):
     queued = Signal(object)                 # a QueuedSend (show its bubble)
     dequeued = Signal(object)               # a QueuedSend about to be sent (drop its bubble)
     composerChanged = Signal()              # what the composer offers may have changed
+    toolAsked = Signal(str, object)         # chat id, an app.tools.toolbox.Approval (the turn waits)
+    toolRan = Signal(str, object)           # chat id, the call's record (as stored with the reply)
 
     def __init__(self, chats: ChatsController, engines: EngineController, deletions: Deletions,
                  settings: Callable[[], Settings], tasks: TaskRunner, itemizer: Itemizer,
@@ -90,6 +93,8 @@ class RepliesController(QObject):
         self.stream: StreamState | None = None
         self.queue = SendQueue()
         self.closed = False     # quitting: nothing more is sent
+        # The tools a turn offers its model (None: none); the window sets it (ToolsController).
+        self.toolbox: Callable[[], Toolbox | None] = lambda: None
 
     def streaming(self, chat_id: str | None) -> bool:
         """A reply is being written (and shown) in this chat."""
@@ -208,7 +213,7 @@ class RepliesController(QObject):
         req = TurnRequest(chat_id=chat_id, mode=mode, settings=settings, text=text,  # type: ignore[arg-type]
                           parent_id=parent_id, kind=kind, create=create, open_session=need_open,
                           temporary=temporary, model_name=self.engines.model_name or None,
-                          model_choice=self.engines.choice)
+                          model_choice=self.engines.choice, tools=self.toolbox())
         item = self.itemizer()    # rows -> view items, rendered on the worker
 
         def factory(cancel: Any) -> Any:
@@ -249,6 +254,10 @@ class RepliesController(QObject):
         elif isinstance(ev, Prefill):
             state.live.on_prefill(ev.done, ev.total)
             self.prefill.emit(state.chat_id, ev.done, ev.total)
+        elif isinstance(ev, ToolAsked):
+            self.toolAsked.emit(state.chat_id, ev.approval)
+        elif isinstance(ev, ToolRan):
+            self.toolRan.emit(state.chat_id, ev.record)
 
     def _on_done(self, state: StreamState, result: tuple[TurnOutcome, Any] | None,
                  exc: BaseException | None) -> None:

@@ -75,7 +75,7 @@ class SettingsDialog(QDialog):
     clearCacheRequested = Signal()
 
     def __init__(self, settings: Settings, home: Path, parent: QWidget | None = None,
-                 server: Any = None):
+                 server: Any = None, tools: Any = None):
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.setMinimumWidth(520)
@@ -147,6 +147,14 @@ class SettingsDialog(QDialog):
             self.server_panel = ServerPanel(server)
             _page(self.tabs, "API server", self.server_panel)
 
+        self.tools_page = None
+        if tools is not None:    # an app.gui.controllers.tools.ToolsController: the MCP servers
+            from .mcp_page import McpServersPage  # noqa: PLC0415
+            self.tools_page = McpServersPage(tools, settings.mcp_tools)
+            servers = QGroupBox("MCP servers")
+            QVBoxLayout(servers).addWidget(self.tools_page)
+            _page(self.tabs, "Tools", servers)
+
         data = QGroupBox("Data")
         df = QHBoxLayout(data)
         self.folder_label = QLabel(str(home))
@@ -189,6 +197,8 @@ class SettingsDialog(QDialog):
         s.kv_store = "float16" if self.compact_kv.isChecked() else "model"
         s.overflow = self.overflow.currentData() or s.overflow
         s.theme = self.theme.currentData() or "system"
+        if self.tools_page is not None:
+            s.mcp_tools = self.tools_page.offer.isChecked()
         return s
 
 

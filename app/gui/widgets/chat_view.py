@@ -206,7 +206,8 @@ class ChatView(QScrollArea):
             keep += 1
         for w, it in zip(self.widgets[:keep], items[:keep], strict=True):
             if w.item.id != it.id or (w.item.sibling_count, w.item.sibling_index, w.item.figures) != \
-                    (it.sibling_count, it.sibling_index, it.figures) or w.item.content != it.content:
+                    (it.sibling_count, it.sibling_index, it.figures) or w.item.content != it.content \
+                    or w.item.tool_steps != it.tool_steps:
                 w.item = it
                 w.refresh()
         for w in self.widgets[keep:]:
@@ -311,11 +312,18 @@ class ChatView(QScrollArea):
                 w.refresh(final.rendered or render_message(final.role, final.content, theme.current()))
         elif renderer.started:
             w.item.rendered = renderer.update(w.item.content, final=True)
+        if final is not None:
+            w.tool_calls.set_steps(final.tool_steps)   # the calls as stored, folded
         self._update_last_flags()
 
     @property
     def streaming(self) -> bool:
         return self._stream is not None
+
+    @property
+    def stream_widget(self) -> MessageWidget | None:
+        """The bubble of the reply streaming now (its tool calls are asked and shown in it)."""
+        return self._stream
 
     @property
     def stream_text(self) -> str:

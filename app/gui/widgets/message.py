@@ -19,6 +19,7 @@ from ..markdown_render import Rendered, document_css, render, render_message
 from .status import short_figures
 from .turn import PrefillIndicator, overflow_notice
 from .thinking import ThinkingPanel, split_reasoning
+from .tool_calls import ToolCallsPanel
 
 RENDER_MS = 80          # re-render a streaming reply at most this often
 
@@ -37,6 +38,7 @@ class MessageItem:
     parent_id: int | None = None   # the store's id of the message it follows
     extra: dict = field(default_factory=dict)
     model_name: str | None = None   # the model that wrote it (stored with the message)
+    tool_steps: list[dict] | None = None   # the tools a reply called (rounds of calls and results)
 
     @property
     def pending(self) -> bool:
@@ -48,7 +50,8 @@ class MessageItem:
                    sibling_index=getattr(row, "sibling_index", 0),
                    sibling_count=getattr(row, "sibling_count", 1),
                    figures=getattr(row, "figures", None), parent_id=getattr(row, "parent_id", None),
-                   model_name=getattr(row, "model_name", None) or None)
+                   model_name=getattr(row, "model_name", None) or None,
+                   tool_steps=getattr(row, "tool_steps", None))
         if th is not None:
             item.rendered = render_message(row.role, answer_text(row.role, row.content), th)
         return item
@@ -272,6 +275,8 @@ class MessageWidget(QFrame):
         outer.addWidget(self.prefill)
         self.thinking = ThinkingPanel(self)
         outer.addWidget(self.thinking)
+        self.tool_calls = ToolCallsPanel(self)
+        outer.addWidget(self.tool_calls)
         self.body = MessageBrowser(self)
         self.body.reasoning_sink = lambda reply, streaming: self.thinking.set_reply(  # type: ignore[attr-defined]
             reply, streaming=streaming, figures=self.item.figures)
@@ -326,6 +331,7 @@ class MessageWidget(QFrame):
         if reply is not None:
             self.thinking.set_reply(reply, streaming=self.streaming, figures=self.item.figures)
         self.body.set_html(self.item.rendered.html, document_css(t))
+        self.tool_calls.set_steps(self.item.tool_steps)
         self.update_chrome()
 
     def update_chrome(self) -> None:
