@@ -37,7 +37,7 @@ from engine.sessions.persistence import SessionFiles
 from engine.sessions.refs import BlockRefs
 from engine.sessions.session import Session, SessionError, next_use, store_shape
 from engine.sessions.writer import SerialWriter
-from engine.text.chat_template import ChatTemplate
+from engine.text.chat_template import ChatTemplate, NoChatTemplate
 from engine.text.logprobs import TokenBytes
 from engine.text.tool_calls import detect_format
 
@@ -122,7 +122,11 @@ class SessionManager:
 
     @functools.cached_property
     def _tool_format(self) -> str | None:
-        fmt = detect_format(self.generator.template)
+        try:
+            template = self.generator.template
+        except NoChatTemplate:      # a base model: no chat, so no tools either
+            return None
+        fmt = detect_format(template)
         return fmt.name if fmt is not None else None
 
     # ---- TokenEngine surface ------------------------------------------------------------------
