@@ -23,7 +23,7 @@ from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's o
 import engine.native as native
 
 from ..base.cuda_probe import cuda_device_count
-from .errors import ModelImportError
+from engine.onnx.errors import ModelImportError
 from .weights import Weight
 
 Kernels = Literal["native", "ort"]

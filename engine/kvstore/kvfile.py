@@ -19,7 +19,7 @@ import numpy as np
 import xxhash
 
 from engine.base.safefs import open_new, open_regular
-from engine.runtime.halfcast import half_to_float
+from engine.onnx.halfcast import half_to_float
 
 MAGIC = b"AMBERKV\x00"
 FORMAT_VERSION = 2      # 2: XXH3-64 payload checksum (4x faster to verify than CRC-32)

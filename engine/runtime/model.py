@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from engine.base import paths
 from engine.base.oneline import one_line
 from engine.runtime.fingerprint import model_fingerprint
-from engine.runtime.graph_scan import op_types, read_graph
+from engine.onnx.graph_scan import op_types, read_graph
 from engine.native.attention import uses_attention
 from engine.runtime.native_ops import graph_is_native, unavailable_message, unavailable_reason
 from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
@@ -162,15 +162,15 @@ def _scan_attention(graph: Path) -> tuple[bool, bool]:
     return "GroupQueryAttention" in op_types(proto) or amber, amber
 
 
-# The converter (and onnx with it) is imported only where a variant is made or looked at.
+# The variant builder (and onnx with it) is imported only where a variant is made or looked at.
 def _variants() -> Any:
-    from engine.convert import variants   # noqa: PLC0415 - ~25 MiB of imports a CPU run never needs
+    from engine.onnx import variants   # noqa: PLC0415 - ~25 MiB of imports a CPU run never needs
     return variants
 
 
 def _is_import_error(exc: BaseException) -> bool:
     """A converter error (it names the file); only raised once the converter was imported."""
-    errors = sys.modules.get("engine.convert.errors")
+    errors = sys.modules.get("engine.onnx.errors")
     return errors is not None and isinstance(exc, errors.ModelImportError)
 
 

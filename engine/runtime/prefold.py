@@ -5,7 +5,7 @@ bit planes) and form the float32 scales, zero-point corrections and full-width l
 ordinary ONNX nodes fed only by initializers. ONNX Runtime's constant folding would compute them
 itself, but keeps every intermediate array until its folding pass ends (measured: a 1.5B Q4_K_M
 model peaked at 3.0 GiB against 2.0 GiB steady). Here the same nodes are evaluated in numpy
-(engine/convert/fold.py, the arithmetic the GPU variant uses), each intermediate freed as soon as
+(engine/onnx/fold.py, the arithmetic the GPU variant uses), each intermediate freed as soon as
 its last consumer ran, and the results are handed to ONNX Runtime with
 `SessionOptions.add_external_initializers` in place of the removed nodes. The graph on disk stays
 a plain ONNX model any ONNX Runtime can run as is (then with its own folding).
@@ -26,9 +26,9 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from engine.base import paths
-from engine.convert.errors import ModelImportError
-from engine.convert.fold import LazyValues, fold_lazily
-from engine.convert.writer import ALIGN
+from engine.onnx.errors import ModelImportError
+from engine.onnx.fold import LazyValues, fold_lazily
+from engine.onnx.writer import ALIGN
 from engine.runtime.residency import trim_heap
 
 PRODUCER = "amber"         # only graphs Amber wrote: their weight-prep nodes use fold.py's ops

@@ -15,7 +15,7 @@ import pytest
 
 from engine.runtime import residency
 from engine.runtime import runner as runner_mod
-from engine.runtime.graph_scan import op_types, read_graph
+from engine.onnx.graph_scan import op_types, read_graph
 from engine.runtime.model import ModelLoadError, load_model
 from engine.runtime.model_config import ConfigError, check_external_data
 from engine.runtime.providers import session_options
