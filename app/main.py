@@ -12,8 +12,10 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Sequence  # noqa: E402
 
-LAUNCHED_AT = "AMBER_LAUNCHED_AT"   # a re-executed launch counts from the first process's start
-_STARTED = float(os.environ.pop(LAUNCHED_AT, _STARTED))   # perf_counter is system-wide on Linux
+from engine.config import HOME, LAUNCHED_AT, take_launched_at  # noqa: E402
+
+# A re-executed launch counts from the first process's start (perf_counter is system-wide on Linux).
+_STARTED = take_launched_at(_STARTED)
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -31,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args, qt_args = parse_args(argv)
     if args.data_dir is not None:
-        os.environ["AMBER_HOME"] = str(args.data_dir.expanduser().resolve())
+        os.environ[HOME] = str(args.data_dir.expanduser().resolve())
     if args.self_test:
         from app.selftest import run_self_test  # noqa: PLC0415
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import paths
+from engine.config import settings
 
 DEFAULT_PORT = 8080
 
@@ -39,7 +40,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from engine.sessions.manager import SessionManager
 
     keys = list(args.api_key or [])
-    keys += [k.strip() for k in os.environ.get("AMBER_API_KEYS", "").split(",") if k.strip()]
+    keys += settings().api_keys
     if not _is_loopback(args.host) and not keys:
         # Anyone on the network could use the model and read cached prompts' timings otherwise.
         raise CliError(f"--host {args.host} is reachable from other machines: give --api-key (or AMBER_API_KEYS)")

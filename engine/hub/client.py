@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from engine.base import paths
+from engine import config
 from .errors import AuthRequired, DiskFull, HubError, NotFound, OfflineError
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -31,8 +32,8 @@ JSON_DEADLINE_S = 120.0          # the whole answer, however slowly it trickles 
 ERROR_BODY_BYTES = 64 << 10      # what is read of an error answer's body
 
 # Downloads: bounds on reconnecting to a server that stalls or drops the connection
-MAX_ATTEMPTS_ENV = "AMBER_HUB_MAX_ATTEMPTS"
-DEADLINE_ENV = "AMBER_HUB_DEADLINE_S"
+MAX_ATTEMPTS_ENV = config.HUB_MAX_ATTEMPTS
+DEADLINE_ENV = config.HUB_DEADLINE_S
 MAX_ATTEMPTS = 20                # connections per file, progress or not
 DEADLINE_BASE_S = 600.0          # a file's time bound: this, plus its size at MIN_RATE
 MIN_RATE = 128 << 10             # bytes per second
@@ -115,21 +116,13 @@ class DownloadLimits:
 
 def download_limits(size: int) -> DownloadLimits:
     """The bounds for a file of `size` bytes; a malformed setting is a one-line HubError."""
-    attempts = _env_number(MAX_ATTEMPTS_ENV, integer=True)
-    deadline = _env_number(DEADLINE_ENV, integer=False)
-    return DownloadLimits(max_attempts=int(attempts) if attempts is not None else MAX_ATTEMPTS,
+    try:
+        attempts = config.settings().hub_max_attempts
+        deadline = config.settings().hub_deadline_s
+    except config.SettingError as exc:
+        raise HubError(str(exc)) from None
+    return DownloadLimits(max_attempts=attempts if attempts is not None else MAX_ATTEMPTS,
                           deadline_s=deadline if deadline is not None else DEADLINE_BASE_S + size / MIN_RATE)
-
-
-def _env_number(name: str, *, integer: bool) -> float | None:
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return None
-    pattern = r"[0-9]{1,9}" if integer else r"[0-9]{1,9}(\.[0-9]{1,6})?"
-    if not re.fullmatch(pattern, text) or (integer and int(text) < 1):
-        kind = "a whole number of connections, at least 1" if integer else "a number of seconds"
-        raise HubError(f"{name}={text[:40]} is not {kind}")
-    return float(text)
 
 
 # ---- bounded JSON answers ----------------------------------------------------------------------
