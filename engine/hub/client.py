@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from engine.base import paths
+from engine.base.safefs import atomic_write
 from engine import config
 from .errors import AuthRequired, DiskFull, HubError, NotFound, OfflineError
 
@@ -75,18 +76,7 @@ def store_token(token: str | None) -> None:
     token = token.strip()
     if not token or any(c.isspace() for c in token) or len(token) > 512:
         raise HubError("that does not look like a Hugging Face token")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(token)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    atomic_write(path, token, private=True, parents=True)
 
 
 def resolve_token(explicit: str | None = None) -> str | None:
