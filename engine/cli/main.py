@@ -95,8 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def launch() -> int:
     """The `amber-engine` command: huge pages for ONNX Runtime's buffers on Linux (a one-time
-    re-exec, engine.runtime.hugepages), then `main`."""
-    from engine.runtime.hugepages import reexec_with_huge_pages
+    re-exec, engine.runtime.host.hugepages), then `main`."""
+    from engine.runtime.host.hugepages import reexec_with_huge_pages
     reexec_with_huge_pages()
     return main()
 

@@ -46,7 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--host {args.host} is reachable from other machines: give --api-key (or AMBER_API_KEYS)")
     if args.max_prompt_tokens is not None and args.max_prompt_tokens <= 0:
         raise CliError("--max-prompt-tokens must be positive")
-    from engine.runtime.spin import prefer_server_spin
+    from engine.runtime.host.spin import prefer_server_spin
     prefer_server_spin()     # concurrent clients' batched steps: a longer bounded spin (spin.py)
     try:
         model = load_model(resolve_model_dir(args.model), provider=args.provider)

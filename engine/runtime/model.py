@@ -19,7 +19,8 @@ from engine.runtime.native_ops import graph_is_native, unavailable_message, unav
 from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
 from engine.runtime.providers import ProviderChoice, create_session, short_name
-from engine.runtime.residency import release_mapped_weights, trim_heap
+from engine.runtime.host.malloc import trim_heap
+from engine.runtime.host.residency import release_mapped_weights
 from engine.text.sampling import resolve_sampling
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
@@ -152,7 +153,7 @@ def _uses_gqa(graph: Path) -> bool:
 
 def _scan_attention(graph: Path) -> tuple[bool, bool]:
     """(shared-buffer attention, ai.amber.Attention); checks the external-data references too."""
-    proto = read_graph(graph)     # not onnx.load: a generating process never imports onnx (issue 18)
+    proto = read_graph(graph)     # not onnx.load: a generating process never imports onnx
     try:
         check_external_data(proto, graph)
     except ConfigError as exc:
@@ -301,7 +302,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         raise ModelLoadError(f"{graph}: ONNX Runtime cannot load it ({first_line[:400]})") from None
     session = result.session
     # What ORT still maps of the weights (the embedding table) was read while the session was made;
-    # a step reads a few pages of it: the rest leaves the process's memory (issue 18).
+    # a step reads a few pages of it: the rest leaves the process's memory.
     release_mapped_weights(graph.parent)
     trim_heap()     # what making the session freed (optimiser, prepacking) leaves the heap
     kv = read_kv_layout(session, config, graph, gqa)

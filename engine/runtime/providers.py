@@ -13,7 +13,7 @@ from typing import Callable, Literal
 import onnxruntime as ort
 
 from . import native_ops, prefold
-from .spin import spin_entries
+from .host.spin import spin_entries
 
 ProviderChoice = Literal["auto", "cpu", "gpu"]
 CPU = "CPUExecutionProvider"

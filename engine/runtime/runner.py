@@ -12,7 +12,7 @@ from engine.runtime.batcher import DecodeBatcher
 from engine.config import settings
 from engine.runtime.kvcache import KVCache, bind_kv_shared
 from engine.runtime.model import LoadedModel, ModelRunError, ort_failures
-from engine.runtime.residency import PageDropper, drop_mapped_pages
+from engine.runtime.host.residency import PageDropper, drop_mapped_pages
 
 # Long prompts run in chunks: bounded attention memory, cancellable between chunks. 512 prefills
 # as fast as 1024 here (2048 tokens: 453-458 vs 446-451 tok/s) with ~90 MiB less peak memory.
