@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_self_test()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from engine.runtime.hugepages import log_status  # noqa: PLC0415
+    from engine.runtime.host.hugepages import log_status  # noqa: PLC0415
 
     log_status()   # one line, when launch() re-executed with huge pages
     from app.gui.app import run_app  # noqa: PLC0415 - Qt only when the GUI starts
@@ -50,8 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def launch() -> int:
     """The `amber` command: on Linux first re-executes with huge pages for ONNX Runtime's
-    buffers (engine.runtime.hugepages), then `main`."""
-    from engine.runtime.hugepages import reexec_with_huge_pages  # noqa: PLC0415
+    buffers (engine.runtime.host.hugepages), then `main`."""
+    from engine.runtime.host.hugepages import reexec_with_huge_pages  # noqa: PLC0415
 
     reexec_with_huge_pages({LAUNCHED_AT: repr(_STARTED)})
     return main()
