@@ -10,6 +10,7 @@ Every file Amber replaces is written by `atomic_write`: readers see the old file
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import BinaryIO, Iterable
@@ -89,9 +90,10 @@ def open_new(path: Path, private: bool = False) -> BinaryIO:
 
 
 def temp_path(path: Path) -> Path:
-    """The temp file `atomic_write` writes beside `path` (`.<name>.<pid>.tmp`; leftovers of killed
-    processes are recognised by this form)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """A fresh temp file name beside `path`, `.<name>.<random>.<pid>.tmp`: two writers of one file
+    (threads too) never share one, and a leftover names its writer's pid (crash clean-up keeps a
+    live writer's)."""
+    return path.with_name(f".{path.name}.{secrets.token_hex(4)}.{os.getpid()}.tmp")
 
 
 def fsync_folder(folder: Path) -> None:
