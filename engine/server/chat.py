@@ -67,7 +67,7 @@ def usage(results: Sequence[GenerationResult]) -> dict[str, Any]:
 def router(service: Service) -> APIRouter:
     r = APIRouter()
 
-    def starts(body: ChatCompletionRequest | CompletionRequest, salt: str, encode: Callable[[], list[int] | None],
+    def starts(body: ChatCompletionRequest | CompletionRequest, salt: str, encode: Callable[[], list[int]],
                wanted: int | None, stop: list[str],
                messages: Sequence[ChatMessage] | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
         service.check_options(body.top_logprobs_wanted(), body.bias())

@@ -153,14 +153,14 @@ def router(service: Service) -> APIRouter:
         else:
             def start(cancel: threading.Event, sid: str = session_id) -> Iterator[Any]:
                 ids = encode()
-                params = body.sampling(service.new_tokens(wanted, service.checked_length(ids)), [])
+                service.check_prompt(len(ids))
+                params = body.sampling(service.new_tokens(wanted, len(ids)), [])
                 chains.acquire(sid, caller.salt(body.cache_salt))
 
                 def run() -> Iterator[Any]:
                     try:
                         tokens = service.tokens
-                        yield from (tokens.generate_tokens(sid, ids, params, cancel)
-                                    if tokens is not None and ids is not None
+                        yield from (tokens.generate_tokens(sid, ids, params, cancel) if tokens is not None
                                     else engine.generate(sid, prompt, params, cancel))
                     finally:
                         chains.release(sid)
