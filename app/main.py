@@ -12,8 +12,10 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Sequence  # noqa: E402
 
-LAUNCHED_AT = "AMBER_LAUNCHED_AT"   # a re-executed launch counts from the first process's start
-_STARTED = float(os.environ.pop(LAUNCHED_AT, _STARTED))   # perf_counter is system-wide on Linux
+from engine.config import HOME, LAUNCHED_AT, take_launched_at  # noqa: E402
+
+# A re-executed launch counts from the first process's start (perf_counter is system-wide on Linux).
+_STARTED = take_launched_at(_STARTED)
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -31,14 +33,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args, qt_args = parse_args(argv)
     if args.data_dir is not None:
-        os.environ["AMBER_HOME"] = str(args.data_dir.expanduser().resolve())
+        os.environ[HOME] = str(args.data_dir.expanduser().resolve())
     if args.self_test:
         from app.selftest import run_self_test  # noqa: PLC0415
 
         return run_self_test()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from engine.runtime.hugepages import log_status  # noqa: PLC0415
+    from engine.runtime.host.hugepages import log_status  # noqa: PLC0415
 
     log_status()   # one line, when launch() re-executed with huge pages
     from app.gui.app import run_app  # noqa: PLC0415 - Qt only when the GUI starts
@@ -48,8 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def launch() -> int:
     """The `amber` command: on Linux first re-executes with huge pages for ONNX Runtime's
-    buffers (engine.runtime.hugepages), then `main`."""
-    from engine.runtime.hugepages import reexec_with_huge_pages  # noqa: PLC0415
+    buffers (engine.runtime.host.hugepages), then `main`."""
+    from engine.runtime.host.hugepages import reexec_with_huge_pages  # noqa: PLC0415
 
     reexec_with_huge_pages({LAUNCHED_AT: repr(_STARTED)})
     return main()

@@ -25,8 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Callable, TextIO
 
-BUNDLED_MODELS_ENV = "AMBER_BUNDLED_MODELS"
-
+from engine.base import paths
+from engine.config import settings
 
 # ---- where an installed build keeps its files ----------------------------------------------------
 def bundle_dir() -> Path | None:
@@ -42,21 +42,7 @@ def bundle_dir() -> Path | None:
 
 def bundled_models_dir() -> Path | None:
     """Read-only models shipped with the app: `$AMBER_BUNDLED_MODELS`, else `models/` in the bundle."""
-    try:    # the engine's own lookup once engine.base.paths has it (see docs/PACKAGING.md)
-        from engine.base import paths
-
-        hook = getattr(paths, "bundled_models_dir", None)
-        if hook is not None:
-            return hook()
-    except ImportError:
-        pass
-    override = os.environ.get(BUNDLED_MODELS_ENV)
-    if override:
-        return Path(override).expanduser()
-    base = bundle_dir()
-    if base is not None and (base / "models").is_dir():
-        return base / "models"
-    return None
+    return paths.bundled_models_dir()
 
 
 def find_default_model() -> tuple[Path, str]:
@@ -96,7 +82,7 @@ class _Report:
             msg = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
             self.failures.append(f"{name}: {msg}")
             print(f"  FAIL  {name:<15} {msg}  ({ms:.0f} ms)", file=self.out, flush=True)
-            if os.environ.get("AMBER_SELFTEST_TRACEBACK"):
+            if settings().selftest_traceback:
                 traceback.print_exc(file=self.out)
             return False
         ms = (time.perf_counter() - t0) * 1000
@@ -196,7 +182,7 @@ def run_self_test(out: TextIO | None = None) -> int:
         import onnxruntime as ort
 
         folder, origin = find_default_model()
-        model = load_model(folder, provider=os.environ.get("AMBER_SELFTEST_PROVIDER", "auto"))  # type: ignore[arg-type]
+        model = load_model(folder, provider=settings().selftest_provider)  # type: ignore[arg-type]
         state["model"] = model
         extra = f"; fell back: {model.provider_fallback_reason}" if model.provider_fallback_reason else ""
         return (f"{model.name} ({origin}, {folder}) on {model.provider} "

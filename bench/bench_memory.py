@@ -111,11 +111,11 @@ Runtime 1.31.1, the same stage script in fresh processes; before = main before t
 | CPU memory arena off (`providers.session_options`) | ~64 MiB | the arena keeps every chunk a prefill asked for, rounded up; decode allocates little per step |
 | KV reserved once for the whole prompt (`Runner.forward`) | ~45 MiB at 2048 tokens | chunk-by-chunk growth doubled the buffer while the old one was held |
 | Prefill chunks bounded by the attention scratch (`ATTENTION_SCRATCH_BYTES`, 24 MiB) | ~35 MiB at 2048 tokens | ORT's CPU GroupQueryAttention holds float32 scores heads × chunk × cache positions, about twice |
-| Mapped weights given back after session creation (`engine/runtime/residency.py`) | 45 MiB resident after load (135M), 135 MiB (0.5B), 240 MiB (1.5B) | ORT maps the initializers it keeps (the embedding table the Gather reads); a step reads a few pages |
+| Mapped weights given back after session creation (`engine/runtime/host/residency.py`) | 45 MiB resident after load (135M), 135 MiB (0.5B), 240 MiB (1.5B) | ORT maps the initializers it keeps (the embedding table the Gather reads); a step reads a few pages |
 | ...and again after each prefill chunk (`residency.drop_mapped_pages`, via /proc/self/maps, ~1 ms) | 15 MiB at 2048 tokens (135M) | each row a prompt reads maps 64 KiB around it back in (the kernel's fault-around) |
-| No `onnx` / converter import in the loader (`engine/runtime/graph_scan.py`) | 17 MiB before main's `prefold` (merged 15:15 UTC), which imports both again to form Amber graphs' weights at load | the loader read two facts from the graph with `onnx`; protobuf alone reads them |
+| No `onnx` / converter import in the loader (`engine/onnx/graph_scan.py`) | 17 MiB before main's `prefold` (merged 15:15 UTC), which imports both again to form Amber graphs' weights at load | the loader read two facts from the graph with `onnx`; protobuf alone reads them |
 | Fixed 1 MiB mmap threshold with the huge-page tunable (`hugepages.TUNABLE`) | 43 MiB | glibc's moving threshold let 1–2 MiB prefill blocks fill a heap held in 2 MiB pages |
-| `malloc_trim` once the session is made (`residency.trim_heap`) | small at 135M; 66 MiB at 0.5B, 760 MiB at 1.5B (steady state, plain malloc) | the graph optimiser's and prepacking's freed temporaries stayed in the heap |
+| `malloc_trim` once the session is made (`host.malloc.trim_heap`) | small at 135M; 66 MiB at 0.5B, 760 MiB at 1.5B (steady state, plain malloc) | the graph optimiser's and prepacking's freed temporaries stayed in the heap |
 
 Bigger shapes (random-weight Qwen2.5 shapes, Q4_K_M quantized by llama.cpp, converted by Amber),
 plain malloc, same stage script (prefill 2048 at 0.5B, 512 at 1.5B; before = main):

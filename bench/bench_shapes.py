@@ -103,7 +103,7 @@ def force_spinning(spinning: bool) -> None:
     """An experiment in a worker process: every CPU session it makes sets ORT's
     `session.intra_op.allow_spinning` to `spinning`, whatever the engine's policy chooses."""
     from engine.runtime import providers
-    from engine.runtime.spin import ALLOW
+    from engine.runtime.host.spin import ALLOW
     plain = providers.session_options
 
     def with_spinning(threads: int | None = None) -> Any:
@@ -134,7 +134,7 @@ def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
     model = load_model(model_dir, "cpu", threads)
     out: dict[str, Any] = {"load_s": time.perf_counter() - t0, "provider": model.provider,
                            "rss_after_load": _status_bytes("VmRSS"), "prefill": {}, "decode": {}}
-    # The spin entries this process's session was made with (engine/runtime/spin.py: auto depends
+    # The spin entries this process's session was made with (engine/runtime/host/spin.py: auto depends
     # on the load when the model loads), so a figure says which setting produced it.
     so = model.session.get_session_options()
     out["spin"] = {}

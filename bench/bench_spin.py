@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.runtime.spin import ALLOW, BACKOFF, BLOCK, DURATION, STOP
+from engine.runtime.host.spin import ALLOW, BACKOFF, BLOCK, DURATION, STOP
 
 from . import common
 from .common import Section, median, table
@@ -137,7 +137,7 @@ def idle_cpu(model_dir: Path, mode: str, windows: int = 10, seconds: float = 0.0
     after a run; auto's spin is bounded to microseconds; off never spins)."""
     import resource
 
-    from engine.runtime import spin
+    from engine.runtime.host import spin
     from engine.runtime.model import load_model
     from engine.runtime.runner import Runner
     os.environ[spin.SPIN_ENV] = mode

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from engine.runtime.hugepages import tunable_env
+from engine.runtime.host.hugepages import tunable_env
 
 from .llama_build import side_venv
 
@@ -160,7 +160,7 @@ def run_worker(module: str, func: str, args: dict[str, Any] | None = None, *, py
     full_env["PYTHONPATH"] = str(REPO) + (os.pathsep + full_env["PYTHONPATH"] if full_env.get("PYTHONPATH") else "")
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     # Every engine's worker runs with the malloc huge-page tunable that Amber's built app sets
-    # for itself (engine.runtime.hugepages): the same environment for all, as the installed app runs.
+    # for itself (engine.runtime.host.hugepages): the same environment for all, as the installed app runs.
     tuned = tunable_env(full_env)
     if tuned is not None:
         full_env["GLIBC_TUNABLES"] = tuned["GLIBC_TUNABLES"]

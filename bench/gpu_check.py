@@ -315,7 +315,7 @@ def run_cpu_part(model_dir: Path, quick: bool = False) -> dict[str, Any]:
 
 
 def run_cuda(model_dir: Path, quick: bool = False) -> dict[str, Any]:
-    from engine.convert.variants import build_variant
+    from engine.onnx.variants import build_variant
     from engine.runtime.model import load_model
     t0 = time.perf_counter()
     build_variant(model_dir)

@@ -7,7 +7,7 @@ fixed prompt prefilled in one chunk, in two and a token at a time (SCHEDULES), e
 fixed tokens decoded one at a time, through the shared-buffer IO binding Amber uses — and
 compares the logits of every step. Models: tiny GGUFs converted by Amber's importer (Q4_1 llama
 like the default model, Q4_0 qwen2 with biases, F16), an optimum-style plain-attention graph, and
-the real default model. It also runs the float16 KV cast (engine/runtime/halfcast.py), and each of
+the real default model. It also runs the float16 KV cast (engine/onnx/halfcast.py), and each of
 Amber's own ops (ai.amber GgufMatMul for every GGML type, with and without the SwiGLU epilogue, and
 Attention over a float16 KV buffer longer than the sequence) alone in a one-node graph on two
 threads: those must give the same bits on both releases, since everything they
@@ -83,7 +83,7 @@ def probe(model_dir: Path, out: Path) -> None:
     import onnxruntime as ort
 
     from engine.generation.generate import Generator
-    from engine.runtime.halfcast import half_to_float
+    from engine.onnx.halfcast import half_to_float
     from engine.runtime.model import load_model
     from engine.runtime.runner import Runner
 

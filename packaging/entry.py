@@ -38,7 +38,7 @@ def _bundled_model_lookup() -> None:
 
 
 def main() -> int:
-    from engine.runtime.hugepages import reexec_with_huge_pages
+    from engine.runtime.host.hugepages import reexec_with_huge_pages
 
     reexec_with_huge_pages({amber_main.LAUNCHED_AT: repr(amber_main._STARTED)})
     argv = sys.argv[1:]

@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from app.files import write_text_atomically
+from engine.base.safefs import atomic_write
 from app.store import export
 from engine.base.oneline import one_line
 
@@ -40,7 +40,7 @@ def export_chat(store: Any, chat_id: str, fmt: str, path: Path) -> Path:
     new one); TransferError with a one-line reason when the file cannot be written."""
     text = render(store, chat_id, fmt)
     try:
-        write_text_atomically(path, text, prefix=".amber-export-")
+        atomic_write(path, text, private=True, parents=True)
     except OSError as exc:
         raise TransferError(f"could not write {_name(path)}: {exc.strerror or exc}") from None
     return path

@@ -11,6 +11,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from engine.base import paths
+from engine.config import settings
 
 from . import theme
 from .main_window import MainWindow
@@ -41,7 +42,7 @@ def run_app(argv: Sequence[str], *, started_at: float | None = None) -> int:
     instance.activated.connect(lambda: bring_forward(window))
     window.shutdownFinished.connect(app.quit)
     window.show()
-    if os.environ.get("AMBER_STARTUP_PROBE"):
+    if settings().startup_probe:
         def report() -> None:
             shown = time.perf_counter() - started_at
             print(f"window visible after {shown * 1000:.0f} ms", flush=True)

@@ -29,7 +29,7 @@ ProgressFn = Callable[[float, str], None]
 _PROVIDERS: dict[str, Literal["auto", "cpu", "gpu"]] = {"auto": "auto", "cpu": "cpu", "gpu": "gpu"}
 
 
-def _accepting(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def accepted_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The subset of `kwargs` that `fn` accepts (so new engine options can be added safely)."""
     try:
         params = inspect.signature(fn).parameters
@@ -60,7 +60,7 @@ def open_engine(model_dir: Path, state_dir: Path, settings: Settings,
         "kv_store": settings.kv_store,
     }
     state_dir.mkdir(parents=True, exist_ok=True)
-    return SessionManager(model, state_dir, **_accepting(SessionManager, options))
+    return SessionManager(model, state_dir, **accepted_kwargs(SessionManager, options))
 
 
 def open_remote(choice: str, home: Path) -> ChatEngine:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.files import write_text_atomically
+from engine.base.safefs import atomic_write
 
 SOURCE_FILE = "amber_source.json"     # written beside an imported model, after its conversion
 IMPORT_REPORT = "amber_import.json"   # the converter's report (names the source file and size)
@@ -82,5 +82,5 @@ def find_import(models: Path, src: Path, fingerprint: str) -> str | None:
 
 
 def record_import(dest: Path, src: Path, fingerprint: str) -> None:
-    write_text_atomically(dest / SOURCE_FILE, json.dumps({"fingerprint": fingerprint, "source": src.name}),
-                          ".source-")
+    atomic_write(dest / SOURCE_FILE, json.dumps({"fingerprint": fingerprint, "source": src.name}),
+                 private=True, parents=True)

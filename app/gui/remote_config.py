@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.chat.kv import chat_salt, is_remote_engine  # noqa: F401 - where they used to live
-from app.files import write_text_atomically
+from engine.base.safefs import atomic_write
 from engine.api import ChatEngine
 
 if TYPE_CHECKING:   # engine.remote pulls in the HTTP stack: imported when first needed
@@ -81,7 +81,7 @@ def _write(home: Path, remotes: list[SavedRemote]) -> None:
     data = {"remotes": [{"id": r.id, "name": r.endpoint.name, "base_url": r.endpoint.base_url,
                          "model": r.endpoint.model, "flavor": r.endpoint.flavor,
                          "api_key": r.endpoint.api_key} for r in remotes]}
-    write_text_atomically(path, json.dumps(data, indent=2), ".remotes-")   # mode 0600
+    atomic_write(path, json.dumps(data, indent=2), private=True, parents=True)   # mode 0600
 
 
 def save_remote(home: Path, endpoint: "RemoteEndpoint", remote_id: str | None = None) -> SavedRemote:

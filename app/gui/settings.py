@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from app.files import write_text_atomically
+from engine.base.safefs import atomic_write
 from engine.api import KV_STORE_MODEL, KV_STORES, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class Settings:
         return {**extra, **d}
 
     def save(self, path: Path) -> None:
-        write_text_atomically(path, json.dumps(self.to_dict(), indent=2, sort_keys=True), ".settings-")
+        atomic_write(path, json.dumps(self.to_dict(), indent=2, sort_keys=True), private=True, parents=True)
 
     def copy(self) -> "Settings":
         return Settings.from_dict(json.loads(json.dumps(self.to_dict())))

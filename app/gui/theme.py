@@ -5,7 +5,6 @@ text colour (or any colour), cached.
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -15,11 +14,13 @@ from PySide6.QtCore import QByteArray, QObject, QRectF, QSize, Qt, Signal, Signa
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QApplication
 
+from engine.config import settings
+
 
 def resources_dir() -> Path:
-    override = os.environ.get("AMBER_RESOURCES")
+    override = settings().resources
     if override:
-        return Path(override)
+        return override
     base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[2]))
     return base / "resources"
 
@@ -61,8 +62,8 @@ DARK = Theme("dark", window="#1b1a18", base="#201f1d", sidebar="#171614", surfac
 
 
 def system_prefers_dark() -> bool:
-    override = os.environ.get("AMBER_THEME")
-    if override in ("light", "dark"):
+    override = settings().theme
+    if override is not None:
         return override == "dark"
     app = QGuiApplication.instance()
     if app is None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.files import write_text_atomically
+from engine.base.safefs import atomic_write
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -133,4 +133,4 @@ def save_mcp_config(path: Path, servers: list[McpServerConfig]) -> None:
         current = {}
     document = current if isinstance(current, dict) else {}
     document["mcpServers"] = {s.name: s.to_json() for s in servers}
-    write_text_atomically(path, json.dumps(document, indent=2), ".mcp-")
+    atomic_write(path, json.dumps(document, indent=2), private=True, parents=True)

@@ -1,11 +1,12 @@
 """Every path Amber uses, in one place. `AMBER_HOME` overrides them all."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import platformdirs
+
+from engine.config import settings
 
 APP_NAME = "Amber"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -13,9 +14,9 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 def amber_home() -> Path:
     """Root of all user data: `$AMBER_HOME`, else the platform's user data directory."""
-    override = os.environ.get("AMBER_HOME")
+    override = settings().home
     if override:
-        return Path(override).expanduser().resolve()
+        return override.resolve()
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
 
 
@@ -53,9 +54,9 @@ def mcp_config_path() -> Path:
 def bundled_models_dir() -> Path | None:
     """Read-only models shipped with an installed build: `$AMBER_BUNDLED_MODELS`, else `models/`
     inside a PyInstaller bundle (`sys._MEIPASS`); None when running from source."""
-    override = os.environ.get("AMBER_BUNDLED_MODELS")
+    override = settings().bundled_models
     if override:
-        return Path(override).expanduser()
+        return override
     base = getattr(sys, "_MEIPASS", None)
     if getattr(sys, "frozen", False) and base and (Path(base) / "models").is_dir():
         return Path(base) / "models"

@@ -5,13 +5,15 @@ root with no symlink on the way, and only regular files are opened: a FIFO, a de
 directory where a KV file should be gives an error at once instead of a hang or a traceback.
 Every folder Amber writes into is made by `make_folder`, which refuses a symlink (or anything but
 a plain folder) anywhere below the root, so nothing is ever written through a link out of it.
+Every file Amber replaces is written by `atomic_write`: readers see the old file or the new one.
 """
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterable
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)      # not on Windows (no symlinks by default there)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -69,19 +71,69 @@ def make_folder(root: Path, folder: Path) -> Path:
     return folder
 
 
-def open_new(path: Path) -> BinaryIO:
+def open_new(path: Path, private: bool = False) -> BinaryIO:
     """Opens `path` for writing from empty (a temp file): never through a symlink at that name,
-    never blocking on a FIFO there."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | _NONBLOCK | _BINARY, 0o666)
+    never blocking on a FIFO there. `private`: owner-only (0600), whatever was there before."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | _NONBLOCK | _BINARY,
+                 0o600 if private else 0o666)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnsafePathError(f"{path.name}: not a regular file")
+        if private and hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o600)          # a temp file left by a crash keeps its mode through O_TRUNC
         if _NONBLOCK:
             os.set_blocking(fd, True)
         return os.fdopen(fd, "wb")
     except BaseException:
         os.close(fd)
         raise
+
+
+def temp_path(path: Path) -> Path:
+    """A fresh temp file name beside `path`, `.<name>.<random>.<pid>.tmp`: two writers of one file
+    (threads too) never share one, and a leftover names its writer's pid (crash clean-up keeps a
+    live writer's)."""
+    return path.with_name(f".{path.name}.{secrets.token_hex(4)}.{os.getpid()}.tmp")
+
+
+def fsync_folder(folder: Path) -> None:
+    """Makes a rename in `folder` durable; a no-op where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes | str | Iterable[bytes | memoryview], *, private: bool = False,
+                 parents: bool = False) -> int:
+    """Replaces `path` with `data` (bytes, UTF-8 text, or chunks): a temp file in the same folder,
+    fsync, rename, fsync the folder, so readers and a crash see the old file or the new one, never
+    a mix. The temp file is never opened through a symlink; `private` makes the file owner-only;
+    `parents` creates the folder first. Returns the bytes written."""
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    chunks = [data.encode("utf-8")] if isinstance(data, str) else [data] if isinstance(data, bytes) else data
+    tmp = temp_path(path)
+    written = 0
+    try:
+        with open_new(tmp, private) as f:
+            for chunk in chunks:
+                f.write(chunk)
+                written += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_folder(path.parent)
+    return written
 
 
 def is_regular(path: Path) -> bool:

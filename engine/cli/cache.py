@@ -8,9 +8,9 @@ from typing import Any
 
 def cmd_cache(args: argparse.Namespace) -> int:
     from engine.cli.common import CliError
-    from engine.cli.sessions import _manager
+    from engine.cli.sessions import open_manager
     from engine.sessions.manager import SessionError
-    manager = _manager(args)
+    manager = open_manager(args)
     try:
         if args.action == "stats":
             stats = manager.stats()

@@ -12,7 +12,7 @@ class CliError(Exception):
     """Shown as one line on stderr; exit code 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class CliParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:   # one line, exit 2 (argparse prints usage too)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
@@ -31,14 +31,14 @@ def check_text(option: str, value: str | None) -> None:
                        "give UTF-8 text") from None
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
 
 
-def _model_dir(arg: str | None) -> Path:
+def resolve_model_dir(arg: str | None) -> Path:
     if arg:
         return Path(arg)
     from engine.convert.default_model import is_ready

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.api import GenerationResult, SamplingParams, SessionInfo, TextChunk
 from engine.base import paths
-from engine.cli.common import CliError, _model_dir, check_text
+from engine.cli.common import CliError, resolve_model_dir, check_text
 
 
 # ---- generate --------------------------------------------------------------------------------
@@ -33,8 +33,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     try:
-        from engine.convert.variants import print_variant_progress
-        model = load_model(_model_dir(args.model), provider=args.provider, progress=print_variant_progress)
+        from engine.onnx.variants import print_variant_progress
+        model = load_model(resolve_model_dir(args.model), provider=args.provider, progress=print_variant_progress)
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
     state = Path(args.state_dir) if args.state_dir else paths.state_dir()

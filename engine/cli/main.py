@@ -6,15 +6,15 @@ import sys
 from typing import Sequence
 
 from engine.api import OverflowPolicy
-from engine.cli.common import CliError, _Parser, _positive_int, add_kv_store_option
+from engine.cli.common import CliError, CliParser, positive_int, add_kv_store_option
 from engine.cli.convert import cmd_convert, cmd_fetch_default
 from engine.cli.generate import cmd_generate
 
 
 # ---- parser ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="amber-engine", description="Amber's engine: import models, generate, manage sessions.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = CliParser(prog="amber-engine", description="Amber's engine: import models, generate, manage sessions.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=CliParser)
 
     c = sub.add_parser("convert", help="convert a GGUF file into an ONNX model folder")
     c.add_argument("src", help="the .gguf file")
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--chat", help="a user message, rendered with the model's chat template (UTF-8: "
                                      "text that is not is refused, never altered)")
     g.add_argument("--system", help="system prompt (with --chat; UTF-8)")
-    g.add_argument("--max-tokens", type=_positive_int, default=256)
+    g.add_argument("--max-tokens", type=positive_int, default=256)
     g.add_argument("--temperature", type=float)
     g.add_argument("--top-p", type=float)
     g.add_argument("--top-k", type=int)
@@ -95,8 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def launch() -> int:
     """The `amber-engine` command: huge pages for ONNX Runtime's buffers on Linux (a one-time
-    re-exec, engine.runtime.hugepages), then `main`."""
-    from engine.runtime.hugepages import reexec_with_huge_pages
+    re-exec, engine.runtime.host.hugepages), then `main`."""
+    from engine.runtime.host.hugepages import reexec_with_huge_pages
     reexec_with_huge_pages()
     return main()
 

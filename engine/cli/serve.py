@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base import paths
+from engine.config import settings
 
 DEFAULT_PORT = 8080
 
@@ -33,22 +34,22 @@ def _inside(name: object, folder: Path) -> bool:
 def cmd_serve(args: argparse.Namespace) -> int:
     from engine.base.oneline import one_line
     from engine.base.safefs import UnsafePathError
-    from engine.cli.common import CliError, _model_dir
+    from engine.cli.common import CliError, resolve_model_dir
     from engine.runtime.model import ModelLoadError, load_model
     from engine.server import ServerConfig, serve_forever
     from engine.sessions.manager import SessionManager
 
     keys = list(args.api_key or [])
-    keys += [k.strip() for k in os.environ.get("AMBER_API_KEYS", "").split(",") if k.strip()]
+    keys += settings().api_keys
     if not _is_loopback(args.host) and not keys:
         # Anyone on the network could use the model and read cached prompts' timings otherwise.
         raise CliError(f"--host {args.host} is reachable from other machines: give --api-key (or AMBER_API_KEYS)")
     if args.max_prompt_tokens is not None and args.max_prompt_tokens <= 0:
         raise CliError("--max-prompt-tokens must be positive")
-    from engine.runtime.spin import prefer_server_spin
+    from engine.runtime.host.spin import prefer_server_spin
     prefer_server_spin()     # concurrent clients' batched steps: a longer bounded spin (spin.py)
     try:
-        model = load_model(_model_dir(args.model), provider=args.provider)
+        model = load_model(resolve_model_dir(args.model), provider=args.provider)
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
     state = Path(args.state_dir) if args.state_dir else paths.state_dir()
@@ -85,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def add_serve_command(sub: argparse._SubParsersAction[Any]) -> None:
-    from engine.cli.common import _positive_int, add_kv_store_option
+    from engine.cli.common import positive_int, add_kv_store_option
     s = sub.add_parser("serve", help="serve an OpenAI-compatible API (loopback by default)")
     s.add_argument("--model", help="model folder (default: the default model)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
@@ -94,10 +95,10 @@ def add_serve_command(sub: argparse._SubParsersAction[Any]) -> None:
                    help="accept this bearer key (repeatable; also AMBER_API_KEYS=k1,k2); none: no key needed")
     s.add_argument("--provider", choices=["auto", "cpu", "gpu"], default="auto")
     s.add_argument("--state-dir", help="engine state folder (default: in the user data folder)")
-    s.add_argument("--max-body-bytes", type=_positive_int, default=4 << 20)
+    s.add_argument("--max-body-bytes", type=positive_int, default=4 << 20)
     s.add_argument("--max-prompt-tokens", type=int, help="longest prompt accepted (default: the context window)")
-    s.add_argument("--max-tokens", type=_positive_int, default=4096, help="most tokens one reply may generate")
-    s.add_argument("--max-active", type=_positive_int, default=4, help="generations interleaved at once")
-    s.add_argument("--max-queued", type=_positive_int, default=32, help="requests waiting beyond: 429")
+    s.add_argument("--max-tokens", type=positive_int, default=4096, help="most tokens one reply may generate")
+    s.add_argument("--max-active", type=positive_int, default=4, help="generations interleaved at once")
+    s.add_argument("--max-queued", type=positive_int, default=32, help="requests waiting beyond: 429")
     add_kv_store_option(s)
     s.set_defaults(func=cmd_serve)

@@ -12,12 +12,12 @@ if TYPE_CHECKING:
 from engine.base import paths
 
 
-def _manager(args: argparse.Namespace) -> SessionManager:   # imported lazily: loading is slow
-    from engine.cli.common import CliError, _model_dir
+def open_manager(args: argparse.Namespace) -> SessionManager:   # imported lazily: loading is slow
+    from engine.cli.common import CliError, resolve_model_dir
     from engine.runtime.model import ModelLoadError, load_model
     from engine.sessions.manager import SessionManager
     try:
-        model = load_model(_model_dir(getattr(args, "model", None)), provider="cpu")
+        model = load_model(resolve_model_dir(getattr(args, "model", None)), provider="cpu")
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
     try:
@@ -30,7 +30,7 @@ def _manager(args: argparse.Namespace) -> SessionManager:   # imported lazily: l
 def cmd_sessions(args: argparse.Namespace) -> int:
     from engine.cli.common import CliError
     from engine.sessions.manager import SessionError
-    manager = _manager(args)
+    manager = open_manager(args)
     try:
         if args.action == "list":
             for info in manager.list_sessions():

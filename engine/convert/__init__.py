@@ -14,19 +14,20 @@ import onnx
 
 from .arch import ARCHS
 from .arch_weights import extra_vector_sizes, load_layer
-from .errors import ModelImportError
+from engine.onnx.errors import ModelImportError
 from .gguf_source import GGUFSource, ModelSpec
-from .graph import LayerWeights, ModelWeights, build_graph
+from .graph import build_graph
+from .model_weights import LayerWeights, ModelWeights
 from engine.native.attention import uses_attention
 
 from .native_form import OP_DOMAIN as NATIVE_DOMAIN
 from .native_form import Kernels, check_kernels, choose_kernels, native_weight
 from .native_swiglu import uses_swiglu
-from .partials import new_partial, unmark
+from engine.onnx.partials import new_partial, unmark
 from .tokenizer import build_tokenizer_files, eos_token_ids
-from .variants import VARIANT_DIR, build_variant
+from engine.onnx.variants import VARIANT_DIR, build_variant
 from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
-from .writer import DataWriter, drop_pages
+from engine.onnx.writer import DataWriter, drop_pages
 
 __all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_POLICIES", "EXACT", "FAST",
            "format_size_report"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from . import gguf_scan as gs
-from .errors import ModelImportError
+from engine.onnx.errors import ModelImportError
 
 if TYPE_CHECKING:
     from .gguf_source import GGUFSource

@@ -12,9 +12,9 @@ from typing import Protocol
 import numpy as np
 
 from .arch import ARCHS
-from .errors import ModelImportError
+from engine.onnx.errors import ModelImportError
 from .gguf_source import ModelSpec
-from .graph import LayerWeights
+from .model_weights import LayerWeights
 from .weights import Weight
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from .errors import ModelImportError
+from engine.onnx.errors import ModelImportError
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

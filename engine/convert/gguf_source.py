@@ -12,7 +12,7 @@ from gguf.gguf_reader import ReaderTensor
 
 from . import gguf_scan as gs
 from .arch import ARCHS, SUPPORTED_ARCHITECTURES, ArchParams, read_arch_params
-from .errors import ModelImportError
+from engine.onnx.errors import ModelImportError
 
 GGUF_MAGIC = b"GGUF"
 _INT_TYPES = (gs.UINT8, gs.INT8, gs.UINT16, gs.INT16, gs.UINT32, gs.INT32, gs.UINT64, gs.INT64)

@@ -13,16 +13,18 @@ from typing import Any, Callable
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from . import graph_blocks as blocks
 from .gguf_source import ModelSpec
+from .model_weights import LayerWeights, ModelWeights
 from .native_form import OP_DOMAIN as NATIVE_DOMAIN
 from .native_form import OP_NAME as NATIVE_OP
 from .native_attention import use_native_attention
 from .native_swiglu import use_native_swiglu
 from .weights import Scale, Weight, concat_rows, pack_bits, pack_nibbles
-from .writer import DataWriter
+from engine.onnx.builder import GraphBuilder
+from engine.onnx.writer import DataWriter
 
 MS = "com.microsoft"
 OPSET = 21
@@ -30,38 +32,6 @@ IR_VERSION = 10   # onnx 1.23 writes IR 14 by default, which ONNX Runtime 1.31/1
 INT64_MAX = np.iinfo(np.int64).max
 SPLIT_ABOVE = 64 << 20        # weights (N*K) above which a MatMulNBits is split by rows ...
 SPLIT_WEIGHTS = 32 << 20      # ... into pieces of at most this many
-
-
-@dataclass
-class LayerWeights:
-    attn_norm: np.ndarray
-    ffn_norm: np.ndarray
-    q: Weight
-    k: Weight
-    v: Weight
-    o: Weight
-    gate: Weight
-    up: Weight
-    down: Weight
-    q_bias: np.ndarray | None = None
-    k_bias: np.ndarray | None = None
-    v_bias: np.ndarray | None = None
-    q_norm: np.ndarray | None = None          # per-head Q/K RMSNorm (qwen3, gemma3)
-    k_norm: np.ndarray | None = None
-    post_attn_norm: np.ndarray | None = None  # gemma's norms of the attention / MLP outputs
-    post_ffn_norm: np.ndarray | None = None
-
-
-@dataclass
-class ModelWeights:
-    embedding: Weight
-    output: Weight | None          # None: tied to the embedding
-    final_norm: np.ndarray
-    layers: list[LayerWeights] = field(default_factory=list)
-    rope_factors: np.ndarray | None = None   # llama3 frequency factors (rope_freqs.weight)
-    output_fn: Callable[[], Weight | None] | None = None   # loads `output` when the graph needs it
-    rope_long: np.ndarray | None = None      # phi3 long-context factors (rope_factors_long/short.weight)
-    rope_short: np.ndarray | None = None
 
 
 @dataclass
@@ -91,41 +61,14 @@ def packed_zero_points(values: np.ndarray, bits: int) -> np.ndarray:
     return pack_bits(values, bits).reshape(-1)
 
 
-class _Graph:
-    """A tiny helper around onnx.helper that names things uniquely; initializers stream to disk."""
+class ModelGraph(GraphBuilder):
+    """The decoder's graph: the builder plus the GGUF weights' forms (MatMulNBits, GgufMatMul, dense)."""
 
     def __init__(self, accuracy_level: int, writer: DataWriter | None = None) -> None:
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[TensorProto] = []
+        super().__init__(writer)
         self.accuracy_level = accuracy_level
-        self.writer = writer
         self.scale_parts: dict[str, tuple[str, str | None, int]] = {}   # scale_value's stored parts
         self.native = False      # some linear is a GgufMatMul: the graph imports the ai.amber domain
-        self._n = 0
-
-    def name(self, base: str) -> str:
-        self._n += 1
-        return f"{base}_{self._n}"
-
-    def init(self, name: str, arr: np.ndarray, tag: str = "other") -> str:
-        if self.writer is not None:
-            self.inits.append(self.writer.tensor(name, arr, tag))
-        else:
-            self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
-        return name
-
-    def const(self, arr: Any, dtype: Any = np.int64) -> str:
-        return self.init(self.name("const"), np.asarray(arr, dtype=dtype))
-
-    def op(self, op_type: str, inputs: list[str], n_out: int = 1, outputs: list[str] | None = None,
-           domain: str = "", **attrs: Any) -> list[str]:
-        outs = outputs or [self.name(op_type.lower()) for _ in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, inputs, outs, name=self.name(op_type),
-                                           domain=domain, **attrs))
-        return outs
-
-    def op1(self, op_type: str, inputs: list[str], **kw: Any) -> str:
-        return self.op(op_type, inputs, **kw)[0]
 
     # ---- weight preparation: compact on disk, float32 at load -------------------------------
     # These nodes take only initializers, so ONNX Runtime's constant folding computes them once
@@ -448,7 +391,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
     With `writer` the initializers stream into its data file as they are made; with `layer` the
     layers are loaded one at a time (weights.layers may then be empty), so only about one layer's
     arrays are in memory at once. Without them, the weights are inline (small tests)."""
-    g = _Graph(accuracy_level, writer)
+    g = ModelGraph(accuracy_level, writer)
     get_layer = layer or (lambda i: weights.layers[i])
     n_layers = spec.n_layers if layer is not None else len(weights.layers)
     hd, nh, nkv = spec.head_dim, spec.n_head, spec.n_head_kv

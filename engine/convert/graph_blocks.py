@@ -16,7 +16,9 @@ from .arch import ARCHS
 from .gguf_source import ModelSpec
 
 if TYPE_CHECKING:
-    from .graph import LayerWeights, ModelWeights, _Graph
+    from engine.onnx.builder import GraphBuilder
+
+    from .model_weights import LayerWeights, ModelWeights
 
 MS = "com.microsoft"
 
@@ -31,13 +33,13 @@ def rope_angles(spec: ModelSpec, theta: float, factors: np.ndarray | None, linea
     return np.outer(positions, inv_freq)
 
 
-def _tables(g: _Graph, tag: str, angles: np.ndarray, mscale: float = 1.0) -> tuple[str, str]:
+def _tables(g: GraphBuilder, tag: str, angles: np.ndarray, mscale: float = 1.0) -> tuple[str, str]:
     cos = (np.cos(angles) * mscale).astype(np.float32)
     sin = (np.sin(angles) * mscale).astype(np.float32)
     return g.init(f"rotary{tag}.cos_cache", cos), g.init(f"rotary{tag}.sin_cache", sin)
 
 
-def rope_inputs(g: _Graph, spec: ModelSpec, weights: ModelWeights, total_len: str) -> list[tuple[str, str]]:
+def rope_inputs(g: GraphBuilder, spec: ModelSpec, weights: ModelWeights, total_len: str) -> list[tuple[str, str]]:
     """GroupQueryAttention's (cos_cache, sin_cache) for every layer."""
     p = spec.params
     linear = float(spec.rope_scaling["factor"]) if spec.rope_scaling.get("rope_type") == "linear" else 1.0
@@ -66,14 +68,14 @@ def rope_inputs(g: _Graph, spec: ModelSpec, weights: ModelWeights, total_len: st
     return [local if p.window(i) > 0 else main for i in range(spec.n_layers)]
 
 
-def scale_embedding(g: _Graph, spec: ModelSpec, h: str) -> str:
+def scale_embedding(g: GraphBuilder, spec: ModelSpec, h: str) -> str:
     """gemma: the embeddings times sqrt(n_embd) (the tied lm_head uses the unscaled table)."""
     if not ARCHS[spec.architecture].embed_scale:
         return h
     return g.op1("Mul", [h, g.const(np.sqrt(spec.n_embd), np.float32)])
 
 
-def _head_norm(g: _Graph, spec: ModelSpec, x: str, gamma: np.ndarray, name: str, heads: int) -> str:
+def _head_norm(g: GraphBuilder, spec: ModelSpec, x: str, gamma: np.ndarray, name: str, heads: int) -> str:
     """RMSNorm over each head's head_dim values of a [B, S, heads * head_dim] tensor."""
     per_head = g.op1("Reshape", [x, g.const([0, 0, heads, spec.head_dim])])
     normed = g.op1("SimplifiedLayerNormalization", [per_head, g.init(name, gamma)], axis=-1,
@@ -81,7 +83,7 @@ def _head_norm(g: _Graph, spec: ModelSpec, x: str, gamma: np.ndarray, name: str,
     return g.op1("Reshape", [normed, g.const([0, 0, heads * spec.head_dim])])
 
 
-def qk_norm(g: _Graph, spec: ModelSpec, lw: LayerWeights, prefix: str, qkv_inputs: list[str]) -> list[str]:
+def qk_norm(g: GraphBuilder, spec: ModelSpec, lw: LayerWeights, prefix: str, qkv_inputs: list[str]) -> list[str]:
     """qwen3 / gemma3: per-head RMSNorm of Q and K (before GroupQueryAttention's rotary)."""
     if lw.q_norm is None or lw.k_norm is None:
         return qkv_inputs
@@ -103,14 +105,14 @@ def gqa_attrs(spec: ModelSpec, layer: int) -> dict[str, Any]:
     return attrs
 
 
-def post_norm(g: _Graph, spec: ModelSpec, x: str, gamma: np.ndarray | None, name: str) -> str:
+def post_norm(g: GraphBuilder, spec: ModelSpec, x: str, gamma: np.ndarray | None, name: str) -> str:
     """gemma: RMSNorm of a sublayer's output before it joins the residual."""
     if gamma is None:
         return x
     return g.op1("SimplifiedLayerNormalization", [x, g.init(name, gamma)], axis=-1, epsilon=spec.rms_eps)
 
 
-def activation(g: _Graph, spec: ModelSpec, gate: str, up: str) -> str:
+def activation(g: GraphBuilder, spec: ModelSpec, gate: str, up: str) -> str:
     """act(gate) * up: SiLU (SwiGLU) or GELU with the tanh approximation (GeGLU)."""
     if ARCHS[spec.architecture].activation == "gelu_tanh":
         # gelu_tanh(x) = 0.5 x (1 + tanh(z)) = x * sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3):
@@ -123,7 +125,7 @@ def activation(g: _Graph, spec: ModelSpec, gate: str, up: str) -> str:
     return g.op1("Mul", [g.op1("Mul", [gate, g.op1("Sigmoid", [gate])]), up])
 
 
-def final_softcap(g: _Graph, spec: ModelSpec) -> None:
+def final_softcap(g: GraphBuilder, spec: ModelSpec) -> None:
     """gemma2: logits = cap * tanh(logits / cap), applied to the node that writes `logits`."""
     cap = spec.params.final_softcap
     if not cap:

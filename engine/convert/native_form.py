@@ -13,7 +13,6 @@ will run on the CPU (GPU users keep the ORT form their float16 variant is made f
 """
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 import numpy as np
@@ -21,9 +20,10 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's own type tags
 
 import engine.native as native
+from engine import config
 
 from ..base.cuda_probe import cuda_device_count
-from .errors import ModelImportError
+from engine.onnx.errors import ModelImportError
 from .weights import Weight
 
 Kernels = Literal["native", "ort"]
@@ -62,7 +62,7 @@ def kernel_types() -> frozenset[QT]:
 
 def env_kernels() -> str:
     """AMBER_KERNELS as given ("" when unset); an unknown value counts as unset."""
-    value = os.environ.get(ENV, "").strip().lower()
+    value = config.settings().kernels
     return value if value in KERNELS else ""
 
 

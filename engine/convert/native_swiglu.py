@@ -11,7 +11,6 @@ conversions (A/B benches).
 """
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 
 import numpy as np
@@ -19,15 +18,16 @@ import onnx
 from onnx import helper, numpy_helper
 
 from engine.native import OP_DOMAIN, OP_NAME
+from engine import config
 
-ENV = "AMBER_NATIVE_SWIGLU"
+ENV = config.NATIVE_SWIGLU
 ATTR = "epilogue"
 SWIGLU = 1   # ort_op.c's EPILOGUE_SWIGLU
 
 
 def env_enabled() -> bool:
     """AMBER_NATIVE_SWIGLU is not "0"."""
-    return os.environ.get(ENV, "1").strip() != "0"
+    return config.settings().native_swiglu
 
 
 def form(library: bool) -> str:

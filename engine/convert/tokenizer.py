@@ -6,7 +6,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from .errors import ModelImportError
+from engine.onnx.errors import ModelImportError
 from .gguf_source import MAX_TOKEN_BYTES, GGUFSource
 
 # Pre-tokenizer split patterns by `tokenizer.ggml.pre` (the same ones llama.cpp uses).

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from engine.base import paths
+from engine.base.safefs import atomic_write
+from engine import config
 from .errors import AuthRequired, DiskFull, HubError, NotFound, OfflineError
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -31,8 +33,8 @@ JSON_DEADLINE_S = 120.0          # the whole answer, however slowly it trickles 
 ERROR_BODY_BYTES = 64 << 10      # what is read of an error answer's body
 
 # Downloads: bounds on reconnecting to a server that stalls or drops the connection
-MAX_ATTEMPTS_ENV = "AMBER_HUB_MAX_ATTEMPTS"
-DEADLINE_ENV = "AMBER_HUB_DEADLINE_S"
+MAX_ATTEMPTS_ENV = config.HUB_MAX_ATTEMPTS
+DEADLINE_ENV = config.HUB_DEADLINE_S
 MAX_ATTEMPTS = 20                # connections per file, progress or not
 DEADLINE_BASE_S = 600.0          # a file's time bound: this, plus its size at MIN_RATE
 MIN_RATE = 128 << 10             # bytes per second
@@ -74,18 +76,7 @@ def store_token(token: str | None) -> None:
     token = token.strip()
     if not token or any(c.isspace() for c in token) or len(token) > 512:
         raise HubError("that does not look like a Hugging Face token")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(token)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    atomic_write(path, token, private=True, parents=True)
 
 
 def resolve_token(explicit: str | None = None) -> str | None:
@@ -115,21 +106,13 @@ class DownloadLimits:
 
 def download_limits(size: int) -> DownloadLimits:
     """The bounds for a file of `size` bytes; a malformed setting is a one-line HubError."""
-    attempts = _env_number(MAX_ATTEMPTS_ENV, integer=True)
-    deadline = _env_number(DEADLINE_ENV, integer=False)
-    return DownloadLimits(max_attempts=int(attempts) if attempts is not None else MAX_ATTEMPTS,
+    try:
+        attempts = config.settings().hub_max_attempts
+        deadline = config.settings().hub_deadline_s
+    except config.SettingError as exc:
+        raise HubError(str(exc)) from None
+    return DownloadLimits(max_attempts=attempts if attempts is not None else MAX_ATTEMPTS,
                           deadline_s=deadline if deadline is not None else DEADLINE_BASE_S + size / MIN_RATE)
-
-
-def _env_number(name: str, *, integer: bool) -> float | None:
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return None
-    pattern = r"[0-9]{1,9}" if integer else r"[0-9]{1,9}(\.[0-9]{1,6})?"
-    if not re.fullmatch(pattern, text) or (integer and int(text) < 1):
-        kind = "a whole number of connections, at least 1" if integer else "a number of seconds"
-        raise HubError(f"{name}={text[:40]} is not {kind}")
-    return float(text)
 
 
 # ---- bounded JSON answers ----------------------------------------------------------------------

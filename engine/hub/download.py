@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from engine.base.safefs import atomic_write
+
 from .client import DownloadLimits, check_online, download_limits, endpoint, hub_errors, raise_for_status, resolve_token
 from .errors import Cancelled, ChecksumMismatch, DiskFull, GaveUp, HubError, OfflineError
 from .fit import free_space
@@ -84,12 +86,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data))
 
 
 def is_complete(dest: Path, f: HubFile, revision: str) -> bool:

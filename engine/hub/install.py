@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.base import paths
-from engine.base.safefs import make_folder
+from engine.base.safefs import atomic_write, make_folder
 from .catalog import supported_architectures
 from .download import CancelToken, Progress, ProgressFn, download_file
 from .errors import Cancelled, DiskFull, HubError, NotLoadable
@@ -215,9 +215,7 @@ def _check_loads(folder: Path, repo: str) -> None:
 def _write_source(dest: Path, p: Plan) -> None:
     data = {"repo": p.listing.repo, "revision": p.listing.revision, "quant": p.variant.quant,
             "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in p.variant.files]}
-    tmp = dest / (SOURCE_FILE + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    os.replace(tmp, dest / SOURCE_FILE)
+    atomic_write(dest / SOURCE_FILE, json.dumps(data, indent=1))
 
 
 def _unique(dest: Path) -> Path:

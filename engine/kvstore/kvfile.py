@@ -18,8 +18,9 @@ from typing import Any, Sequence
 import numpy as np
 import xxhash
 
-from engine.base.safefs import open_new, open_regular
-from engine.runtime.halfcast import half_to_float
+from engine.base import safefs
+from engine.base.safefs import open_regular
+from engine.onnx.halfcast import half_to_float
 
 MAGIC = b"AMBERKV\x00"
 FORMAT_VERSION = 2      # 2: XXH3-64 payload checksum (4x faster to verify than CRC-32)
@@ -41,37 +42,9 @@ class KVShape:
     head_dim: int
 
 
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return      # not possible on every platform (Windows)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: Path, chunks: Sequence[bytes | memoryview]) -> int:
-    """Writes to a temp file in the same folder, fsyncs, renames: readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    written = 0
-    try:
-        with open_new(tmp) as f:        # never through a symlink left at the temp name
-            for chunk in chunks:
-                f.write(chunk)
-                written += len(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-    return written
+    """The KV store's writes (tests count and fail them here): safefs.atomic_write, folder made first."""
+    return safefs.atomic_write(path, chunks, parents=True)
 
 
 def write_kv_file(path: Path, shape: KVShape, token_ids: Sequence[int], payload: np.ndarray,

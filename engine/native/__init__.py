@@ -12,10 +12,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from engine import config
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -24,19 +25,15 @@ log = logging.getLogger(__name__)
 
 OP_DOMAIN = "ai.amber"
 OP_NAME = "GgufMatMul"
-ENV = "AMBER_KERNELS"
-MODES = ("auto", "native", "ort")
+ENV = config.KERNELS
+MODES = config.KERNEL_MODES
 # GGML type ids the op may take (the kernels report which of them they handle).
 GGML_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 
 
 def mode() -> str:
     """AMBER_KERNELS: "auto" (unset or unknown), "native" or "ort"."""
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if value not in MODES:
-        log.warning("%s=%r is not one of %s; using auto", ENV, value, "/".join(MODES))
-        return "auto"
-    return value
+    return config.settings().kernels
 
 
 def library_path(build_dir: Path | None = None) -> Path | None:

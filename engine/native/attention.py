@@ -8,15 +8,15 @@ past and present to one buffer, as for GroupQueryAttention (engine/runtime/kvcac
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import engine.native as native
+from engine import config
 
 OP_NAME = "Attention"
 GQA = "GroupQueryAttention"
 MS_DOMAIN = "com.microsoft"
-ENV = "AMBER_NATIVE_ATTENTION"
+ENV = config.NATIVE_ATTENTION
 MAX_HEAD_DIM = 1024      # attn_op.c's bound
 # GroupQueryAttention attributes the op implements (with the values it takes, where restricted).
 SUPPORTED_ATTRS = {"num_heads", "kv_num_heads", "do_rotary", "rotary_interleaved", "scale",
@@ -25,7 +25,7 @@ SUPPORTED_ATTRS = {"num_heads", "kv_num_heads", "do_rotary", "rotary_interleaved
 
 def env_enabled() -> bool:
     """AMBER_NATIVE_ATTENTION is not "0"."""
-    return os.environ.get(ENV, "1").strip() != "0"
+    return config.settings().native_attention
 
 
 def form(library: bool) -> str:

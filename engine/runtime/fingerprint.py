@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
+
+from engine.base.safefs import atomic_write
 
 CACHE_FILE = "amber_fingerprint.json"
 _CHUNK = 1 << 20
@@ -49,9 +50,7 @@ def model_fingerprint(model_dir: Path, graph: Path, variant: str = "") -> str:
                 h.update(chunk)
     fp = h.hexdigest()
     try:
-        tmp = cache.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"fingerprint": fp, "stamp": stamp}))
-        os.replace(tmp, cache)
+        atomic_write(cache, json.dumps({"fingerprint": fp, "stamp": stamp}))
     except OSError:
         pass   # a read-only model folder: compute again next time
     return fp

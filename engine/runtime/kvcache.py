@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 import onnxruntime as ort
 
-from engine.runtime.halfcast import half_to_float
+from engine.onnx.halfcast import half_to_float
 from engine.runtime.model import KVLayout
 
 MIN_CAPACITY = 256

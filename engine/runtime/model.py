@@ -13,13 +13,14 @@ from tokenizers import Tokenizer
 from engine.base import paths
 from engine.base.oneline import one_line
 from engine.runtime.fingerprint import model_fingerprint
-from engine.runtime.graph_scan import op_types, read_graph
+from engine.onnx.graph_scan import op_types, read_graph
 from engine.native.attention import uses_attention
 from engine.runtime.native_ops import graph_is_native, unavailable_message, unavailable_reason
 from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
 from engine.runtime.providers import ProviderChoice, create_session, short_name
-from engine.runtime.residency import release_mapped_weights, trim_heap
+from engine.runtime.host.malloc import trim_heap
+from engine.runtime.host.residency import release_mapped_weights
 from engine.text.sampling import resolve_sampling
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
@@ -152,7 +153,7 @@ def _uses_gqa(graph: Path) -> bool:
 
 def _scan_attention(graph: Path) -> tuple[bool, bool]:
     """(shared-buffer attention, ai.amber.Attention); checks the external-data references too."""
-    proto = read_graph(graph)     # not onnx.load: a generating process never imports onnx (issue 18)
+    proto = read_graph(graph)     # not onnx.load: a generating process never imports onnx
     try:
         check_external_data(proto, graph)
     except ConfigError as exc:
@@ -162,15 +163,15 @@ def _scan_attention(graph: Path) -> tuple[bool, bool]:
     return "GroupQueryAttention" in op_types(proto) or amber, amber
 
 
-# The converter (and onnx with it) is imported only where a variant is made or looked at.
+# The variant builder (and onnx with it) is imported only where a variant is made or looked at.
 def _variants() -> Any:
-    from engine.convert import variants   # noqa: PLC0415 - ~25 MiB of imports a CPU run never needs
+    from engine.onnx import variants   # noqa: PLC0415 - ~25 MiB of imports a CPU run never needs
     return variants
 
 
 def _is_import_error(exc: BaseException) -> bool:
     """A converter error (it names the file); only raised once the converter was imported."""
-    errors = sys.modules.get("engine.convert.errors")
+    errors = sys.modules.get("engine.onnx.errors")
     return errors is not None and isinstance(exc, errors.ModelImportError)
 
 
@@ -301,7 +302,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         raise ModelLoadError(f"{graph}: ONNX Runtime cannot load it ({first_line[:400]})") from None
     session = result.session
     # What ORT still maps of the weights (the embedding table) was read while the session was made;
-    # a step reads a few pages of it: the rest leaves the process's memory (issue 18).
+    # a step reads a few pages of it: the rest leaves the process's memory.
     release_mapped_weights(graph.parent)
     trim_heap()     # what making the session freed (optimiser, prepacking) leaves the heap
     kv = read_kv_layout(session, config, graph, gqa)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import engine.native as native
-from engine.runtime.graph_scan import op_domains, read_graph
+from engine.onnx.graph_scan import op_domains, read_graph
 
 DOMAIN = native.OP_DOMAIN
 ENV = native.ENV

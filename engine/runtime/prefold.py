@@ -5,14 +5,13 @@ bit planes) and form the float32 scales, zero-point corrections and full-width l
 ordinary ONNX nodes fed only by initializers. ONNX Runtime's constant folding would compute them
 itself, but keeps every intermediate array until its folding pass ends (measured: a 1.5B Q4_K_M
 model peaked at 3.0 GiB against 2.0 GiB steady). Here the same nodes are evaluated in numpy
-(engine/convert/fold.py, the arithmetic the GPU variant uses), each intermediate freed as soon as
+(engine/onnx/fold.py, the arithmetic the GPU variant uses), each intermediate freed as soon as
 its last consumer ran, and the results are handed to ONNX Runtime with
 `SessionOptions.add_external_initializers` in place of the removed nodes. The graph on disk stays
 a plain ONNX model any ONNX Runtime can run as is (then with its own folding).
 """
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import tempfile
@@ -26,10 +25,10 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from engine.base import paths
-from engine.convert.errors import ModelImportError
-from engine.convert.fold import LazyValues, fold_lazily
-from engine.convert.writer import ALIGN
-from engine.runtime.residency import trim_heap
+from engine.onnx.errors import ModelImportError
+from engine.onnx.fold import LazyValues, fold_lazily
+from engine.onnx.writer import ALIGN
+from engine.runtime.host.malloc import fix_mmap_threshold, keep_heap, restore_trim_threshold, trim_heap
 
 PRODUCER = "amber"         # only graphs Amber wrote: their weight-prep nodes use fold.py's ops
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"
@@ -95,41 +94,6 @@ class _Spill:
 def _release_until(spill: _Spill, done: threading.Event, every_s: float = 0.02) -> None:
     while not done.wait(every_s):
         spill.release_pages()
-
-
-M_MMAP_THRESHOLD = -3        # glibc mallopt parameter
-MMAP_THRESHOLD = 1 << 20
-
-
-def _mallopt(param: int, value: int) -> None:
-    """glibc's mallopt; elsewhere nothing (only the speed and memory figures suffer)."""
-    try:
-        ctypes.CDLL(None).mallopt(param, value)
-    except (OSError, AttributeError):   # not glibc
-        pass
-
-
-def _fix_mmap_threshold() -> None:
-    """Blocks of 1 MiB and more get their own mappings, returned to the system when freed. glibc
-    raises the threshold after the first large frees (numpy's intermediates here), so ONNX
-    Runtime's re-packing buffers would come from the heap, which it keeps: measured +130 MiB
-    peak loading a 0.5B model. Set once the numpy work is done (fresh mappings for every
-    intermediate made it 2x slower); process-wide, as glibc's MALLOC_MMAP_THRESHOLD_."""
-    _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-
-
-M_TRIM_THRESHOLD = -1       # glibc mallopt parameters
-KEEP_HEAP = 1 << 30          # while numpy forms the values: freed memory stays for the next tensor
-HEAP_BLOCK = 32 << 20        # glibc's largest mmap threshold: intermediates up to 32 MiB from the heap
-TRIM_DEFAULT = 128 << 10     # glibc's default trim threshold, restored afterwards
-
-
-def _keep_heap() -> None:
-    """While numpy forms the values, freed intermediates stay in the heap and are reused by the
-    next tensor's rather than returned and faulted in again page by page (issue 18: ~100,000
-    page faults loading a 1.5B model); `trim_heap` returns them once the numpy work is done."""
-    _mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK)
-    _mallopt(M_TRIM_THRESHOLD, KEEP_HEAP)
 
 
 def _spill_folder() -> Path:
@@ -229,12 +193,12 @@ def cpu_session(model_path: str, options: ort.SessionOptions, providers: list[st
     try:
         stored: list[np.ndarray] = []
         try:
-            _keep_heap()
+            keep_heap()
             folded = prefold(Path(model_path), spill, stored)
         except OSError:
             folded = None
         finally:
-            _mallopt(M_TRIM_THRESHOLD, TRIM_DEFAULT)
+            restore_trim_threshold()
         if folded is None:
             spill.file.close()
             return ort.InferenceSession(model_path, options, providers=providers)
@@ -242,7 +206,7 @@ def cpu_session(model_path: str, options: ort.SessionOptions, providers: list[st
         # The freed intermediates' memory goes back: glibc raised its mmap threshold after the
         # first large frees, so the heap kept them (+128 MiB resident after a 0.5B load without it).
         trim_heap()
-        _fix_mmap_threshold()
+        fix_mmap_threshold()
         arrays = spill.arrays() + stored
         spill.maps = list({id(v.base): v.base for v in stored}.values())
         options.add_session_config_entry(FOLDER_KEY, os.path.dirname(os.path.abspath(model_path)))

@@ -13,7 +13,7 @@ from typing import Callable, Literal
 import onnxruntime as ort
 
 from . import native_ops, prefold
-from .spin import spin_entries
+from .host.spin import spin_entries
 
 ProviderChoice = Literal["auto", "cpu", "gpu"]
 CPU = "CPUExecutionProvider"
@@ -143,7 +143,7 @@ def _explain(provider: str, gpu_path: str, exc: BaseException) -> str:
     detail = _first_line(exc)
     try:
         import onnx  # noqa: PLC0415 - only to explain a GPU session that failed
-        from engine.convert.variants import unplaceable_nodes  # noqa: PLC0415
+        from engine.onnx.variants import unplaceable_nodes  # noqa: PLC0415
         nodes = unplaceable_nodes(onnx.load(gpu_path, load_external_data=False), provider)
     except Exception:  # noqa: BLE001 - best effort: the explanation then names no nodes
         nodes = []

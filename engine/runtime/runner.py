@@ -1,7 +1,6 @@
 """One forward step of the decoder over a `KVCache`: the only place that calls ONNX Runtime."""
 from __future__ import annotations
 
-import os
 import weakref
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable
@@ -10,9 +9,10 @@ import numpy as np
 import onnxruntime as ort
 
 from engine.runtime.batcher import DecodeBatcher
+from engine.config import settings
 from engine.runtime.kvcache import KVCache, bind_kv_shared
 from engine.runtime.model import LoadedModel, ModelRunError, ort_failures
-from engine.runtime.residency import PageDropper, drop_mapped_pages
+from engine.runtime.host.residency import PageDropper, drop_mapped_pages
 
 # Long prompts run in chunks: bounded attention memory, cancellable between chunks. 512 prefills
 # as fast as 1024 here (2048 tokens: 453-458 vs 446-451 tok/s) with ~90 MiB less peak memory.
@@ -75,7 +75,7 @@ class Runner:
         # Amber's own graphs on CPU; `batch_decode = False` (or AMBER_BATCH_DECODE=0) takes turns.
         self.batcher = (DecodeBatcher(model, self._vocab, self._has_positions, self._step_shared)
                         if self._vocab is not None and self._can_batch() else None)
-        self.batch_decode = os.environ.get("AMBER_BATCH_DECODE", "1") != "0"
+        self.batch_decode = settings().batch_decode
 
     def _can_batch(self) -> bool:
         return (self.model.kv.shared_buffer and self.model.provider == "CPUExecutionProvider"

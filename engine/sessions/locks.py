@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 from engine.base.safefs import UnsafePathError, make_folder, unlink_inside
+from engine.config import DEFAULT_LOCK_WAIT_S, settings
 
 try:
     import fcntl
@@ -34,7 +35,7 @@ except ImportError:         # Windows
     import msvcrt
 
 POLL_S = 0.05
-DEFAULT_WAIT_S = 10.0
+DEFAULT_WAIT_S = DEFAULT_LOCK_WAIT_S
 
 
 class LockTimeout(TimeoutError):
@@ -43,10 +44,7 @@ class LockTimeout(TimeoutError):
 
 def default_wait_s() -> float:
     """`AMBER_LOCK_WAIT_S` (seconds a second process waits for a chat), else 10."""
-    try:
-        return max(0.0, float(os.environ.get("AMBER_LOCK_WAIT_S", DEFAULT_WAIT_S)))
-    except ValueError:
-        return DEFAULT_WAIT_S
+    return settings().lock_wait_s
 
 
 def _try(fd: int, shared: bool) -> bool:

@@ -25,7 +25,8 @@ from typing import Any, TypeGuard
 import xxhash
 
 from engine.kvstore import kvfile
-from engine.base.safefs import UnsafePathError, is_regular, make_folder, open_new, open_regular, unlink_inside
+from engine.base.safefs import (UnsafePathError, atomic_write, is_regular, make_folder, open_regular,
+                                unlink_inside)
 
 VERSION = 2                 # 2: checksum; 1 (no checksum) is still read: the KV layout is the same
 READABLE_VERSIONS = (1, 2)
@@ -184,19 +185,9 @@ def _read_valid_bytes(path: Path, session_id: str) -> bytes:
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    """Temp file + fsync + rename into an existing folder (the previous version: not through
-    kvfile.atomic_write, which counts and fails the session's own writes in tests)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open_new(tmp) as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    kvfile.fsync_dir(path.parent)
+    """Into an existing folder (the previous version: not through kvfile.atomic_write, which counts
+    and fails the session's own writes in tests)."""
+    atomic_write(path, data)
 
 
 @dataclass

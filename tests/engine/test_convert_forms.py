@@ -135,7 +135,7 @@ def test_exact_refuses_types_it_cannot_keep_exact():
 @pytest.mark.parametrize("level", [EXACT, FAST])
 @pytest.mark.parametrize("cfg", [Q4_K_M, FORMS[0], FORMS[1]], ids=[Q4_K_M.name, IDS[0], IDS[1]])
 def test_gpu_variant_of_the_new_forms(converted, cfg, level):
-    from engine.convert.variants import KERNELS, unplaceable_nodes, variant_graph
+    from engine.onnx.variants import KERNELS, unplaceable_nodes, variant_graph
     from test_gpu_variant import TINY_MAX_DLOGIT, _decode_logits
     _, folder = converted(cfg, level)
     graph = variant_graph(folder)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from engine.convert import convert_gguf
-from engine.convert.partials import MARK
+from engine.onnx.partials import MARK
 
 REPO = Path(__file__).resolve().parents[2]
 # A conversion that stops at its first progress report (its partial folder made) until killed.

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.runtime import residency
+from engine.runtime.host import residency
 from engine.runtime.model import load_model
 from engine.runtime.runner import Runner
 

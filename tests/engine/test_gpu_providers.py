@@ -237,7 +237,7 @@ def test_no_variant_is_made_for_a_gpu_that_cannot_load(tiny_dir, tmp_path, monke
 def test_read_only_model_folder_gets_its_variant_in_amber_home(tiny_dir, tiny_model, tmp_path, monkeypatch):
     """An installed package's model folder is read-only: the variant goes under AMBER_HOME/variants.
     (Tests run as root, which ignores file modes, so writing into the folder is refused here.)"""
-    from engine.convert import variants
+    from engine.onnx import variants
     folder = tmp_path / "installed" / "model"
     shutil.copytree(tiny_dir, folder, ignore=shutil.ignore_patterns("gpu", "amber_fingerprint.json"))
     home = tmp_path / "home"

@@ -1,4 +1,4 @@
-"""The float16 GPU variant (engine/convert/variants.py) and the provider logic that picks it.
+"""The float16 GPU variant (engine/onnx/variants.py) and the provider logic that picks it.
 
 Everything here runs on the CPU provider: the variant's numerics against the float32 graph, its
 KV in float16 through sessions, and the strict-GPU-session fallback with what onnxruntime-gpu
@@ -89,7 +89,7 @@ def _decode_logits(path: Path, ids: list[int], steps: list[int], dtype: type) ->
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_variant_graph_is_valid_and_gpu_placeable(folders, cfg):
-    from engine.convert.variants import KERNELS, MARKER, unplaceable_nodes, variant_graph
+    from engine.onnx.variants import KERNELS, MARKER, unplaceable_nodes, variant_graph
     folder = folders(cfg)
     graph = variant_graph(folder)
     assert graph.is_file() and (graph.parent / "model.onnx.data").is_file()
@@ -117,7 +117,7 @@ def test_variant_graph_is_valid_and_gpu_placeable(folders, cfg):
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_variant_keeps_the_exact_block_mapping(folders, cfg):
     """The packed 4-/8-bit levels are the CPU graph's bytes; scales are the same numbers in float16."""
-    from engine.convert.variants import variant_graph
+    from engine.onnx.variants import variant_graph
     folder = folders(cfg)
     cpu = {i.name: i for i in onnx.load(str(folder / "model.onnx")).graph.initializer}
     gpu = {i.name: i for i in onnx.load(str(variant_graph(folder))).graph.initializer}
@@ -130,7 +130,7 @@ def test_variant_keeps_the_exact_block_mapping(folders, cfg):
     # The CPU graph stores scales compactly (float16, or float16 times small integers) and lets the
     # session fold them to float32; folded the same way, the variant holds those numbers in float16
     # (constant blocks, scale 0, become scale 1 with the constant as zero point).
-    from engine.convert.fold import fold_constants
+    from engine.onnx.fold import fold_constants
     folded = onnx.load(str(folder / "model.onnx"))
     fold_constants(folded)
     cpu = {i.name: i for i in folded.graph.initializer}
@@ -145,7 +145,7 @@ def test_variant_keeps_the_exact_block_mapping(folders, cfg):
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_variant_matches_float32_within_float16_tolerance(folders, cfg):
-    from engine.convert.variants import variant_graph
+    from engine.onnx.variants import variant_graph
     folder = folders(cfg)
     rng = np.random.default_rng(cfg.seed)
     ids = [int(t) for t in rng.integers(3, 400, 40)]

@@ -89,7 +89,7 @@ def test_gpu_variant_of_the_fused_mixed_graph(mixed, level):
     """The float16 variant folds the concatenated planes as it folds any weight preparation."""
     from pathlib import Path
 
-    from engine.convert.variants import KERNELS, unplaceable_nodes, variant_graph
+    from engine.onnx.variants import KERNELS, unplaceable_nodes, variant_graph
     from test_gpu_variant import TINY_MAX_DLOGIT, _decode_logits
     _, folders = mixed
     graph = variant_graph(folders[level])

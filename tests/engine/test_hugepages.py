@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime.hugepages import (
+from engine.runtime.host.hugepages import (
     HUGETLB,
     BEFORE,
     OPT_IN,
@@ -96,7 +96,7 @@ def test_strip_after_reexec_restores_the_users_environment() -> None:
 PROBE = """\
 import logging, os, subprocess, sys
 print('start', os.getpid(), os.environ.get('GLIBC_TUNABLES'), sys.argv[1:], flush=True)
-from engine.runtime.hugepages import log_status, reexec_with_huge_pages
+from engine.runtime.host.hugepages import log_status, reexec_with_huge_pages
 reexec_with_huge_pages({'PROBE_EXTRA': 'x'})
 logging.basicConfig(level=logging.INFO, format='%(name)s: %(message)s')
 log_status()
@@ -143,7 +143,7 @@ def test_opted_in_source_run_reexecutes_once_and_children_do_not_inherit(tmp_pat
     # mmap_threshold entry leaves it, and still takes effect: tests/engine/test_memory.py)
     assert after.startswith(f"after {first[1]} x None ['GLIBC_TUNABLES={HUGETLB}")
     assert after.endswith(f"'] ['{OPT_IN}']")
-    logged = [line for line in run.stderr.splitlines() if line.startswith("engine.runtime.hugepages: ")]
+    logged = [line for line in run.stderr.splitlines() if line.startswith("engine.runtime.host.hugepages: ")]
     assert len(logged) == 1 and f"GLIBC_TUNABLES={TUNABLE}" in logged[0]
 
 
@@ -154,4 +154,4 @@ def test_source_run_without_opt_in_and_help_do_not_reexecute(tmp_path: Path) -> 
         out = run.stdout.splitlines()
         assert len([line for line in out if line.startswith("start")]) == 1
         assert out[-1].split(" ", 3)[2:] == ["None", "None [] " + str(sorted(extra))]
-        assert "engine.runtime.hugepages" not in run.stderr
+        assert "engine.runtime.host.hugepages" not in run.stderr

@@ -75,7 +75,7 @@ def test_iov_batches_cover_more_views_than_one_call_takes(tmp_path: Path, monkey
 
 
 def test_half_to_float_equals_numpys_cast_on_every_float16_value() -> None:
-    from engine.runtime.halfcast import half_to_float
+    from engine.onnx.halfcast import half_to_float
     every = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(256, 256)   # incl. subnormals, inf, nan
     got, want = half_to_float(every), every.astype(np.float32)
     assert got.dtype == np.float32 and got.shape == (256, 256)

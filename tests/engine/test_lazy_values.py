@@ -1,4 +1,4 @@
-"""engine.convert.fold.LazyValues (issue 18): external initializers are read with one pread into a
+"""engine.onnx.fold.LazyValues (issue 18): external initializers are read with one pread into a
 fresh array, not copied out of a memory map: the same bytes as ONNX's own loader, writable arrays
 of their own, a one-line error for a truncated data file, and the files closed afterwards."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.convert.errors import ModelImportError
-from engine.convert.fold import LazyValues
+from engine.onnx.errors import ModelImportError
+from engine.onnx.fold import LazyValues
 
 
 def _model(folder: Path) -> Path:

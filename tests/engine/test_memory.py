@@ -13,9 +13,9 @@ import numpy as np
 import onnx
 import pytest
 
-from engine.runtime import residency
+from engine.runtime.host import residency
 from engine.runtime import runner as runner_mod
-from engine.runtime.graph_scan import op_types, read_graph
+from engine.onnx.graph_scan import op_types, read_graph
 from engine.runtime.model import ModelLoadError, load_model
 from engine.runtime.model_config import ConfigError, check_external_data
 from engine.runtime.providers import session_options
@@ -236,7 +236,7 @@ def test_bytes_that_are_not_a_graph_are_refused_in_one_line(tiny_dir, tmp_path) 
 
 # ---- malloc's mmap threshold rides with the huge-page tunable ----------------------------------------
 def test_the_huge_page_tunable_fixes_the_mmap_threshold_unless_the_user_set_one(tmp_path) -> None:
-    from engine.runtime import hugepages
+    from engine.runtime.host import hugepages
     thp = tmp_path / "enabled"
     thp.write_text("always [madvise] never\n")
     env = hugepages.tunable_env({}, thp, (2, 36))
@@ -252,7 +252,7 @@ def test_a_process_started_with_the_tunable_runs_with_that_threshold(tmp_path) -
     """glibc takes the threshold (a typo would be ignored silently): after a 4 MiB block is freed,
     glibc's moving threshold would serve a 1.5 MiB block from the heap; with it fixed, it maps it."""
     import os
-    from engine.runtime import hugepages
+    from engine.runtime.host import hugepages
     thp = tmp_path / "enabled"
     thp.write_text("always [madvise] never\n")
     env = hugepages.tunable_env(dict(os.environ), thp, (2, 36))
@@ -282,7 +282,7 @@ def test_trim_heap_gives_back_freed_heap_pages() -> None:
     """Blocks freed in the middle of the heap stay with the process until malloc_trim."""
     code = (
         "import ctypes\n"
-        "from engine.runtime.residency import trim_heap\n"
+        "from engine.runtime.host.malloc import trim_heap\n"
         "libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p\n"
         "libc.malloc.argtypes = [ctypes.c_size_t]; libc.free.argtypes = [ctypes.c_void_p]\n"
         "blocks = [libc.malloc(64 << 10) for _ in range(400)]\n"

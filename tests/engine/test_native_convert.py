@@ -17,7 +17,7 @@ from gguf import GGUFReader, quants
 from onnx import numpy_helper
 
 from engine.convert import EXACT, FAST, ModelImportError, convert_gguf, default_model, native_form
-from engine.convert.variants import build_variant
+from engine.onnx.variants import build_variant
 from engine.runtime import native_ops
 from engine.runtime.model import ModelLoadError, load_model
 from test_convert import Q4K, prompt

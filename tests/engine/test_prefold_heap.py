@@ -38,7 +38,7 @@ PROBE = """
 import resource, sys
 import numpy as np
 from numpy._core import multiarray
-from engine.runtime import prefold
+from engine.runtime.host import malloc
 multiarray._set_madvise_hugepage(False)    # 4 KiB pages: each fault one page
 
 def refault():
@@ -52,9 +52,9 @@ def refault():
 
 out = []
 if sys.argv[1] == "keep":
-    prefold._fix_mmap_threshold()          # the state after a first load: a mapping per block
+    malloc.fix_mmap_threshold()          # the state after a first load: a mapping per block
     out.append(refault())
-    prefold._keep_heap()
+    malloc.keep_heap()
     refault()                              # the first block comes from the heap, then stays there
     out.append(refault())
 else:

@@ -1,4 +1,4 @@
-"""ONNX Runtime intra-op spinning on CPU (issue 18): the policy engine/runtime/spin.py chooses, the
+"""ONNX Runtime intra-op spinning on CPU (issue 18): the policy engine/runtime/host/spin.py chooses, the
 AMBER_ORT_SPIN override, and that the sessions Amber makes carry it (read back from ORT itself).
 
 No speed or CPU figures here: the tests read the options back through
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime import providers, spin
+from engine.runtime import providers
+from engine.runtime.host import spin
 from engine.runtime.model import load_model
 
 

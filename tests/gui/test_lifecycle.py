@@ -177,7 +177,7 @@ def test_settings_round_trip_and_bad_files(tmp_path):
     back = Settings.load(p)
     assert back.system_prompt == "Be brief." and back.sampling.temperature == 0.2
     assert back.provider == "cpu" and back.extra == {"future_key": 1}
-    assert not list(tmp_path.glob(".settings-*"))          # no temp files left
+    assert [f.name for f in tmp_path.iterdir()] == ["settings.json"]   # no temp file left
     p.write_text("{not json")
     assert Settings.load(p) == Settings()
     p.write_text(json.dumps({"provider": "quantum", "memory_budget_mb": "lots", "kv_store": "int2",

@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Signal
 from engine.api import ChatEngine
 
 from ...chat.kv import is_remote_engine
-from ..backend import Backend, _accepting
+from ..backend import Backend, accepted_kwargs
 from ..error_words import in_words
 from ..import_progress import staged
 from ..remote_config import is_remote_choice, load_remotes
@@ -79,7 +79,7 @@ class EngineController(QObject):
             relay(-1.0, f"Loading {model_dir.name}…")
             # A factory that takes `progress` reports making the GPU variant on first use of a GPU.
             factory: Callable[..., ChatEngine] = backend.engine_factory
-            return factory(model_dir, home / "state", settings, **_accepting(factory, {"progress": relay}))
+            return factory(model_dir, home / "state", settings, **accepted_kwargs(factory, {"progress": relay}))
 
         def done(engine: ChatEngine) -> None:
             self.loading = False

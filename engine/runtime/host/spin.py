@@ -1,4 +1,4 @@
-"""ONNX Runtime intra-op thread spinning on CPU (issue 18): the policy, and AMBER_ORT_SPIN to override it.
+"""ONNX Runtime intra-op thread spinning on CPU: the policy, and AMBER_ORT_SPIN to override it.
 
 ORT's intra-op worker threads spin while they wait for work (on by default, and for milliseconds
 after each run): on an idle machine that saves a wake-up per parallel section, but a spinning
@@ -20,14 +20,16 @@ from __future__ import annotations
 import math
 import os
 
-SPIN_ENV = "AMBER_ORT_SPIN"
-SPIN_US_ENV = "AMBER_ORT_SPIN_US"     # the bounded spin's duration (µs), default SPIN_US
+from engine import config
+
+SPIN_ENV = config.ORT_SPIN
+SPIN_US_ENV = config.ORT_SPIN_US     # the bounded spin's duration (µs), default SPIN_US
 ALLOW = "session.intra_op.allow_spinning"          # 0: a worker with no work blocks at once
 DURATION = "session.intra_op.spin_duration_us"     # spin this long (µs) before blocking
 BACKOFF = "session.intra_op.spin_backoff_max"      # exponential back-off cap of the spin loop's pauses
 STOP = "session.force_spinning_stop"               # 1: stop spinning when a Run returns
 BLOCK = "session.dynamic_block_base"               # >0: parallel loops hand out shrinking blocks
-SPIN_MODES = ("auto", "on", "off", "bounded")
+SPIN_MODES = config.SPIN_MODES
 SPIN_US = 50
 OVERLOAD = 2.0      # others' load average ÷ CPUs from which auto does not spin
 SETTINGS: dict[str, dict[str, str]] = {
@@ -40,8 +42,7 @@ SETTINGS: dict[str, dict[str, str]] = {
 def spin_mode(env: dict[str, str] | None = None) -> str:
     """The mode AMBER_ORT_SPIN asks for (auto, on, off, bounded; case and spaces ignored); anything
     else is auto."""
-    value = (os.environ if env is None else env).get(SPIN_ENV, "").strip().lower()
-    return value if value in SPIN_MODES else "auto"
+    return config.settings(env).ort_spin
 
 
 def machine_load() -> tuple[float, int]:
@@ -97,8 +98,7 @@ def prefer_server_spin(env: dict[str, str] | None = None) -> None:
 
 def spin_us(env: dict[str, str] | None = None) -> int:
     """The bounded spin's duration: AMBER_ORT_SPIN_US (1-100000 µs) or SPIN_US."""
-    value = (os.environ if env is None else env).get(SPIN_US_ENV, "").strip()
-    return int(value) if value.isascii() and value.isdigit() and 0 < int(value) <= 100_000 else SPIN_US
+    return config.settings(env).ort_spin_us or SPIN_US
 
 
 def spin_entries(mode: str | None = None, load: tuple[float, int] | None = None) -> dict[str, str]:

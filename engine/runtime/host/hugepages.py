@@ -4,7 +4,7 @@ ORT allocates its prepacked weights (~156 MiB for the default model) with malloc
 distributions (THP mode `madvise`) leaves them on 4 KiB pages, so every decode step streams
 through ~40,000 TLB entries. glibc's `glibc.malloc.hugetlb=1` tunable (glibc 2.35+) makes malloc
 ask for huge pages on its large mappings: decode measured 3–5 % faster (docs/BENCHMARKS.md); it comes
-with a fixed mmap threshold (MMAP_THRESHOLD below, issue 18).
+with a fixed mmap threshold (MMAP_THRESHOLD below).
 glibc reads tunables only when a process starts, so an entry point re-executes itself once with
 it set, then takes the variables out of its own environment again: the tunable stays with this
 process only, and nothing it starts (pip, a browser, a server child) inherits it.
@@ -23,17 +23,19 @@ import sys
 from pathlib import Path
 from typing import Mapping, MutableMapping, Sequence
 
+from engine import config
+
 HUGETLB = "glibc.malloc.hugetlb=1"
 # With huge pages, a heap that glibc's moving mmap threshold (raised up to 32 MiB as large blocks
 # are freed) fills with a prefill's 1-2 MiB blocks is held in 2 MiB pages: the default model peaked
-# 43 MiB higher (issue 18, docs/BENCHMARKS.md). A fixed 1 MiB threshold maps those blocks and gives
+# 43 MiB higher (docs/BENCHMARKS.md). A fixed 1 MiB threshold maps those blocks and gives
 # them back; a decode step's blocks are smaller and stay on the heap (no more page faults a step).
 MMAP_THRESHOLD = "glibc.malloc.mmap_threshold=1048576"
 TUNABLE = f"{HUGETLB}:{MMAP_THRESHOLD}"
-REEXEC_MARK = "AMBER_MALLOC_REEXEC"       # set in the re-executed process: never loop
-BEFORE = "AMBER_GLIBC_TUNABLES_BEFORE"    # the user's own GLIBC_TUNABLES, restored after the re-exec
-OPT_IN = "AMBER_HUGEPAGES"                # source runs: re-execute only when this is "1"
-OPT_OUT = "AMBER_NO_HUGEPAGES"
+REEXEC_MARK = config.MALLOC_REEXEC        # set in the re-executed process: never loop
+BEFORE = config.GLIBC_TUNABLES_BEFORE     # the user's own GLIBC_TUNABLES, restored after the re-exec
+OPT_IN = config.HUGEPAGES                 # source runs: re-execute only when this is "1"
+OPT_OUT = config.NO_HUGEPAGES
 THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 MIN_GLIBC = (2, 35)                       # the first glibc with glibc.malloc.hugetlb
 _NO_REEXEC_ARGS = frozenset({"-h", "--help", "--version"})
@@ -94,9 +96,10 @@ def reexec_env(environ: Mapping[str, str], thp_setting: Path = THP_SETTING, *,
     """The environment to re-execute with, or None when not to: opted out, a source run
     (`frozen` False) without the opt-in, `--help`/`--version` in `argv`, already re-executed,
     or nothing to gain (`tunable_env`)."""
-    if environ.get(REEXEC_MARK) or environ.get(OPT_OUT) == "1":
+    wanted = config.settings(environ)
+    if wanted.reexecuted or wanted.no_hugepages:
         return None
-    if not frozen and environ.get(OPT_IN) != "1":
+    if not frozen and not wanted.hugepages:
         return None
     if _NO_REEXEC_ARGS.intersection(argv):
         return None

@@ -12,10 +12,6 @@ same bytes, because a clean private file mapping is refilled from the file. Only
 were never written (no dirty or anonymous pages, checked in /proc/self/smaps) of files in the
 model's own folder are touched, so nothing that ORT computed is lost. Elsewhere it does nothing.
 
-`trim_heap` hands the heap's free pages back after the session is made: the graph optimiser's and
-the prepacking's temporaries were freed into malloc's heap, which keeps them (66 MiB at the 0.5B
-shape with glibc's default thresholds). glibc only; elsewhere nothing.
-
 """
 from __future__ import annotations
 
@@ -36,7 +32,7 @@ MAPS = Path("/proc/self/maps")
 _clean_folders: set[str] = set()     # folders whose mappings were all clean once the session was made
 # The small mapped initializers (norm weights, biases, scales: 60-110 of them, at most 2.5 MiB in
 # all at 135M-1.5B) are read whole by every step. Dropping them after each prefill chunk made the
-# next step fault each one back (issue 18: 40-110 minor faults on the first decode step after every
+# next step fault each one back (40-110 minor faults on the first decode step after every
 # prompt, and again in every chunk) to save almost nothing; only the tables a prompt reads row by
 # row (the embedding and its scales, megabytes) are worth dropping.
 KEEP_MAX_BYTES = 1 << 20
@@ -175,17 +171,3 @@ class PageDropper:
 # The embedding Gather runs within milliseconds of the start; later drops catch a slow start under load.
 DROP_DELAYS_S = (0.005, 0.02, 0.1, 0.3)
 DROP_EVERY_S = 1.0
-
-
-def trim_heap() -> bool:
-    """glibc's malloc_trim(0): free heap pages go back to the system. True when it gave some."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):    # not glibc
-        return False
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return bool(trim(0))

@@ -39,7 +39,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .errors import ModelImportError
 from .fold import LazyValues, fold_lazily
-from .native_form import OP_DOMAIN as NATIVE_DOMAIN
+from engine.native import OP_DOMAIN as NATIVE_DOMAIN
 from .partials import new_partial, unmark
 from .writer import DataWriter
 
