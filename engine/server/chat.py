@@ -73,7 +73,7 @@ def usage(results: Sequence[GenerationResult]) -> dict[str, Any]:
 def router(service: Service) -> APIRouter:
     r = APIRouter()
 
-    def starts(body: ChatCompletionRequest | CompletionRequest, salt: str, encode: Callable[[], list[int]],
+    def starts(body: ChatCompletionRequest | CompletionRequest, salt: str, encode: Callable[[], list[int] | None],
                wanted: int | None, stop: list[str], messages: Sequence[ChatMessage] | None = None,
                fmt: ToolFormat | None = None,
                constraint: OutputConstraint | None = None,

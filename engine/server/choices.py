@@ -83,14 +83,14 @@ class Choices:
             run.cancel()
 
 
-def computed_once(compute: Callable[[], list[int]]) -> Callable[[], list[int]]:
+def computed_once(compute: Callable[[], list[int] | None]) -> Callable[[], list[int] | None]:
     """`compute` run by the first caller only (a prompt's tokens, shared by a request's choices,
     which start on threads of their own); later callers get a copy of its result, or its error."""
     lock = threading.Lock()
-    made: list[list[int]] = []
+    made: list[list[int] | None] = []
     failed: list[BaseException] = []
 
-    def get() -> list[int]:
+    def get() -> list[int] | None:
         with lock:
             if not made and not failed:
                 try:
@@ -99,5 +99,5 @@ def computed_once(compute: Callable[[], list[int]]) -> Callable[[], list[int]]:
                     failed.append(exc)
             if failed:
                 raise failed[0]
-            return list(made[0])
+            return None if made[0] is None else list(made[0])
     return get

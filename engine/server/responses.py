@@ -193,14 +193,14 @@ def router(service: Service) -> APIRouter:
         else:
             def start(cancel: threading.Event, sid: str = session_id) -> Iterator[Any]:
                 ids = encode()
-                service.check_prompt(len(ids))
-                params = sampling(service.new_tokens(wanted, len(ids)))
+                params = sampling(service.new_tokens(wanted, service.checked_length(ids)))
                 chains.acquire(sid, caller.salt(body.cache_salt))
 
                 def run() -> Iterator[Any]:
                     try:
                         tokens = service.tokens
-                        yield from (tokens.generate_tokens(sid, ids, params, cancel) if tokens is not None
+                        yield from (tokens.generate_tokens(sid, ids, params, cancel)
+                                    if tokens is not None and ids is not None
                                     else engine.generate(sid, chat_prompt, params, cancel))
                     finally:
                         chains.release(sid)

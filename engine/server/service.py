@@ -157,6 +157,15 @@ class Service:
         cap = self.config.max_prompt_tokens
         return window if cap is None else min(cap, window)
 
+    def checked_length(self, prompt: list[int] | None) -> int:
+        """The prompt's length once `check_prompt` accepts it; for an engine without a tokenizer
+        here (None: a remote engine, which checks the length itself) the least a prompt has, 1, so
+        the reply's budget stays inside the context window."""
+        if prompt is None:
+            return 1
+        self.check_prompt(len(prompt))
+        return len(prompt)
+
     def check_prompt(self, n_tokens: int) -> None:
         """Raised on the engine thread (after tokenizing), answered as a 400 before any byte is sent."""
         if n_tokens == 0:
@@ -171,7 +180,7 @@ class Service:
         return max(1, min(wanted or self.config.max_new_tokens, self.config.max_new_tokens, room))
 
     # ---- generations ----------------------------------------------------------------------------
-    def stateless(self, caller_salt: str, encode: Callable[[], list[int]], wanted: int | None,
+    def stateless(self, caller_salt: str, encode: Callable[[], list[int] | None], wanted: int | None,
                   sampling: Callable[[int], SamplingParams],
                   messages: Sequence[ChatMessage] | None = None,
                   kind: SessionKind = SessionKind.REGULAR) -> Callable[[threading.Event], Iterator[Any]]:
@@ -182,16 +191,15 @@ class Service:
 
         def start(cancel: threading.Event) -> Iterator[Any]:
             prompt = encode()
-            self.check_prompt(len(prompt))
-            params = sampling(self.new_tokens(wanted, len(prompt)))
+            params = sampling(self.new_tokens(wanted, self.checked_length(prompt)))
             sid = str(uuid.uuid4())
             engine.open(sid, kind, cache_salt=caller_salt)
 
             def run() -> Iterator[Any]:
                 try:
-                    if tokens is not None:
+                    if tokens is not None and prompt is not None:
                         yield from tokens.generate_tokens(sid, prompt, params, cancel)
-                    else:      # a ChatEngine without token prompts (GUI fakes): chat messages only
+                    else:      # a ChatEngine without token prompts (a remote one): chat messages only
                         yield from engine.generate(sid, list(messages or []), params, cancel)
                 finally:
                     engine.close(sid)
@@ -199,11 +207,12 @@ class Service:
         return start
 
     def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
-                    tools: list[dict[str, Any]] | None = None) -> Callable[[], list[int]]:
-        """The prompt's token ids, computed on the engine thread (`tools`: shown by the template)."""
+                    tools: list[dict[str, Any]] | None = None) -> Callable[[], list[int] | None]:
+        """The prompt's token ids, computed on the engine thread (`tools`: shown by the template);
+        None from an engine without a tokenizer here (`checked_length`)."""
         tokens = self.tokens
         if tokens is None:
-            return lambda: [0] * 1        # engines without a tokenizer: the engine checks the length
+            return lambda: None
         return lambda: tokens.encode_chat(messages, tools)
 
     def tool_format(self, request: ToolRequest) -> ToolFormat | None:
