@@ -61,7 +61,7 @@ bench: $(STAMP) default-model
 # model, to the Fuzzing section of docs/BENCHMARKS.md. Fails if any target failed.
 .PHONY: fuzz
 fuzz: $(STAMP)
-	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.fuzz_report --seconds 180
+	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.suites.fuzz_report --seconds 180
 
 # llama-cpp-python (built from source, ~15 min) and onnxruntime-genai for the comparison bench,
 # in a side venv (genai would replace Amber's onnxruntime-gpu). Optional: without it the
@@ -80,7 +80,7 @@ bench-sizes: bench-deps
 # docs/BENCHMARKS.md; without CUDA it prints a skip line and exits 0.
 .PHONY: gpu-check
 gpu-check: $(STAMP) default-model
-	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.gpu_check
+	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.suites.gpu_check
 
 # The remote engine against llama.cpp's real server (llama_cpp.server from the side venv above).
 .PHONY: test-remote
@@ -102,7 +102,7 @@ package-test: package
 # Every platform README.md names installs the pinned set from wheels (pip download per target),
 # and Amber's graphs compute the same logits on the Intel-Mac onnxruntime (a throwaway venv in
 # build/ort-compat) as on this one. Needs the network; `make test` runs all but the default model
-# (tests/engine/test_ort_compat_release.py).
+# (tests/engine/runtime/test_ort_compat_release.py).
 .PHONY: check-platforms
 check-platforms: $(STAMP) default-model
 	$(BIN)/python packaging/check_platforms.py

@@ -3,7 +3,7 @@
 The thinking streams under a “Thinking…” line, then collapses under “Thought for N s”; the body
 shows only the answer; a click expands the reasoning. The history sent back is the reply as the
 model wrote it: the engine splits it for the template (engine.text.reasoning), which drops earlier
-turns' thinking when it says so (tests/engine/test_reasoning.py).
+turns' thinking when it says so (tests/engine/text/test_reasoning.py).
 """
 from __future__ import annotations
 
