@@ -69,14 +69,14 @@ fuzz: $(STAMP)
 bench-deps: $(STAMP) default-model
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench deps
 
-# Amber vs llama.cpp at real sizes (issue 18): the 135M model and random-weight 0.5B / 1B / 1.5B shapes
+# Amber vs llama.cpp at real sizes: the 135M model and random-weight 0.5B / 1B / 1.5B shapes
 # quantized by llama.cpp (GGUFs kept under the dev home's bench-models/, several GB); about an hour
-# on 2 cores. Writes the "Performance at real sizes (issue 18)" section of docs/BENCHMARKS.md.
+# on 2 cores. Writes the "Performance at real sizes" section of docs/BENCHMARKS.md.
 .PHONY: bench-sizes
 bench-sizes: bench-deps
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench compare --shapes 135m,0.5b,1b,1.5b
 
-# The float16 GPU variant on a real CUDA device vs the CPU (issue 16): one table, appended to
+# The float16 GPU variant on a real CUDA device vs the CPU: one table, appended to
 # docs/BENCHMARKS.md; without CUDA it prints a skip line and exits 0.
 .PHONY: gpu-check
 gpu-check: $(STAMP) default-model

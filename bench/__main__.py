@@ -24,10 +24,10 @@ from bench.harness import llama_build
 from bench.harness.common import Section, ok, table
 
 BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
-BENCHES += ("memory",)     # issue 18: RSS per stage of a generating process (135M by default)
-BENCHES += ("batch",)      # issue 18: concurrent chats, batched decode
-BENCHES += ("spin",)       # issue 18: ORT thread spinning against competing processes
-# Targets of benches written by others (issue 6 for the store), used only for their section.
+BENCHES += ("memory",)     # RSS per stage of a generating process (135M by default)
+BENCHES += ("batch",)      # concurrent chats, batched decode
+BENCHES += ("spin",)       # ORT thread spinning against competing processes
+# Targets of benches that have no section() of their own (the store's), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
                  "store_append_ms": ("Append a message", 5.0),
@@ -65,11 +65,11 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
         if write:
             mod.plot(res, common.DOCS / "bench_prefix.png")
         section = mod.section(res)
-    elif name == "convert":     # the GGUF importer at real shapes (issue 15); `make bench`: tiny only
+    elif name == "convert":     # the GGUF importer at real shapes; `make bench`: tiny only
         mod = importlib.import_module("bench.suites.convert")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
-    elif name == "compare" and shapes != "tiny":   # issue 18: real sizes, only under --shapes
+    elif name == "compare" and shapes != "tiny":   # real sizes, only under --shapes
         mod = importlib.import_module("bench.suites.shapes")
         res = mod.run(quick=quick, shapes=shapes.split(","), quants=quants.split(","),
                       kernels=[k for k in amber_kernels.split(",") if k] or None)
@@ -78,11 +78,11 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
         mod = importlib.import_module("bench.suites.memory")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
-    elif name == "spin":       # issue 18: `--shapes 135m,/converted/folder`; default: the 135M model
+    elif name == "spin":       # `--shapes 135m,/converted/folder`; default: the 135M model
         mod = importlib.import_module("bench.suites.spin")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
-    elif name == "batch":       # concurrent chats, batched decode (issue 18); big shapes under --shapes
+    elif name == "batch":       # concurrent chats, batched decode; big shapes under --shapes
         mod = importlib.import_module("bench.suites.batch")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
@@ -98,7 +98,7 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
     elif name == "store":
         mod = importlib.import_module("bench.suites.store")
         res = mod.run()
-        section = _generic_section("store", "Conversation store (issue 6)", res, STORE_TARGETS, load_before)
+        section = _generic_section("store", "Conversation store", res, STORE_TARGETS, load_before)
     else:   # gui: written by another engineer; may not exist yet
         try:
             mod = importlib.import_module("bench.suites.gui")
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", dest="write", action="store_false")
     parser.add_argument("--shapes", default="tiny",
                         help="convert and batch benches: model shapes, comma-separated (tiny, 0.5b, 1.5b); "
-                             "compare bench: 135m, 0.5b, 1b, 1.5b side by side with llama.cpp (issue 18; "
+                             "compare bench: 135m, 0.5b, 1b, 1.5b side by side with llama.cpp ("
                              "default: the 135M model)")
     parser.add_argument("--quants", default="Q4_K_M,Q4_0,Q8_0",
                         help="compare --shapes: the llama.cpp quantizations of the random-weight shapes")

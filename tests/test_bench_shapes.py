@@ -1,4 +1,4 @@
-"""The issue-18 bench's own logic: llama.cpp build flags from CPU features, and the weight bytes
+"""The real-size comparison bench's own logic: llama.cpp build flags from CPU features, and the weight bytes
 a decode step reads (ONNX and GGUF), on real small files."""
 from __future__ import annotations
 

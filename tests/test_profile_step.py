@@ -1,4 +1,4 @@
-"""bench.experiments.profile_step's per-node view (issue 18): medians per node over the profiled decode steps
+"""bench.experiments.profile_step's per-node view: medians per node over the profiled decode steps
 and the MatMulNBits table by form, on a real converted model and ONNX Runtime's own profiler."""
 from __future__ import annotations
 

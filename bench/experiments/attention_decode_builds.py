@@ -1,7 +1,7 @@
 """`python -m bench.experiments.attention_decode_builds --against OTHER.so`:
 ai.amber.Attention's decode step, two builds.
 
-By hand, not part of `make bench` (issue 18, task dec135). A one-node graph of the default model's
+By hand, not part of `make bench`. A one-node graph of the default model's
 attention (9 query heads, 3 KV heads, head size 64, float16 KV) at each context (`--ctx`), one new
 token (past and present bound to one buffer, as the engine binds them); `--layers` copies of the
 past KV (the model's 30 layers: ~23 MB at ctx 1000, from L3 as in a real step) taken in turn. One

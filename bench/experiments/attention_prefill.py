@@ -1,5 +1,5 @@
 """`python -m bench.experiments.attention_prefill [--against OTHER.so] [--shape 1b] [--chunk 64] [--tokens 2048]`:
-ai.amber.Attention over a whole prompt's chunks, one layer (issue 18, task prefill1b; by hand).
+ai.amber.Attention over a whole prompt's chunks, one layer (by hand).
 
 A one-node graph at a model's head shape (`--shape`: 135m 9/3 heads, 0.5b 14/2, 1b 32/8, 1.5b 12/2;
 float16 KV, rotary), run chunk after chunk as the runner runs a `--tokens` prompt (past and present

@@ -1,5 +1,5 @@
 """`python -m bench.experiments.decode_after_long_prompt [--models DIR,...] [--rounds N] [--steps N]`:
-decode right after a long prompt (issue 18).
+decode right after a long prompt.
 
 Why bench compare's worker (bench.suites.shapes.worker_amber) saw Amber's decode at context 100, measured
 right after the 2048-token prefills, slower than at context 1000 (0.5B shapes, ONNX Runtime

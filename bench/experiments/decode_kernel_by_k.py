@@ -1,6 +1,6 @@
 """`python -m bench.experiments.decode_kernel_by_k`: the m = 1 (decode) kernels' rate against K, one thread.
 
-By hand, not part of `make bench` (issue 18, task `decode`). Each K gets the same bytes per call
+By hand, not part of `make bench`. Each K gets the same bytes per call
 (`--kib`, default 512: in L2, so the kernel's own rate; `--copies 7` of 16384 KiB stream from DRAM);
 the Ks are timed in interleaved rounds, medians. With `--against OTHER.so` the same calls also run
 on another build of the library (e.g. main's sources built into a scratch folder with

@@ -1,7 +1,7 @@
 """`python -m bench.experiments.decode_two_builds MODEL_DIR --against OTHER.so`:
 decode tok/s of two builds of the op library.
 
-By hand, not part of `make bench` (issue 18, task dec135). One process, one ONNX Runtime session per
+By hand, not part of `make bench`. One process, one ONNX Runtime session per
 build of Amber's op library (this worktree's, and e.g. main's sources built into a scratch folder),
 the same model folder and token ids. At each context (`--ctx`) each session gets its own KV cache
 filled with the same prompt, then `--rounds` interleaved rounds (the order alternates) of `--steps`

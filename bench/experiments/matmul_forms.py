@@ -1,5 +1,5 @@
 """`python -m bench.experiments.matmul_forms ...`: the by-hand experiments behind docs/BENCHMARKS.md "Decode and
-prefill profile (issue 18)". Not part of `make bench`; they write model folders where they are told.
+prefill profile". Not part of `make bench`; they write model folders where they are told.
 
 * `matmul K N M[,M..]`: one `MatMulNBits` (4/8-bit, accuracy level 0/4, integer or float zero points),
   fp32 `MatMul` and `DynamicQuantizeMatMul` on the same shape, single thread, CPU time (robust on a

@@ -1,5 +1,5 @@
 """`python -m bench.experiments.prefill_chunk_lengths MODEL_DIR [--chunks 64,128,256,512] [--tokens 2048] [--rounds 3]`:
-a whole-model prefill at fixed chunk lengths, interleaved in ONE process (issue 18; by hand, not part of
+a whole-model prefill at fixed chunk lengths, interleaved in ONE process (by hand, not part of
 `make bench`).
 
 Per chunk length and round: CPU seconds of the process for one `Runner.forward` over `--tokens` prompt

@@ -1,6 +1,6 @@
 """`python -m bench.experiments.profile_step MODEL_DIR [--ctx 100] [--steps 48]`: where a decode step's time goes.
 
-By hand, not part of `make bench` (issue 18). Three views of the real path (engine.runtime.Runner over
+By hand, not part of `make bench`. Three views of the real path (engine.runtime.Runner over
 a `KVCache`, engine.generation.Generator for the Python side):
 
 * ONNX Runtime's own profiler (`enable_profiling`) over `--steps` decode steps at context `--ctx`:

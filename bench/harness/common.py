@@ -306,8 +306,8 @@ class Section:
 
 ORDER = {"summary": 0, "engine": 10, "compare": 20, "sessions": 30, "prefix": 35, "store": 40, "convert": 45, "gui": 50,
          "server": 60}
-ORDER.update({"perf18": 21, "perf18-notes": 22})   # issue 18: real sizes, then what the figures show
-# issue 18: the spin section right before the notes (the others at 100 keep their order).
+ORDER.update({"perf18": 21, "perf18-notes": 22})   # real sizes, then what the figures show
+# the spin section right before the notes (the others at 100 keep their order).
 ORDER.update({"spin": 100.1, "notes": 100.2, "perf-decode": 100.3})
 HEADER = """# Amber benchmarks
 

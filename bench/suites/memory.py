@@ -1,4 +1,4 @@
-"""Where the memory of a generating Amber process goes (issue 18): RSS per stage, per model.
+"""Where the memory of a generating Amber process goes: RSS per stage, per model.
 
 Each model runs in a fresh process (common.run_worker: the environment every bench worker gets,
 with the huge-page tunable the built app uses) that imports the libraries, loads the model on CPU,
@@ -97,7 +97,7 @@ def run(quick: bool = False, shapes: list[str] | None = None) -> dict[str, Any]:
 
 
 NOTES = """\
-What changed for issue 18, and what remains (measured by hand on this machine, 2026-12-01, ONNX
+What the memory work changed, and what remains (measured by hand on this machine, 2026-12-01, ONNX
 Runtime 1.31.1, the same stage script in fresh processes; before = main before the change):
 
 | Default model (135M), bench-compare's workload (prefill 128/512/2048 ×2, decode at 100/1000) | before | after |
@@ -126,7 +126,7 @@ plain malloc, same stage script (prefill 2048 at 0.5B, 512 at 1.5B; before = mai
 | Qwen2.5-1.5B shape, Q4_K_M | 3040 → 1948 MiB | 3336 → 2125 MiB (after: a 512-token prompt; 2048 in the table above) | 3336 → 3037 MiB (the load's own peak) |
 
 At 0.5B and 1.5B the process's peak is now the model load's (ORT's prepacking holds the
-initializers and their packed copies at once), the converter's side of issue 18 (weight forms,
+initializers and their packed copies at once), the converter's side of the memory work (weight forms,
 load-time peak); while generating, the process holds much less.
 
 Speed: main against this, interleaved fresh processes (4 pairs, load average 10–15 on 2 cores
@@ -145,7 +145,7 @@ scales and block sums, larger than the file's 110 MiB), the KV (float32: 46 KiB 
 activation scratch. At the 0.5B and 1.5B Q4_K_M shapes the session dominates: 780 MiB and 2.7 GiB
 of anonymous memory for 480 MiB / 1.1 GiB of initializers, the float forms ORT derives from the
 converter's Q4_K/Q5_0/Q6_K weight forms (constant folding, prepacking); that is the converter's
-weight forms' business (issue 15), not the runtime's: a form that MatMulNBits takes as it is
+weight forms' business, not the runtime's: a form that MatMulNBits takes as it is
 would remove it.
 """  # noqa: E501 - markdown table rows
 
@@ -168,7 +168,7 @@ def section(res: dict[str, Any]) -> Section:
                  table(["Stage", "RSS (MiB)", "anonymous", "file-backed"], rows), ""]
     body += [NOTES, common.facts_line(res["facts"], res.get("load_before"),
                                       "QUICK RUN (short prompt): validation only." if res.get("quick") else "")]
-    return Section("memory", "Memory while generating (issue 18)", "\n".join(body), common.ORDER.get("memory", 22))
+    return Section("memory", "Memory while generating", "\n".join(body), common.ORDER.get("memory", 22))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Shared prefix cache benchmark (issue 5).
+"""Shared prefix cache benchmark.
 
 1. Time to first token for a new chat whose ~1,000-token system prompt is already cached —
    in the memory tier (same process, after another chat with that prompt), in the disk tier
@@ -266,4 +266,4 @@ def section(res: dict[str, Any]) -> Section:
     body = "\n".join([__doc__.split("\n\n", 1)[1].strip(), "", table(["Figure", "Value", "", ""], rows), "",
                       "![disk usage over a simulated month](bench_prefix.png)", "",
                       common.facts_line(common.machine_facts())])
-    return Section("prefix", "Shared prefix cache (issue 5)", body, 35)
+    return Section("prefix", "Shared prefix cache", body, 35)

@@ -1,4 +1,4 @@
-"""API server benchmark (issue 17): `amber-engine serve` on the default model, measured by clients.
+"""API server benchmark: `amber-engine serve` on the default model, measured by clients.
 
 1. Throughput and latency: 1, 2 and 4 concurrent clients, each sending streaming chat completions
    one after another (distinct ~60-token prompts, 32 new tokens, greedy). Requests/s over the
@@ -239,4 +239,4 @@ def section(res: dict[str, Any]) -> Section:
         "",
         common.facts_line(common.machine_facts()),
     ]
-    return Section("server", "API server (issue 17)", "\n".join(body), common.ORDER.get("server", 60))
+    return Section("server", "API server", "\n".join(body), common.ORDER.get("server", 60))

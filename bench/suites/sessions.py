@@ -1,4 +1,4 @@
-"""Pinned-session benchmark (issue 4): resuming a saved chat against re-prefilling it.
+"""Pinned-session benchmark: resuming a saved chat against re-prefilling it.
 
 1. A build process makes pinned sessions of 512 / 2048 / 4096 tokens of random-ish text
    (generate, pin, wait_for_saves, shutdown), each with its own text so no blocks are shared.
@@ -18,7 +18,7 @@
 Both processes warm ONNX Runtime up first on a throwaway session (a 16-token prompt), so the
 comparison is resume vs prefill, not first-run costs of the runtime.
 
-Targets (issue 4): resuming 2048 tokens ≥ 50× faster than re-prefill, and within 1.5× of the
+Targets: resuming 2048 tokens ≥ 50× faster than re-prefill, and within 1.5× of the
 read-bandwidth limit (compared on the KV load time, `resume_ms`; the TTFT adds one decode step).
 """
 from __future__ import annotations
@@ -381,7 +381,7 @@ def section(res: dict[str, Any]) -> Section:
     t = res.get("targets")
     if t:
         e = res["sizes"]["2048"]
-        body += [table(["Target (issue 4)", "Measured", "Target", ""], [
+        body += [table(["Figure", "Measured", "Target", ""], [
             ["Resume 2048 tokens vs re-prefill (cold TTFT)", f"{t['speedup_2048']['value']:.1f}× faster",
              f"≥ {TARGET_SPEEDUP:.0f}×", ok(t["speedup_2048"]["met"])],
             ["KV load of 2048 tokens vs the read-bandwidth limit (cold)",
@@ -408,7 +408,7 @@ def section(res: dict[str, Any]) -> Section:
              table(["History (tokens)", "Save (median)", "Save (max)", "Snapshot on the generating thread"], srows),
              "", common.facts_line(res["facts"], res.get("load_before"),
                                    "QUICK RUN (smaller sizes): validation only." if res.get("quick") else "")]
-    return Section("sessions", "Pinned sessions: resume vs re-prefill (issue 4)", "\n".join(body),
+    return Section("sessions", "Pinned sessions: resume vs re-prefill", "\n".join(body),
                    common.ORDER["sessions"])
 
 

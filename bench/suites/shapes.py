@@ -1,5 +1,5 @@
 """`python -m bench compare --shapes 135m,0.5b,1b,1.5b [--quants Q4_K_M,Q4_0,Q8_0]`: Amber side by side
-with llama.cpp at real sizes (issue 18).
+with llama.cpp at real sizes.
 
 Models: the default SmolLM2-135M GGUF (Q4_1, real weights) and random-weight GGUFs of real shapes
 (bench_convert.write_gguf as F16, quantized by llama.cpp's own quantizer to each of `quants`), each
@@ -540,7 +540,7 @@ def _llama_build() -> dict[str, Any]:
 
 # ---- docs/BENCHMARKS.md ---------------------------------------------------------------------------
 def section(res: dict[str, Any]) -> Section:
-    return Section("perf18", "Performance at real sizes (issue 18)", render(res), common.ORDER.get("compare", 20) + 1)
+    return Section("perf18", "Performance at real sizes", render(res), common.ORDER.get("compare", 20) + 1)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The markdown of the issue-18 section (bench_shapes' results → docs/BENCHMARKS.md)."""
+"""The markdown of the real-size comparison section (bench.suites.shapes' results → docs/BENCHMARKS.md)."""
 from __future__ import annotations
 
 from typing import Any
@@ -144,7 +144,7 @@ def render(res: dict[str, Any]) -> str:
                 f"{name.removeprefix('Amber ')} ÷ {other}, same run (speeds: higher is better for the {form} form; "
                 "RSS, load: lower):", "", _plain_ratios(models, vs_key), ""]
     out += ["- 4 sessions generating together, aggregate decode ÷ one session (target ≥ 2.5×): measured by "
-            "`python -m bench batch` (bench/suites/batch.py), not this bench — see \"Concurrent chats (issue 18)\".",
+            "`python -m bench batch` (bench/suites/batch.py), not this bench — see \"Concurrent chats\".",
             ""]
     if bw:
         out.append("- Memory bandwidth (numpy copy of 2 × 1 GiB, read + write bytes counted, best of 5): "

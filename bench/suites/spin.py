@@ -1,5 +1,5 @@
 """`python -m bench spin [--shapes 135m,/converted/folder]`: ONNX Runtime's intra-op thread spinning
-against competing processes (issue 18).
+against competing processes.
 
 ORT's intra-op worker threads spin while they wait for work (`session.intra_op.allow_spinning`,
 on by default): fast on an idle machine, but a spinning thread burns a core that another process
@@ -302,7 +302,7 @@ def section(res: dict[str, Any]) -> Section:
     parts += ["", "Settings (ORT session config entries): " + "; ".join(
         f"*{n}*: " + ", ".join(f"`{k}={v}`" for k, v in e.items()) for n, e in every.items()),
         "", common.facts_line(res["facts"], res["load_before"])]
-    return Section("spin", "ONNX Runtime thread spinning under competing load (issue 18)", "\n".join(parts),
+    return Section("spin", "ONNX Runtime thread spinning under competing load", "\n".join(parts),
                    common.ORDER.get("spin", 100))
 
 

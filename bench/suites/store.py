@@ -2,7 +2,7 @@
 
 Builds a database of 10,000 conversations and 200,000 messages in a temporary folder (bulk
 insert with raw SQL; the FTS5 triggers index it as it goes), then times the store's own API.
-Targets (issue 6): list <= 50 ms, append <= 5 ms, search <= 100 ms.
+Targets: list <= 50 ms, append <= 5 ms, search <= 100 ms.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What the loader reads from an ONNX graph before ONNX Runtime opens it, without the `onnx` package.
 
 Importing `onnx` (with `ml_dtypes`) and the converter it sits in costs a generating process about
-25 MiB that it never uses again (issue 18), for two facts: the op types of the graph's nodes and
+25 MiB that it never uses again, for two facts: the op types of the graph's nodes and
 the external-data entries of its initializers. Both are read here with protobuf itself (which
 ONNX Runtime imports anyway), through messages that declare only those fields, under the same
 field numbers as onnx.proto: protobuf's own parser then applies its rules (merged repeated

@@ -152,7 +152,7 @@ def _uses_gqa(graph: Path) -> bool:
 
 def _scan_attention(graph: Path) -> tuple[bool, bool]:
     """(shared-buffer attention, ai.amber.Attention); checks the external-data references too."""
-    proto = read_graph(graph)     # not onnx.load: a generating process never imports onnx (issue 18)
+    proto = read_graph(graph)     # not onnx.load: a generating process never imports onnx
     try:
         check_external_data(proto, graph)
     except ConfigError as exc:
@@ -301,7 +301,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         raise ModelLoadError(f"{graph}: ONNX Runtime cannot load it ({first_line[:400]})") from None
     session = result.session
     # What ORT still maps of the weights (the embedding table) was read while the session was made;
-    # a step reads a few pages of it: the rest leaves the process's memory (issue 18).
+    # a step reads a few pages of it: the rest leaves the process's memory.
     release_mapped_weights(graph.parent)
     trim_heap()     # what making the session freed (optimiser, prepacking) leaves the heap
     kv = read_kv_layout(session, config, graph, gqa)

@@ -126,7 +126,7 @@ TRIM_DEFAULT = 128 << 10     # glibc's default trim threshold, restored afterwar
 
 def _keep_heap() -> None:
     """While numpy forms the values, freed intermediates stay in the heap and are reused by the
-    next tensor's rather than returned and faulted in again page by page (issue 18: ~100,000
+    next tensor's rather than returned and faulted in again page by page (~100,000
     page faults loading a 1.5B model); `trim_heap` returns them once the numpy work is done."""
     _mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK)
     _mallopt(M_TRIM_THRESHOLD, KEEP_HEAP)

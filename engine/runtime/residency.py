@@ -36,7 +36,7 @@ MAPS = Path("/proc/self/maps")
 _clean_folders: set[str] = set()     # folders whose mappings were all clean once the session was made
 # The small mapped initializers (norm weights, biases, scales: 60-110 of them, at most 2.5 MiB in
 # all at 135M-1.5B) are read whole by every step. Dropping them after each prefill chunk made the
-# next step fault each one back (issue 18: 40-110 minor faults on the first decode step after every
+# next step fault each one back (40-110 minor faults on the first decode step after every
 # prompt, and again in every chunk) to save almost nothing; only the tables a prompt reads row by
 # row (the embedding and its scales, megabytes) are worth dropping.
 KEEP_MAX_BYTES = 1 << 20

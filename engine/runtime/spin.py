@@ -1,4 +1,4 @@
-"""ONNX Runtime intra-op thread spinning on CPU (issue 18): the policy, and AMBER_ORT_SPIN to override it.
+"""ONNX Runtime intra-op thread spinning on CPU: the policy, and AMBER_ORT_SPIN to override it.
 
 ORT's intra-op worker threads spin while they wait for work (on by default, and for milliseconds
 after each run): on an idle machine that saves a wake-up per parallel section, but a spinning

@@ -1,4 +1,4 @@
-"""Issue 15: a reasoning model's `<think>…</think>` in the chat view (fake engine, offscreen).
+"""A reasoning model's `<think>…</think>` in the chat view (fake engine, offscreen).
 
 The thinking streams under a “Thinking…” line, then collapses under “Thought for N s”; the body
 shows only the answer; a click expands the reasoning. The history sent back is the reply as the

@@ -1,4 +1,4 @@
-"""engine.convert's compact forms and streaming writer (issue 15): the fast mode of every exact
+"""engine.convert's compact forms and streaming writer: the fast mode of every exact
 type against the exact mode, ONNX Runtime folding the compact weights at load, output size by
 tensor type, the refusal of types `--exact` cannot keep exact, the data file's layout, and the GPU
 variant of the new forms. The exact mode of every type is checked against the numpy reference in

@@ -1,4 +1,4 @@
-"""Issue 12, item 7: crafted GGUF metadata and tensor tables get one clear `ModelImportError`.
+"""Crafted GGUF metadata and tensor tables get one clear `ModelImportError`.
 
 Each file is a real tiny GGUF (`tiny_gguf.write_tiny_gguf`) with one field rewritten at the byte
 level (`gguf_bytes`), so everything else about it is valid. Every call runs under `run_bounded`:

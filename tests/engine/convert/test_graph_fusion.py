@@ -1,4 +1,4 @@
-"""Fusions of the decoder graph (issue 18): Q|K|V and gate|up stay one set of MatMulNBits when their
+"""Fusions of the decoder graph: Q|K|V and gate|up stay one set of MatMulNBits when their
 GGUF types differ but their kernel form is the same (Q4_K_M's Q5_0 Q/K with a Q8_0 V: one 8-bit
 plane each in fast mode, two 4-bit planes in exact mode), the file keeps each part's own form, and
 the fused graph still equals the numpy reference (and its float16 variant the float32 graph)."""

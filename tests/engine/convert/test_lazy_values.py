@@ -1,4 +1,4 @@
-"""engine.convert.fold.LazyValues (issue 18): external initializers are read with one pread into a
+"""engine.convert.fold.LazyValues: external initializers are read with one pread into a
 fresh array, not copied out of a memory map: the same bytes as ONNX's own loader, writable arrays
 of their own, a one-line error for a truncated data file, and the files closed afterwards."""
 from __future__ import annotations

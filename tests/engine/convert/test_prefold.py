@@ -1,4 +1,4 @@
-"""engine.runtime.prefold (issue 15): the weight-preparation values of Amber's graphs formed in
+"""engine.runtime.prefold: the weight-preparation values of Amber's graphs formed in
 numpy at load and handed to ONNX Runtime, against ONNX Runtime folding the same graph itself: the
 same logits for every compact form in both modes, the numpy reference in exact mode, no
 preparation node left, no temporary file left behind, and foreign graphs left alone."""

@@ -1,4 +1,4 @@
-"""engine.runtime.prefold's heap handling (issue 18): while numpy forms the values, freed
+"""engine.runtime.prefold's heap handling: while numpy forms the values, freed
 intermediates stay in glibc's heap and are reused by the next tensor's (not returned and faulted
 in again page by page); once the values are formed the old thresholds are back, so a session's
 own freed buffers are returned to the system as before. Counted in page faults, not time."""

@@ -1,4 +1,4 @@
-"""bench_decwarm's worker (issue 18: decode right after a long prompt) on the tiny model: the
+"""bench.experiments.decode_after_long_prompt's worker (decode right after a long prompt) on the tiny model: the
 sequence bench compare's worker runs, with per-step figures that the table renders."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decode right after a long prompt (issue 18): the prompt's chunks give back the pages of the large
+"""Decode right after a long prompt: the prompt's chunks give back the pages of the large
 mapped tables they read row by row, but not the small mapped initializers every step reads whole,
 so the first decode step does not fault them back in."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A one-token step's inputs bound by address (engine.runtime.runner, issue 18 task bwshare): the
+"""A one-token step's inputs bound by address (engine.runtime.runner): the
 same logits bits as binding fresh arrays every step, through prompts between decode steps,
 truncation and growth of the cache; returned logits never change while held."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 16, KV on the device, run for real on a CPU: `KVCache(device=STAGED)` keeps its KV in
+"""KV on the device, run for real on a CPU: `KVCache(device=STAGED)` keeps its KV in
 OrtValues that are separate allocations (copied to and from host arrays exactly as on CUDA), so the
 device code paths run here: a pinned save copies the KV in the writer thread from a snapshot while
 the chat goes on generating; writes that would overwrite a pending snapshot's positions wait for

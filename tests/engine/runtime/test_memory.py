@@ -1,4 +1,4 @@
-"""Memory while generating (issue 18): session options, KV sized once per prompt, prefill chunks
+"""Memory while generating: session options, KV sized once per prompt, prefill chunks
 bounded by attention scratch, mapped weights given back, no `onnx` import in a generating process.
 
 No RSS thresholds here (those are bench figures, docs/BENCHMARKS.md): the tests check the

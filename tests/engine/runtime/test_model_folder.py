@@ -1,4 +1,4 @@
-"""Issue 12, item 8: a damaged model folder gets one `ModelLoadError` naming the file and the key.
+"""A damaged model folder gets one `ModelLoadError` naming the file and the key.
 
 Each case copies the tiny converted model (tests/engine/conftest.py) and damages one file:
 wrong JSON types, generation settings out of range, an empty, truncated, missing or FIFO

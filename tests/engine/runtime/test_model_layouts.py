@@ -1,4 +1,4 @@
-"""Issue 15: ONNX folder layouts other than Amber's own: optimum's older merged decoder
+"""ONNX folder layouts other than Amber's own: optimum's older merged decoder
 (`decoder_model_merged.onnx`, an `If` on `use_cache_branch`) and onnxruntime-genai's model builder
 (`genai_config.json` only, logits for every position). Each folder is built from the same weights
 as the tiny converted model and must generate exactly its greedy tokens.

@@ -130,7 +130,7 @@ def test_a_prompt_has_the_same_logits_in_chunks_of_any_length(folders, cfg):
     """The native form (GgufMatMul tiles start at multiples of 16 rows; ai.amber.Attention splits
     a chunk's rows evenly among its tasks): a prompt prefilled in chunks of 160, 64, 48 or 16
     tokens gives the same logits bits, so the runner's chunk length is free to follow speed and
-    memory (issue 18)."""
+    memory."""
     model, amber, _ = folders(cfg)
     ids = list(map(int, prompt(model, 160, 7)))
     want = _last_logits(amber, ids, [160])

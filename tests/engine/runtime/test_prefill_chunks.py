@@ -1,5 +1,5 @@
 """Prefill chunks sized by a model's shape and the embedding pages dropped while a chunk runs
-(issue 18: the peak RSS of a generating process).
+(the peak RSS of a generating process).
 
 No RSS thresholds here (those are bench figures, docs/BENCHMARKS.md "rss"): the tests check the
 chunk lengths chosen for real model shapes, that the logits do not depend on the chunking, and
@@ -40,7 +40,7 @@ def test_models_up_to_the_1_5b_shape_keep_full_chunks_and_wider_mlps_get_shorter
     qwen = Runner(_shaped(tiny_model, hidden_size=1536, intermediate_size=8960))       # Qwen2.5-1.5B
     llama = Runner(_shaped(tiny_model, hidden_size=2048, intermediate_size=8192))      # Llama-3.2-1B
     llama8b = Runner(_shaped(tiny_model, hidden_size=4096, intermediate_size=14336))   # Llama-3.1-8B
-    # 1B / 1.5B prompts run in 512-token chunks, not 64 (issue 18: the native GgufMatMul's taller
+    # 1B / 1.5B prompts run in 512-token chunks, not 64 (the native GgufMatMul's taller
     # row tiles apply; same logits bits, test_native_attention_model.py)
     for runner in (smol, qwen05, qwen, llama):
         assert runner.chunk_len(runner.new_cache(), 512) == runner_mod.PREFILL_CHUNK == 512

@@ -1,4 +1,4 @@
-"""ONNX Runtime intra-op spinning on CPU (issue 18): the policy engine/runtime/spin.py chooses, the
+"""ONNX Runtime intra-op spinning on CPU: the policy engine/runtime/spin.py chooses, the
 AMBER_ORT_SPIN override, and that the sessions Amber makes carry it (read back from ORT itself).
 
 No speed or CPU figures here: the tests read the options back through

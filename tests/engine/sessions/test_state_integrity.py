@@ -1,4 +1,4 @@
-"""Issue 12, the state folder: hostile or damaged manifests, odd files among the blocks, two
+"""The state folder: hostile or damaged manifests, odd files among the blocks, two
 processes on one folder, a full disk, and the privacy traces of temporary chats and cache salts.
 Each test reproduces a case that lost a conversation, hung, or touched a file outside the state
 folder before; the cross-process ones use real subprocesses.

@@ -1,4 +1,4 @@
-"""Issue 15: named chat templates (`default` + `tool_use`) and messages whose content is None.
+"""Named chat templates (`default` + `tool_use`) and messages whose content is None.
 
 Hermes-2-Pro-style models ship two templates, as a list of {name, template} in
 tokenizer_config.json (or, written by transformers 5, as `additional_chat_templates/tool_use.jinja`

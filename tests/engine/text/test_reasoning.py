@@ -1,4 +1,4 @@
-"""Issue 15: reasoning replies (`<think>…</think>`) split at the engine/app boundary, and kept out
+"""Reasoning replies (`<think>…</think>`) split at the engine/app boundary, and kept out
 of the history sent back when the model's template says so (Qwen3, DeepSeek-R1 distills)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The narrowed top-k threshold (issue 18) equals the full partition's on every kind of logits, and
+"""The narrowed top-k threshold equals the full partition's on every kind of logits, and
 the sampler's draws with top-k over a big vocabulary follow the reference warper chain."""
 from __future__ import annotations
 
