@@ -1,4 +1,4 @@
-"""`python -m bench.experiments.matmul_forms ...`: the by-hand experiments behind docs/BENCHMARKS.md "Decode and
+"""`python -m bench.experiments.matmul_forms ...`: the by-hand experiments behind docs/benchmarks/decode.md "Decode and
 prefill profile". Not part of `make bench`; they write model folders where they are told.
 
 * `matmul K N M[,M..]`: one `MatMulNBits` (4/8-bit, accuracy level 0/4, integer or float zero points),

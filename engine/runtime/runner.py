@@ -30,7 +30,7 @@ ATTENTION_SCRATCH_BYTES = 24 << 20
 # 14336, the 8B class). It was 40 MiB, which cut 1B / 1.5B prompts to 64-token chunks: the native
 # GgufMatMul then ran 64-row calls, and a 2048-token prefill took 1.14x (1B) / 1.17x (1.5B) the CPU
 # time of 512-token chunks, with the same logits bits, and no lower peak RSS (the weights' mapped
-# pages, not the activations, make the prefill's peak there; docs/BENCHMARKS.md "Prefill at 1B/1.5B").
+# pages, not the activations, make the prefill's peak there; docs/benchmarks/prefill.md "Prefill at 1B/1.5B").
 ACTIVATION_SCRATCH_BYTES = 224 << 20
 ACTIVATION_VECTORS = 12
 MIN_CHUNK = 64
@@ -194,7 +194,7 @@ class Runner:
 
     def _bind_decode_inputs(self, cache: KVCache, binding: Any, token: int) -> None:
         """A one-token step's inputs, without new arrays: ~80 µs of Python a step at 135M went into
-        building three small arrays and binding copies of them (docs/BENCHMARKS.md)."""
+        building three small arrays and binding copies of them (docs/benchmarks/decode.md)."""
         st = cache.step_inputs
         if st is None:
             st = cache.step_inputs = _DecodeInputs()

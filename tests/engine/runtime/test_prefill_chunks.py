@@ -1,9 +1,10 @@
 """Prefill chunks sized by a model's shape and the embedding pages dropped while a chunk runs
 (the peak RSS of a generating process).
 
-No RSS thresholds here (those are bench figures, docs/BENCHMARKS.md "rss"): the tests check the
-chunk lengths chosen for real model shapes, that the logits do not depend on the chunking, and
-that the mapped weight pages leave while the dropper runs, by the kernel's own page counts."""
+No RSS thresholds here (those are bench figures, docs/benchmarks/memory.md "Peak RSS while
+generating"): the tests check the chunk lengths chosen for real model shapes, that the logits do
+not depend on the chunking, and that the mapped weight pages leave while the dropper runs, by the
+kernel's own page counts."""
 from __future__ import annotations
 
 import dataclasses
