@@ -62,7 +62,7 @@ bench: $(STAMP) default-model
 # model, to the Fuzzing section of docs/BENCHMARKS.md. Fails if any target failed.
 .PHONY: fuzz
 fuzz: $(STAMP)
-	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.fuzz_report --seconds 180
+	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.suites.fuzz_report --seconds 180
 
 # llama-cpp-python (built from source, ~15 min) and onnxruntime-genai for the comparison bench,
 # in a side venv (genai would replace Amber's onnxruntime-gpu). Optional: without it the
@@ -70,18 +70,18 @@ fuzz: $(STAMP)
 bench-deps: $(STAMP) default-model
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench deps
 
-# Amber vs llama.cpp at real sizes (issue 18): the 135M model and random-weight 0.5B / 1B / 1.5B shapes
+# Amber vs llama.cpp at real sizes: the 135M model and random-weight 0.5B / 1B / 1.5B shapes
 # quantized by llama.cpp (GGUFs kept under the dev home's bench-models/, several GB); about an hour
-# on 2 cores. Writes the "Performance at real sizes (issue 18)" section of docs/BENCHMARKS.md.
+# on 2 cores. Writes the "Performance at real sizes" section of docs/BENCHMARKS.md.
 .PHONY: bench-sizes
 bench-sizes: bench-deps
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench compare --shapes 135m,0.5b,1b,1.5b
 
-# The float16 GPU variant on a real CUDA device vs the CPU (issue 16): one table, appended to
+# The float16 GPU variant on a real CUDA device vs the CPU: one table, appended to
 # docs/BENCHMARKS.md; without CUDA it prints a skip line and exits 0.
 .PHONY: gpu-check
 gpu-check: $(STAMP) default-model
-	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.gpu_check
+	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.suites.gpu_check
 
 # The remote engine against llama.cpp's real server (llama_cpp.server from the side venv above).
 .PHONY: test-remote
@@ -103,7 +103,7 @@ package-test: package
 # Every platform README.md names installs the pinned set from wheels (pip download per target),
 # and Amber's graphs compute the same logits on the Intel-Mac onnxruntime (a throwaway venv in
 # build/ort-compat) as on this one. Needs the network; `make test` runs all but the default model
-# (tests/engine/test_ort_compat_release.py).
+# (tests/engine/runtime/test_ort_compat_release.py).
 .PHONY: check-platforms
 check-platforms: $(STAMP) default-model
 	$(BIN)/python packaging/check_platforms.py

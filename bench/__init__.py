@@ -1,5 +1,7 @@
 """Amber's benchmarks: `python -m bench [engine|compare|sessions|store|gui ...] [--quick]`.
 
-Each bench module has `run() -> dict` (figures, printed as it goes); the ones written here also
-have `section(results)` for their part of docs/BENCHMARKS.md.
+bench/suites/: the benches `make bench` and `python -m bench NAME` run; each module has
+`run() -> dict` (figures, printed as it goes) and `section(results)` for its part of
+docs/BENCHMARKS.md. bench/harness/: what they share (workers, machine facts, tables, the section
+writer). bench/experiments/: by-hand measurements that docs/benchmarks/*.md cite.
 """

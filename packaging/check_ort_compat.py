@@ -19,7 +19,8 @@ ulps between releases, and a ulp that moves a value across an int8 rounding boun
 product by a whole quantization step, which the next layers carry on. Such a graph is held to its
 float32 twin (the same GGUF converted at accuracy level 0) instead: as close to it on this release as
 on the reference one (compare_accuracy). Exit 1 on any mismatch or load failure. `make
-check-platforms` runs it; `make test` runs it without the default model (tests/engine/test_ort_compat_release.py).
+check-platforms` runs it; `make test` runs it without the default model
+(tests/engine/runtime/test_ort_compat_release.py).
 
     python packaging/check_ort_compat.py [--ort 1.23.2] [--venv DIR] [--model DIR]... [--no-default]
                                          [--install-only]

@@ -1,7 +1,7 @@
-"""bench.common.write_section rewrites one marked section of a real file and keeps the rest."""
+"""bench.harness.common.write_section rewrites one marked section of a real file and keeps the rest."""
 from __future__ import annotations
 
-from bench.common import Section, write_section
+from bench.harness.common import Section, write_section
 
 
 def test_a_rewrite_keeps_other_sections_and_the_hand_written_text_after_them(tmp_path):

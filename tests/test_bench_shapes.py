@@ -1,4 +1,4 @@
-"""The issue-18 bench's own logic: llama.cpp build flags from CPU features, and the weight bytes
+"""The real-size comparison bench's own logic: llama.cpp build flags from CPU features, and the weight bytes
 a decode step reads (ONNX and GGUF), on real small files."""
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from bench import bench_shapes, llama_build, shapes_spec
-from bench.bench_shapes_doc import render
+from bench.suites import shapes as bench_shapes
+from bench.harness import llama_build
+from bench.harness import shapes_spec
+from bench.suites.shapes_doc import render
 
 ZEN5 = ("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx f16c fma bmi1 avx2 bmi2 avx512f avx512dq "
         "avx512cd avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16 avx_vnni\n")

@@ -1,4 +1,4 @@
-"""bench.profile_step's per-node view (issue 18): medians per node over the profiled decode steps
+"""bench.experiments.profile_step's per-node view: medians per node over the profiled decode steps
 and the MatMulNBits table by form, on a real converted model and ONNX Runtime's own profiler."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import profile_step
+from bench.experiments import profile_step
 
 
 def test_node_medians_drop_a_preempted_run() -> None:

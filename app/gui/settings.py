@@ -27,7 +27,7 @@ MODEL_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", 
 @dataclass
 class Sampling:
     # The numbers sent when the user sets their own: the default model's generation_config.json,
-    # chosen by measurement over everyday prompts (bench/bench_defaults.py, docs/BENCHMARKS.md
+    # chosen by measurement over everyday prompts (bench/suites/defaults.py, docs/BENCHMARKS.md
     # "Sampling defaults for the default model").
     temperature: float = 0.7
     top_p: float = 0.95

@@ -35,8 +35,8 @@ __all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_PO
 # MatMulNBits accuracy levels. EXACT computes in float32: the model equals the dequantized GGUF
 # to float rounding (the tests check this). FAST lets ONNX Runtime quantize activations to int8
 # per block of 32, the numerics llama.cpp uses for its quantized dot products: ~2x faster
-# decoding, mean KL 0.005 from EXACT on the default model (0.0049 with issue 15's forms, 0.0051
-# before: bench.bench_convert.kl_worker). Amber's own imports use FAST.
+# decoding, mean KL 0.005 from EXACT on the default model (0.0049 with the compact weight forms,
+# 0.0051 before them: bench.suites.convert.kl_worker). Amber's own imports use FAST.
 EXACT, FAST = 0, 4
 
 ProgressFn = Callable[[int, int, str], None]   # (done, total, what)

@@ -1,7 +1,7 @@
 """Before a download: the disk space it needs, and whether the model fits this machine's memory.
 
 Estimates, not promises. The factors are the converter's measured output/GGUF size ratios
-(issue 15: Q4_K_M 1.4x, Q4_0 1.14x, Q8_0 1.09x; F16 stays float16); a model runs from its ONNX
+(Q4_K_M 1.4x, Q4_0 1.14x, Q8_0 1.09x; F16 stays float16); a model runs from its ONNX
 weights plus the KV cache and ONNX Runtime's own buffers, for which a flat allowance is added.
 """
 from __future__ import annotations

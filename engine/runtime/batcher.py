@@ -1,7 +1,7 @@
 """Batched decoding: sessions decoding at the same moment run their one-token steps as ONE
 ONNX Runtime call over a batch (GroupQueryAttention takes per-sequence lengths), instead of taking
 turns on the CPU's cores. A step reads every weight whatever the batch, so 4 rows cost far less
-than 4 steps (about 1.6-1.8x one row's for the default model here: docs/BENCHMARKS.md).
+than 4 steps (about 1.6-1.8x one row's for the default model here: docs/benchmarks/concurrency.md).
 
 The rendezvous is leader/follower: a thread whose session wants a step queues it; once every
 session in its decode loop has queued one (or after `GATHER_WAIT_S`, or `GATHER_FRACTION` of the

@@ -24,7 +24,7 @@ def bind_kv_shared(binding: Any, layout: KVLayout, values: Any) -> None:
         binding.bind_ortvalue_output(ov, v)
 # A device cache whose OrtValues are separate CPU allocations, copied to and from host arrays
 # exactly as on CUDA: the device code paths (download off-thread, in-place upload, the binding
-# kept) run for real on a CPU (tests, bench/gpu_check.py).
+# kept) run for real on a CPU (tests, bench/suites/gpu_check.py).
 STAGED = "cpu-staged"
 # A write that would overwrite positions a pending snapshot still has to copy waits at most this
 # long (the writer thread copies before any file I/O); then the snapshot is dropped (its save fails

@@ -69,9 +69,9 @@ def _base_options(threads: int | None = None) -> ort.SessionOptions:
     # Fatal only: a failed CUDA load is reported through fallback_reason, a graph that cannot load or
     # run through the one-line ModelLoadError / ModelRunError (ORT's own coloured line would precede it).
     so.log_severity_level = 4
-    # No CPU arena (issue 18): it keeps every chunk a prefill ever asked for (+90 MiB after a 2048-token
+    # No CPU arena: it keeps every chunk a prefill ever asked for (+90 MiB after a 2048-token
     # prompt on the default model, rounded up to powers of two); malloc gives the large ones back.
-    # Decode allocates little per step (no more page faults a step without it; docs/BENCHMARKS.md).
+    # Decode allocates little per step (no more page faults a step without it; docs/benchmarks/memory.md).
     so.enable_cpu_mem_arena = False
     if threads:
         so.intra_op_num_threads = threads

@@ -17,12 +17,12 @@ from engine.runtime.host.residency import PageDropper, drop_mapped_pages
 # Long prompts run in chunks: bounded attention memory, cancellable between chunks. 512 prefills
 # as fast as 1024 here (2048 tokens: 453-458 vs 446-451 tok/s) with ~90 MiB less peak memory.
 PREFILL_CHUNK = 512
-# ...and shorter ones as the context grows (issue 18): ORT's CPU GroupQueryAttention holds float32
+# ...and shorter ones as the context grows: ORT's CPU GroupQueryAttention holds float32
 # scores for every head x chunk position x cache position (about twice over), 75 MiB for a 512-token
 # chunk against 2048 positions on the default model, the largest transient of a long prefill.
 # Chunks are cut so that those scores stay near this; shorter chunks measured no slower.
 ATTENTION_SCRATCH_BYTES = 24 << 20
-# ...and by the activations every chunk token holds while it runs (issue 18): at the step's peak
+# ...and by the activations every chunk token holds while it runs: at the step's peak
 # about 11 float32 vectors of the MLP's width per token (measured: 186 MiB that go again at the end
 # of a 512-token chunk at the Qwen2.5-1.5B shape, 8960 wide; 36 MiB at 135M, 1536 wide),
 # plus the logits of every position where a graph returns them all. 224 MiB keeps 512-token chunks
@@ -30,7 +30,7 @@ ATTENTION_SCRATCH_BYTES = 24 << 20
 # 14336, the 8B class). It was 40 MiB, which cut 1B / 1.5B prompts to 64-token chunks: the native
 # GgufMatMul then ran 64-row calls, and a 2048-token prefill took 1.14x (1B) / 1.17x (1.5B) the CPU
 # time of 512-token chunks, with the same logits bits, and no lower peak RSS (the weights' mapped
-# pages, not the activations, make the prefill's peak there; docs/BENCHMARKS.md "Prefill at 1B/1.5B").
+# pages, not the activations, make the prefill's peak there; docs/benchmarks/prefill.md "Prefill at 1B/1.5B").
 ACTIVATION_SCRATCH_BYTES = 224 << 20
 ACTIVATION_VECTORS = 12
 MIN_CHUNK = 64
@@ -40,7 +40,7 @@ _ORT_FAILURES = ort_failures()
 
 
 class _DecodeInputs:
-    """A cache's one-token step inputs, bound by address (issue 18, task bwshare): the token and its
+    """A cache's one-token step inputs, bound by address: the token and its
     position are written into the same int64 cells each step and stay bound while the binding is the
     same; the attention mask is a view of one buffer of ones, rebound each step at its new length."""
 
@@ -194,7 +194,7 @@ class Runner:
 
     def _bind_decode_inputs(self, cache: KVCache, binding: Any, token: int) -> None:
         """A one-token step's inputs, without new arrays: ~80 µs of Python a step at 135M went into
-        building three small arrays and binding copies of them (docs/BENCHMARKS.md, task bwshare)."""
+        building three small arrays and binding copies of them (docs/benchmarks/decode.md)."""
         st = cache.step_inputs
         if st is None:
             st = cache.step_inputs = _DecodeInputs()
@@ -232,7 +232,7 @@ class Runner:
         if len(ids) == 1 and self.batcher is not None and self.batcher.is_decoding(cache):
             return self.batcher.step(cache, int(ids[0]))
         step = self._step_shared if self.model.kv.shared_buffer else self._step_plain
-        # The whole prompt's room at once (issue 18): growing chunk by chunk doubles the buffer
+        # The whole prompt's room at once: growing chunk by chunk doubles the buffer
         # while the old one is still held (a 2048-token prompt peaked at 1.5x its KV).
         cache.reserve(len(cache) + len(ids))
         if len(ids) == 1:       # a decode step: one run, no mapped pages to drop
@@ -244,7 +244,7 @@ class Runner:
                 return None
             # A prompt: the embedding rows a chunk reads (with the kernel's fault-around, ~0.5 MiB a
             # token at the 1.5B shape) are needed only by its first node; they are dropped while the
-            # rest of the chunk runs and again after it (issue 18).
+            # rest of the chunk runs and again after it.
             with PageDropper(self._weights_dir):
                 logits = step(cache, ids[start:start + chunk])
             drop_mapped_pages(self._weights_dir)

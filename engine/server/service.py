@@ -101,7 +101,7 @@ class Service:
         self.state_dir = Path(state_dir)
         self.config = config
         self.keys = keys
-        # Generations on threads of their own when the engine batches their decode steps (issue 18).
+        # Generations on threads of their own when the engine batches their decode steps.
         self.scheduler = Scheduler(config.max_active, config.max_queued,
                                    parallel=engine.capabilities.batches_decode)
         self.created = int(time.time())

@@ -2,7 +2,7 @@
 
 Profiles (pick one with HYPOTHESIS_PROFILE):
   "default"  (`make test`): a few dozen examples per target, derandomized, so CI is reproducible;
-  "campaign" (`make fuzz`): many random examples per round; `bench/fuzz_report.py` runs rounds
+  "campaign" (`make fuzz`): many random examples per round; `bench/suites/fuzz_report.py` runs rounds
              with fresh seeds for a bounded time and writes the counts to docs/BENCHMARKS.md.
 AMBER_FUZZ_EXAMPLES overrides max_examples (both profiles).
 

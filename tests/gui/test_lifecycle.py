@@ -340,7 +340,7 @@ def test_second_launch_exits_and_first_comes_forward(tmp_path):
 
 
 def test_window_becomes_visible_and_reports_when(tmp_path):
-    """A real start-up shows the window and reports when; how fast is measured in bench/bench_gui.py
+    """A real start-up shows the window and reports when; how fast is measured in bench/suites/gui.py
     (`window_visible_ms`), not asserted here: a timing bound fails on a loaded machine."""
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", AMBER_STARTUP_PROBE="1",
                PYTHONPATH=str(ROOT))

@@ -155,7 +155,7 @@ def test_screenshot_deleted_with_undo(make_window, engine, qtbot, shots):
     w.undo_delete()
 
 
-# --- issue 13: the new states ----------------------------------------------------------------
+# --- the daily-use states: ------------------------------------------------------------------
 LONG_LINE_REPLY = ("A long line keeps its shape and scrolls sideways:\n\n```python\n"
                    "result = compute(" + ", ".join(f"argument_{i}={i}" for i in range(40)) + ")\n"
                    "print(result)\n```\n\nThe Copy link stays in view.")

@@ -1,9 +1,9 @@
-"""Issue 15: a reasoning model's `<think>…</think>` in the chat view (fake engine, offscreen).
+"""A reasoning model's `<think>…</think>` in the chat view (fake engine, offscreen).
 
 The thinking streams under a “Thinking…” line, then collapses under “Thought for N s”; the body
 shows only the answer; a click expands the reasoning. The history sent back is the reply as the
 model wrote it, and the model's chat template decides what of it the prompt shows
-(tests/engine/test_reasoning.py).
+(tests/engine/text/test_reasoning.py).
 """
 from __future__ import annotations
 

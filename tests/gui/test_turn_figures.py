@@ -1,4 +1,4 @@
-"""Figures that belong to the chat on screen (issue 13): prefill progress in the reply bubble,
+"""Figures that belong to the chat on screen: prefill progress in the reply bubble,
 live figures while streaming, nothing of another chat after a switch, the model that wrote
 each reply (kept across a model switch and a restart), and the overflow policies."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The view in daily use (issue 13): delete and undo, neighbours, titles of copies and
+"""The view in daily use: delete and undo, neighbours, titles of copies and
 branches, the temporary chat's empty state, queued sends, themes, remembered folders."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The view at small sizes and from the keyboard (issue 13): 640×480, the collapsible sidebar,
+"""The view at small sizes and from the keyboard: 640×480, the collapsible sidebar,
 Tab order and a visible focus, Enter/Space, code blocks that scroll with Copy in view, the
 theme setting, remembered folders, search that keeps the view and opens at the match, and
 imports (progress that moves, Cancel that sticks, a new model replacing a missing default)."""

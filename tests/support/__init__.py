@@ -1,7 +1,7 @@
 """Test support shared by the suites, imported as `tests.support.<module>` (pytest puts the
 checkout's root on sys.path: `pythonpath` in pyproject.toml), never through `sys.path.insert`:
 
-- `fake_engine`: a scripted `ChatEngine` for the GUI tests and bench_gui;
+- `fake_engine`: a scripted `ChatEngine` for the GUI tests and bench.suites.gui;
 - `gui`: drivers for a real window (type and send, wait until idle, open a chat);
 - `tiny_gguf`: tiny random-weight GGUF models (llama/qwen2) with a NumPy reference forward;
 - `plain_onnx`: a plain-attention ONNX graph from a tiny model;

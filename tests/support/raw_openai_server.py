@@ -2,7 +2,7 @@
 
 Each test sets `server.behaviour` to one of the modes below and reads `server.requests` (the JSON
 bodies and headers the client really sent). Not an OpenAI implementation: Amber's own server is
-what the engine is tested against for real replies (tests/engine/test_remote_amber.py).
+what the engine is tested against for real replies (tests/server/test_remote_engine.py).
 """
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ class MessageItem:
 
 
 def answer_text(role: str, content: str) -> str:
-    """What the message body shows: a reply's answer without its `<think>` reasoning (issue 15)."""
+    """What the message body shows: a reply's answer without its `<think>` reasoning."""
     return split_reasoning(content).content if role == "assistant" else content
 
 

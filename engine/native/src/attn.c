@@ -165,7 +165,7 @@ void attn_kv_task(const attn_args *a, int64_t t) {
 int64_t attn_q_block(const attn_args *a) {
     /* at most MAX_ROWS query vectors a task, the new positions split evenly among the tasks: no
      * short last task, so every row of a chunk takes the block kernel's path (its bits do not
-     * depend on which rows share its task), whatever the chunk's length (issue 18) */
+     * depend on which rows share its task), whatever the chunk's length */
     int64_t g = a->hq / a->hkv, rows = MAX_ROWS / g;
     rows = rows < 1 ? 1 : rows;
     int64_t tasks = (a->s + rows - 1) / rows;
@@ -186,7 +186,7 @@ int attn_task(const attn_args *a, int64_t t) {
     /* scratch: queries and accumulators [nr][d], max and sum [nr], keys and values [KB][d], scores */
     size_t floats = (size_t)(2 * nr * d + 2 * nr + 2 * KB * d + 4 * KB + (nr >= 8 ? d * KB_T : 0));
     /* a decode task's scratch (35 KiB at d 64 with 3 query rows) on the stack: no malloc/free for
-     * each of a 135M step's ~90 tasks (issue 18, task bwshare) */
+     * each of a 135M step's ~90 tasks */
     _Alignas(64) float stack_buf[ATTN_STACK_FLOATS];
     float *heap = floats > ATTN_STACK_FLOATS ? malloc(floats * sizeof(float)) : NULL;
     float *buf = floats > ATTN_STACK_FLOATS ? heap : stack_buf;

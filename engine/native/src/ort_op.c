@@ -74,8 +74,8 @@ static void shape_free(shape_t *s) {
 }
 
 /* Per-call scratch of a decode step (the quantized X row, SwiGLU's gate|up outputs) lives on the
- * stack up to this size, so a step's ~120 nodes make no malloc/free pairs of their own (issue 18,
- * task bwshare; no step-time change measurable on a shared 2-core VM: docs/BENCHMARKS.md). 72 KiB
+ * stack up to this size, so a step's ~120 nodes make no malloc/free pairs of their own (no
+ * step-time change measurable on a shared 2-core VM: docs/benchmarks/decode.md). 72 KiB
  * covers m = 1 up to F = 8960 (the 1.5B shape's 2F floats + its quantized row). */
 #define STACK_SCRATCH_BYTES (72 << 10)
 
@@ -198,8 +198,8 @@ static void gemm_tile(void *user, size_t t) {
 /* A thread's own scratch for SwiGLU tiles, kept for the thread's life (freed at its exit) and grown
  * as needed: at most 256 x 128 floats (128 KiB). A prompt's m x 2F buffer per call instead (32 MiB
  * for 512 rows at F = 8192) came from a fresh mmap every call, above glibc's mmap threshold, so
- * each call faulted its pages in again: ~0.5 M page faults in a 2048-token prefill at the 1B shape
- * (issue 18). The first 64 bytes hold the capacity in floats. */
+ * each call faulted its pages in again: ~0.5 M page faults in a 2048-token prefill at the 1B shape.
+ * The first 64 bytes hold the capacity in floats. */
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 static int scratch_ok;

@@ -3,7 +3,7 @@
 ORT allocates its prepacked weights (~156 MiB for the default model) with malloc, which on most
 distributions (THP mode `madvise`) leaves them on 4 KiB pages, so every decode step streams
 through ~40,000 TLB entries. glibc's `glibc.malloc.hugetlb=1` tunable (glibc 2.35+) makes malloc
-ask for huge pages on its large mappings: decode measured 3–5 % faster (docs/BENCHMARKS.md); it comes
+ask for huge pages on its large mappings: decode measured 3–5 % faster (docs/benchmarks/decode.md); it comes
 with a fixed mmap threshold (MMAP_THRESHOLD below).
 glibc reads tunables only when a process starts, so an entry point re-executes itself once with
 it set, then takes the variables out of its own environment again: the tunable stays with this
@@ -28,7 +28,7 @@ from engine import config
 HUGETLB = "glibc.malloc.hugetlb=1"
 # With huge pages, a heap that glibc's moving mmap threshold (raised up to 32 MiB as large blocks
 # are freed) fills with a prefill's 1-2 MiB blocks is held in 2 MiB pages: the default model peaked
-# 43 MiB higher (docs/BENCHMARKS.md). A fixed 1 MiB threshold maps those blocks and gives
+# 43 MiB higher (docs/benchmarks/decode.md). A fixed 1 MiB threshold maps those blocks and gives
 # them back; a decode step's blocks are smaller and stay on the heap (no more page faults a step).
 MMAP_THRESHOLD = "glibc.malloc.mmap_threshold=1048576"
 TUNABLE = f"{HUGETLB}:{MMAP_THRESHOLD}"

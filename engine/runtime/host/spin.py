@@ -6,7 +6,7 @@ thread burns CPU time that other programs want (a desktop app shares the machine
 and an IDE), and on an oversubscribed machine the spinner and the thread it waits for take turns
 on the same cores. These are session options, fixed when the model is loaded (ORT 1.31 has no run
 option for them). Figures: docs/BENCHMARKS.md "ONNX Runtime thread spinning under competing load"
-(bench/bench_spin.py); the choice: docs/DESIGN.md "Thread spinning".
+(bench/suites/spin.py); the choice: docs/DESIGN.md "Thread spinning".
 
 `auto` (the default): spin for at most SPIN_US microseconds before blocking — long enough to bridge
 the gaps between the parallel sections of one run, short enough that the threads block between

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench import bench_batch, common
+from bench.suites import batch as bench_batch
+from bench.harness import common
 
 
 @pytest.fixture

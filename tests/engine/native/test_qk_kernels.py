@@ -108,8 +108,8 @@ def real_blocks(tmp_path_factory):
     qwen2 model of the bench's `tiny` shape; empty where llama.cpp's binding is not installed."""
     from gguf import GGUFReader
 
-    from bench.bench_convert import SHAPES, write_gguf
-    from bench.common import python_with
+    from bench.suites.convert import SHAPES, write_gguf
+    from bench.harness.common import python_with
 
     python = python_with("llama_cpp")
     if python is None:
