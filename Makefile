@@ -117,7 +117,7 @@ install-ort-compat: $(STAMP)
 	$(BIN)/python packaging/check_ort_compat.py --install-only
 
 # Hugging Face transformers 4.57.6 and 5.25.0 (with jinja2, no torch), each in a venv of its own
-# (build/transformers-4.57/venv, build/transformers-5/venv), for tests/engine/test_template_sweep.py:
+# (build/transformers-4.57/venv, build/transformers-5/venv), for tests/engine/text/test_template_sweep.py:
 # Amber's chat-template rendering against transformers' own. Needs PyPI once; a no-op after.
 .PHONY: install-hf-templates
 install-hf-templates: $(STAMP)

@@ -1,7 +1,7 @@
 """Hugging Face transformers' own chat-template renderer, in side venvs, for Amber's template sweep.
 
 Amber renders chat templates itself (engine/text/chat_template.py) and must produce exactly what
-`tokenizer.apply_chat_template(..., tokenize=False)` produces. tests/engine/test_template_sweep.py
+`tokenizer.apply_chat_template(..., tokenize=False)` produces. tests/engine/text/test_template_sweep.py
 checks that over real templates and message sets against two transformers releases: the last 4.x
 and the newest 5.x. transformers is not one of Amber's dependencies, so each release lives in a venv
 of its own under build/ (never the project's venv; no torch: the renderer needs only transformers,

@@ -19,7 +19,7 @@ dropped (an assistant turn holding only tool calls has no `content`), and reason
 Nothing else is rewritten: an assistant turn's `<think>…</think>` goes to the template as written,
 and the template decides what of it to show. transformers 4.57 passes messages untouched, so the
 two releases agree exactly when the caller already sends the normalized form; `normalized_messages`
-is that form (tests/engine/test_template_sweep.py renders both releases over real templates).
+is that form (tests/engine/text/test_template_sweep.py renders both releases over real templates).
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import pytest
 from engine.text.chat_template import ChatTemplate, ChatTemplateError, normalized_messages
 from tests.support.template_cases import MESSAGE_SETS, build_cases, template_sources
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("hf_templates", REPO / "packaging" / "hf_templates.py")
 assert _spec is not None and _spec.loader is not None
 hf = importlib.util.module_from_spec(_spec)

@@ -11,7 +11,7 @@ from engine import config
 from engine.base import paths
 from engine.native import mode
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_a_variable_set_after_import_is_seen_by_the_next_read(monkeypatch, tmp_path):
