@@ -30,6 +30,14 @@ native: $(STAMP)
 sysdeps:
 	bash packaging/linux/install-sysdeps.sh
 
+# The arm64 kernels are tested under qemu-aarch64 from x86-64 Linux (cross compiler + qemu-user,
+# installed here as root on Debian/Ubuntu); there `make test` requires them (never skips).
+HOST_ARCH := $(shell uname -s)-$(shell uname -m)
+ARM64_TESTS := $(if $(filter Linux-x86_64,$(HOST_ARCH)),required,)
+.PHONY: sysdeps-arm64
+sysdeps-arm64:
+	bash packaging/linux/install-sysdeps.sh arm64
+
 # Runs the app on the default model (prepared once in the user data directory).
 run: $(STAMP) native
 	$(BIN)/amber-engine fetch-default
@@ -46,8 +54,9 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # AMBER_ORT_COMPAT=required: the cross-release test fails (never skips) without its venv.
-test: $(STAMP) native default-model lint install-ort-compat
-	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) AMBER_ORT_COMPAT=required $(BIN)/python -m pytest -q
+test: $(STAMP) native default-model lint install-ort-compat sysdeps-arm64
+	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) AMBER_ORT_COMPAT=required \
+	  AMBER_ARM64_TESTS=$(ARM64_TESTS) $(BIN)/python -m pytest -q
 
 # Tests that do not need the real default model.
 test-fast: $(STAMP)
