@@ -15,6 +15,8 @@ AMBER_ARM64_TESTS=required (`make test`) they fail instead.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +113,27 @@ def assert_same_activations(qtype: int, k: int, got: np.ndarray, want: np.ndarra
     both_nan = np.isnan(gf) & np.isnan(wf) & _float_words(qtype, k)[None, :]
     bad = np.argwhere(~(same | both_nan))
     assert bad.size == 0, f"{where}: {len(bad)} words differ, first at (row, word) {tuple(bad[0])}"
+
+
+def test_build_cross_compiles_an_arm64_library_and_keeps_other_targets(harness, tmp_path):
+    """`python -m engine.native.build --target aarch64-linux`: an AArch64 ELF exporting the API;
+    a rebuild removes its own stale libraries, never this machine's."""
+    stale_arm = tmp_path / f"{native_build.LIB_STEM}-0123456789abcdef-aarch64-linux.so"
+    native_lib = tmp_path / f"{native_build.LIB_STEM}-0123456789abcdef.so"
+    stale_arm.write_bytes(b"old")
+    native_lib.write_bytes(b"this machine's")
+    lib = native_build.build(tmp_path, target="aarch64-linux")
+    assert lib is not None and lib.name == native_build.library_name(target="aarch64-linux")
+    head = lib.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") == 183   # EM_AARCH64
+    assert not stale_arm.exists() and native_lib.read_bytes() == b"this machine's"
+    nm = shutil.which("aarch64-linux-gnu-nm")
+    if nm is not None:
+        syms = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True,
+                              check=True).stdout.split()
+        for name in ("amber_gemm_rows", "amber_quantize_act", "amber_set_isa", "amber_silu_mul",
+                     "RegisterCustomOps"):
+            assert name in syms
 
 
 def test_each_cpu_model_gets_its_widest_isa_and_only_what_it_has(harness):

@@ -161,7 +161,7 @@ static q32_tile_fn pick_tile(void) {
 #endif
 #if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
     switch (amber_current_isa()) {
-    case ISA_I8MM:
+    case ISA_I8MM: return q32_tile_i8mm;
     case ISA_DOTPROD: return q32_tile_dotprod;
     case ISA_NEON: return q32_tile_neon;
     default: break;

@@ -1,5 +1,5 @@
-/* The q32 family's arm64 paths: q32_arm_body.h compiled for plain NEON (every arm64 CPU) and for
- * FEAT_DotProd (SDOT). Target attributes, not -march flags: dispatch.c only calls a path this
+/* The q32 family's arm64 paths: q32_arm_body.h compiled for plain NEON (every arm64 CPU), for
+ * FEAT_DotProd (SDOT) and for FEAT_I8MM (SMMLA for pairs of activation rows, SDOT for a last one). Target attributes, not -march flags: dispatch.c only calls a path this
  * CPU has. Empty on other architectures. */
 #include <stdint.h>
 
@@ -30,5 +30,12 @@ static inline int32x4_t dot2_neon(int32x4_t acc, int8x16_t wlo, int8x16_t alo, i
 #define Q32A_FN(name) name##_dotprod
 #define Q32A_TARGET AMBER_TARGET_DOTPROD
 #define Q32A_DOT2(acc, wlo, alo, whi, ahi) vdotq_s32(vdotq_s32(acc, wlo, alo), whi, ahi)
+#include "q32_arm_body.h"
+#undef Q32A_FN
+#undef Q32A_TARGET
+
+#define Q32A_FN(name) name##_i8mm
+#define Q32A_TARGET AMBER_TARGET_I8MM
+#define Q32A_MMLA 1
 #include "q32_arm_body.h"
 #endif
