@@ -10,6 +10,11 @@ then uses ONNX Runtime's own ops); a compile error prints the compiler's message
 into _build/aarch64-linux/libamber_kernels-<hash>-aarch64-linux.so (a folder of its own: a
 bundle ships the one library of _build): the arm64 kernels pick NEON, dotprod or i8mm
 at run time the same way (tests run them under qemu-aarch64).
+
+`--target windows-x86_64` cross-compiles for 64-bit Windows with MinGW-w64's gcc
+(x86_64-w64-mingw32-gcc) into _build/windows-x86_64/libamber_kernels-<hash>-windows-x86_64.dll:
+the same x86 dispatch (__builtin_cpu_supports), exports by __declspec(dllexport) (amber_kernels.h),
+only KERNEL32 and msvcrt imported (tests run it under wine).
 """
 from __future__ import annotations
 
@@ -32,7 +37,12 @@ BUILD_FORMAT = "1"
 CFLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall")
 COMPILE_TIMEOUT_S = 600
 # Cross targets: the name `--target` takes -> the compiler that builds for it.
-CROSS_COMPILERS = {"aarch64-linux": "aarch64-linux-gnu-gcc"}
+CROSS_COMPILERS = {"aarch64-linux": "aarch64-linux-gnu-gcc", "windows-x86_64": "x86_64-w64-mingw32-gcc"}
+# Extra flags for MinGW-w64 (Windows x64): gcc there assumes a 32/64-byte aligned stack for spilled
+# AVX registers that the Windows ABI (16 bytes) does not give, so aligned vector moves to the
+# stack can fault; the assembler turns them into unaligned ones. libgcc (the CPU feature probe
+# behind __builtin_cpu_supports) goes into the DLL, so it needs no MinGW DLL next to it.
+WINDOWS_FLAGS = ("-Wa,-muse-unaligned-vector-move", "-static-libgcc")
 
 
 class BuildError(Exception):
@@ -42,7 +52,7 @@ class BuildError(Exception):
 def lib_suffix(target: str | None = None) -> str:
     """The shared-library suffix of this platform (of `target` when cross-compiling)."""
     if target is not None:
-        return ".so"   # every cross target is Linux
+        return ".dll" if _is_windows(target) else ".so"
     if sys.platform == "win32":
         return ".dll"
     if sys.platform == "darwin":
@@ -50,9 +60,15 @@ def lib_suffix(target: str | None = None) -> str:
     return ".so"
 
 
+def _is_windows(target: str | None) -> bool:
+    return target.startswith("windows-") if target is not None else sys.platform == "win32"
+
+
 def _link_flags(target: str | None = None) -> tuple[str, ...]:
     linux = target.endswith("-linux") if target is not None else sys.platform.startswith("linux")
-    return ("-lm",) if linux else ()
+    if linux:
+        return ("-lm",)
+    return WINDOWS_FLAGS if target is not None and _is_windows(target) else ()
 
 
 def sources(src_dir: Path = SRC_DIR) -> list[Path]:
@@ -118,12 +134,12 @@ def build(out_dir: Path = BUILD_DIR, *, force: bool = False, src_dir: Path = SRC
     if cc is None:
         return None
     out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{LIB_STEM}-", suffix=lib_suffix(target), dir=out_dir)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    cmd = [cc, *CFLAGS, "-o", str(tmp), *(str(p) for p in sources(src_dir) if p.suffix == ".c"),
-           *_link_flags(target)]
-    try:
+    # The compiler writes the library under its final name into a scratch folder (a DLL records
+    # its own file name, which programs linked against it look for), then it moves into place.
+    with tempfile.TemporaryDirectory(prefix=f".{LIB_STEM}-", dir=out_dir) as scratch:
+        tmp = Path(scratch) / lib.name
+        cmd = [cc, *CFLAGS, "-o", str(tmp), *(str(p) for p in sources(src_dir) if p.suffix == ".c"),
+               *_link_flags(target)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
                                   check=False)
@@ -131,12 +147,10 @@ def build(out_dir: Path = BUILD_DIR, *, force: bool = False, src_dir: Path = SRC
             raise BuildError(f"{cc}: {exc}") from exc
         if proc.returncode != 0:
             raise BuildError((proc.stderr or proc.stdout).strip() or f"{cc} exited {proc.returncode}")
-        os.chmod(tmp, 0o755)   # mkstemp makes it 0600
+        os.chmod(tmp, 0o755)
         with open(tmp, "rb+") as f:   # the library's bytes on disk before the name points at them
             os.fsync(f.fileno())
         os.replace(tmp, lib)
-    finally:
-        tmp.unlink(missing_ok=True)
     _remove_stale(out_dir, keep=lib, target=target)
     return lib
 

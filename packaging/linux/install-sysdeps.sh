@@ -2,7 +2,9 @@
 # Installs the Debian/Ubuntu system libraries Qt needs (offscreen, xcb, screenshots under Xvfb)
 # and the C compiler the native kernels are built with. `install-sysdeps.sh arm64` adds what the
 # arm64 kernel tests need (tests/engine/test_native_arm64.py): the aarch64 cross compiler with its
-# C library, and qemu-user to run what it builds.
+# C library, and qemu-user to run what it builds. `install-sysdeps.sh windows` adds what the Windows
+# kernel tests need (tests/engine/test_native_windows.py): MinGW-w64's x86-64 cross compiler and
+# wine (64-bit) to run what it builds.
 # Does nothing when they are all present, when this is not a Debian-like system, or when not root.
 set -euo pipefail
 pkgs=(libgl1 libegl1 libopengl0 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 fonts-dejavu-core
@@ -11,6 +13,8 @@ pkgs=(libgl1 libegl1 libopengl0 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 
       gcc libc6-dev)   # gcc + libc6-dev: the native kernels (python -m engine.native.build)
 if [ "${1:-}" = arm64 ]; then
   pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+elif [ "${1:-}" = windows ]; then
+  pkgs=(gcc-mingw-w64-x86-64 wine wine64)
 fi
 command -v dpkg >/dev/null 2>&1 || exit 0
 missing=()

@@ -1,4 +1,5 @@
-"""Drives tests/native_harness/harness.c, the kernels built for arm64 Linux, under qemu-aarch64.
+"""Drives tests/native_harness/harness.c, the kernels built for arm64 Linux, under qemu-aarch64
+(windows.py: built for Windows, under wine).
 
 `build_harness` cross-compiles the harness with every source of engine/native/src into one static
 executable; a `Batch` collects requests (the harness's wire format), runs them in one emulator
@@ -95,16 +96,23 @@ class Batch:
     def silu_path(self) -> int:
         return self._add(6, (), ())
 
+    def set_silu_path(self, name: str) -> int:
+        return self._add(7, (), (name.encode(),))
+
     def run(self, exe: Path, cpu: str) -> list[Reply]:
         """Runs every request in one `qemu-aarch64 -cpu <cpu>` process."""
         qemu = shutil.which("qemu-aarch64")
         if qemu is None:
             raise HarnessError("qemu-aarch64 not found")
-        proc = subprocess.run([qemu, "-cpu", cpu, "-L", str(SYSROOT), str(exe)],
-                              input=b"".join(self.parts), capture_output=True, check=False,
-                              timeout=RUN_TIMEOUT_S)
+        return self.run_argv([qemu, "-cpu", cpu, "-L", str(SYSROOT), str(exe)], where=f"on {cpu}")
+
+    def run_argv(self, argv: list[str], *, where: str, env: dict[str, str] | None = None) -> list[Reply]:
+        """Runs every request in one process started by `argv` (the harness, maybe under an
+        emulator); `where` names the run in errors."""
+        proc = subprocess.run(argv, input=b"".join(self.parts), capture_output=True, check=False,
+                              timeout=RUN_TIMEOUT_S, env=env)
         if proc.returncode != 0:
-            raise HarnessError(f"harness on {cpu} exited {proc.returncode}: "
+            raise HarnessError(f"harness {where} exited {proc.returncode}: "
                                f"{proc.stderr.decode(errors='replace').strip()}")
         return _parse(proc.stdout, len(self.parts))
 

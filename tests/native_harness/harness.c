@@ -11,13 +11,20 @@
  *   4 gemm          args: type, m, k, n0, n1, ldy; bufs: act, w, y   rc; bufs: y after the call
  *   5 silu_mul      bufs: g, u                   bufs: y
  *   6 silu_path     -                            bufs: the current path's name
- * A malformed request ends the program with exit status 2. */
+ *   7 set_silu_path bufs: name                   rc: amber_set_silu_path
+ * A malformed request ends the program with exit status 2. On Windows it is linked against the
+ * kernels DLL instead (tests run it under wine), its stdin and stdout switched to binary. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "amber_kernels.h"
+
+#ifdef _WIN32
+#include <fcntl.h>
+#include <io.h>
+#endif
 
 #define MAX_ARGS 16
 #define MAX_BUFS 8
@@ -71,6 +78,10 @@ static void need(int nargs, int want_args, int nbufs, int want_bufs) {
 }
 
 int main(void) {
+#ifdef _WIN32
+    if (_setmode(_fileno(stdin), _O_BINARY) == -1 || _setmode(_fileno(stdout), _O_BINARY) == -1)
+        die("cannot switch stdin/stdout to binary");
+#endif
     int32_t op;
     while (fread(&op, 1, 4, stdin) == 4) {
         int32_t nargs, nbufs;
@@ -140,6 +151,13 @@ int main(void) {
             break;
         }
         case 6: need(nargs, 0, nbufs, 0); reply_str(amber_silu_path()); break;
+        case 7: {
+            need(nargs, 0, nbufs, 1);
+            char *name = cstr(&b[0]);
+            reply(amber_set_silu_path(name), 0, NULL);
+            free(name);
+            break;
+        }
         default: die("unknown op");
         }
         for (int i = 0; i < nbufs; i++)
