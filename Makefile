@@ -38,6 +38,16 @@ ARM64_TESTS := $(if $(filter Linux-x86_64,$(HOST_ARCH)),required,)
 sysdeps-arm64:
 	bash packaging/linux/install-sysdeps.sh arm64
 
+# The Windows build of the kernels (MinGW-w64) is tested under wine from x86-64 Linux, also through
+# the Windows onnxruntime.dll (packaging/fetch_ort_windows.py: the release's win_amd64 wheel, into
+# build/); there `make test` requires those tests (never skips).
+WINDOWS_TESTS := $(ARM64_TESTS)
+.PHONY: sysdeps-windows ort-windows
+sysdeps-windows:
+	bash packaging/linux/install-sysdeps.sh windows
+ort-windows: $(STAMP)
+	$(BIN)/python packaging/fetch_ort_windows.py
+
 # Runs the app on the default model (prepared once in the user data directory).
 run: $(STAMP) native
 	$(BIN)/amber-engine fetch-default
@@ -54,9 +64,9 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # AMBER_ORT_COMPAT=required: the cross-release test fails (never skips) without its venv.
-test: $(STAMP) native default-model lint install-ort-compat sysdeps-arm64
+test: $(STAMP) native default-model lint install-ort-compat sysdeps-arm64 sysdeps-windows ort-windows
 	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) AMBER_ORT_COMPAT=required \
-	  AMBER_ARM64_TESTS=$(ARM64_TESTS) $(BIN)/python -m pytest -q
+	  AMBER_ARM64_TESTS=$(ARM64_TESTS) AMBER_WINDOWS_TESTS=$(WINDOWS_TESTS) $(BIN)/python -m pytest -q
 
 # Tests that do not need the real default model.
 test-fast: $(STAMP)

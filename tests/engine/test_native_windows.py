@@ -152,3 +152,49 @@ def test_silu_mul_gives_the_linux_librarys_bits_on_each_path(harness, linux):
     for path, set_i, got_i, want in runs:
         assert replies[set_i].rc == 0, path
         np.testing.assert_array_equal(replies[got_i].array(0, np.float32), want, err_msg=path)
+
+
+# ---- the Windows onnxruntime.dll (the pinned release's win_amd64 wheel) with the kernels DLL ----
+
+THREADS = 2
+
+
+@pytest.fixture(scope="module")
+def ort_session(harness, tmp_path_factory) -> Path:
+    fetch = windows.ort_fetcher()
+    if not fetch.installed():
+        unavailable(f"no Windows onnxruntime.dll in {fetch.DEST.relative_to(windows.ROOT)} "
+                    "(`make ort-windows` downloads it)")
+    try:
+        return windows.build_ort_session(tmp_path_factory.mktemp("ort-windows"), fetch.dll_path())
+    except HarnessError as exc:
+        pytest.fail(f"ort_session.exe does not build: {exc}")
+
+
+def linux_session(model: Path):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = THREADS
+    so.register_custom_ops_library(str(native_build.build()))
+    return ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("name", [*TYPES, "Q4_0+SwiGLU"])
+def test_the_op_in_windows_onnxruntime_gives_the_linux_bits(ort_session, linux, tmp_path, name):
+    """One ai.amber GgufMatMul node (and one with the SwiGLU epilogue): registered through
+    OrtApi::RegisterCustomOpsLibrary in the Windows onnxruntime.dll, the same bits as Linux ORT."""
+    from tests.support.native_op import gguf_matmul_model
+
+    qtype = TYPES[name.split("+")[0]]
+    swiglu = name.endswith("SwiGLU")
+    k, n = (512, 66) if qtype >= 12 else (96, 66)
+    rng = np.random.default_rng(qtype + 100 * swiglu)
+    w = random_rows(qtype, n, k, rng)
+    model = tmp_path / "op.onnx"
+    model.write_bytes(gguf_matmul_model(w, ggml_type=qtype, k=k, n=n, attrs={"epilogue": 1} if swiglu else None))
+    x = rng.standard_normal((2, 37, k)).astype(np.float32)
+    want = linux_session(model).run(["Y"], {"X": x})[0]
+    got = windows.run_session(ort_session, model, {"X": x}, ["Y"], THREADS)["Y"]
+    assert want.shape == (2, 37, n // 2 if swiglu else n)
+    np.testing.assert_array_equal(got, want)

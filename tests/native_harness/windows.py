@@ -7,10 +7,14 @@ with its debug output off and no GUI helpers (mono, gecko) asked for.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import struct
 import subprocess
 from pathlib import Path
+
+import numpy as np
 
 from engine.native import build as native_build
 from tests.native_harness.client import Batch, HarnessError, Reply
@@ -22,6 +26,8 @@ WINE_PREFIX = ROOT / "build" / "wine-prefix"
 HARNESS_C = HERE / "harness.c"
 ORT_SESSION_C = HERE / "ort_session.c"
 RUN_TIMEOUT_S = 900
+# ONNX element types ort_session.c passes, and their numpy types.
+ONNX_TYPES = {1: np.float32, 7: np.int64, 10: np.float16, 6: np.int32}
 
 
 def missing_tools() -> list[str]:
@@ -37,14 +43,18 @@ def wine_env() -> dict[str, str]:
     return env
 
 
-def wine(argv: list[str], *, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    """`wine argv...` in the prefix (created on first use)."""
+def _wine_bin() -> str:
     exe = shutil.which("wine")
     if exe is None:
         raise HarnessError("wine not found")
-    WINE_PREFIX.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([exe, *argv], input=stdin, capture_output=True, check=False,
-                          timeout=RUN_TIMEOUT_S, env=wine_env())
+    WINE_PREFIX.parent.mkdir(parents=True, exist_ok=True)   # wine creates the prefix itself
+    return exe
+
+
+def wine(argv: list[str], *, stdin: bytes = b"", cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    """`wine argv...` in the prefix."""
+    return subprocess.run([_wine_bin(), *argv], input=stdin, capture_output=True, check=False,
+                          timeout=RUN_TIMEOUT_S, env=wine_env(), cwd=cwd)
 
 
 def kernels_dll() -> Path:
@@ -81,8 +91,53 @@ def build_harness(out_dir: Path) -> Path:
 
 def run_batch(batch: Batch, exe: Path) -> list[Reply]:
     """Every request of `batch` in one harness.exe process under wine."""
-    wine_bin = shutil.which("wine")
-    if wine_bin is None:
-        raise HarnessError("wine not found")
-    WINE_PREFIX.parent.mkdir(parents=True, exist_ok=True)
-    return batch.run_argv([wine_bin, str(exe)], where="under wine", env=wine_env())
+    return batch.run_argv([_wine_bin(), str(exe)], where="under wine", env=wine_env())
+
+
+def ort_fetcher():
+    """packaging/fetch_ort_windows.py (where `make test` puts the Windows onnxruntime.dll)."""
+    spec = importlib.util.spec_from_file_location("fetch_ort_windows", ROOT / "packaging" / "fetch_ort_windows.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_ort_session(out_dir: Path, ort_dll: Path) -> Path:
+    """ort_session.exe with the Windows onnxruntime.dll and the kernels DLL beside it, in out_dir."""
+    shutil.copy2(ort_dll, out_dir / "onnxruntime.dll")
+    shutil.copy2(kernels_dll(), out_dir)
+    return compile_exe(ORT_SESSION_C, out_dir)
+
+
+def _name(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack("<i", len(b)) + b
+
+
+def run_session(exe: Path, model: Path, feeds: dict[str, np.ndarray], outputs: list[str],
+                threads: int) -> dict[str, np.ndarray]:
+    """The model run once by the Windows onnxruntime.dll with the kernels DLL registered, under wine."""
+    codes = {np.dtype(t): code for code, t in ONNX_TYPES.items()}
+    req = [struct.pack("<i", len(feeds))]
+    for name, value in feeds.items():
+        a = np.ascontiguousarray(value)
+        req += [_name(name), struct.pack("<ii", codes[a.dtype], a.ndim), struct.pack(f"<{a.ndim}q", *a.shape),
+                struct.pack("<q", a.nbytes), a.tobytes()]
+    req += [struct.pack("<i", len(outputs)), *(_name(n) for n in outputs)]
+    dll = next(exe.parent.glob(f"{native_build.LIB_STEM}-*.dll"))
+    proc = wine([str(exe), "onnxruntime.dll", dll.name, str(model), str(threads)], stdin=b"".join(req),
+                cwd=exe.parent)
+    if proc.returncode != 0:
+        raise HarnessError(f"ort_session.exe exited {proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")
+    out, pos, got = proc.stdout, 0, {}
+    for name in outputs:
+        code, rank = struct.unpack_from("<ii", out, pos)
+        dims = struct.unpack_from(f"<{rank}q", out, pos + 8)
+        (nbytes,) = struct.unpack_from("<q", out, pos + 8 + 8 * rank)
+        pos += 16 + 8 * rank
+        got[name] = np.frombuffer(out[pos:pos + nbytes], ONNX_TYPES[code]).reshape(dims).copy()
+        pos += nbytes
+    if pos != len(out):
+        raise HarnessError(f"ort_session.exe wrote {len(out) - pos} bytes more than its outputs")
+    return got
