@@ -10,6 +10,7 @@ AMBER_WINDOWS_TESTS=required (`make test`) they fail instead.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -84,6 +85,13 @@ def test_build_makes_a_windows_dll_that_exports_the_api_and_needs_only_system_dl
     table = info[info.index("[Ordinal/Name Pointer] Table"):]
     exported = {line.split("]")[1].strip() for line in table.splitlines()[1:] if line.strip().startswith("[")}
     assert exported == set(API)
+    # No aligned vector move to or from the stack: Windows aligns it to 16 bytes only, so one on a
+    # ymm/zmm spill would fault on some calls (build.py's WINDOWS_FLAGS).
+    code = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(dll)], capture_output=True, text=True,
+                          check=True).stdout
+    aligned = re.compile(r"\tvmov(aps|apd|dqa|dqa32|dqa64)\s.*%[yz]mm.*\(%r[sb]p\)|"
+                         r"\tvmov(aps|apd|dqa|dqa32|dqa64)\s.*\(%r[sb]p\).*%[yz]mm")
+    assert not [line for line in code.splitlines() if aligned.search(line)]
 
 
 def test_the_dll_picks_this_cpus_isa_and_allows_what_linux_allows(harness, linux):
@@ -198,3 +206,40 @@ def test_the_op_in_windows_onnxruntime_gives_the_linux_bits(ort_session, linux, 
     got = windows.run_session(ort_session, model, {"X": x}, ["Y"], THREADS)["Y"]
     assert want.shape == (2, 37, n // 2 if swiglu else n)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("wtype", ["Q4_1", "Q4_K"])
+def test_a_converted_model_gives_the_linux_logits_in_windows_onnxruntime(ort_session, linux, tmp_path, wtype):
+    """A tiny GGUF converted with kernels="native" (GgufMatMul and Amber's Attention over a float16
+    KV buffer, ORT's own norms and element-wise ops): a prompt and two decode steps give the same
+    logits and KV buffers, bit for bit, in the Windows onnxruntime.dll as in Linux ORT."""
+    import onnx
+
+    from engine.convert import FAST, convert_gguf
+    from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
+
+    cfg = variant(TinyConfig(), wtype=wtype, n_embd=256, n_head=4, head_dim=64, n_ff=512)
+    write_tiny_gguf(tmp_path / "tiny.gguf", cfg)
+    folder = convert_gguf(tmp_path / "tiny.gguf", tmp_path / "model", accuracy_level=FAST, kernels="native")
+    model = folder / "model.onnx"
+    ops = {f"{n.domain}:{n.op_type}" for n in onnx.load(str(model), load_external_data=False).graph.node}
+    assert {"ai.amber:GgufMatMul", "ai.amber:Attention"} <= ops
+    session = linux_session(model)
+    names = [o.name for o in session.get_outputs()]
+    capacity = 16
+    feeds: dict[str, np.ndarray] = {
+        i.name: np.zeros((1, i.shape[1], capacity, i.shape[3]), np.float16)
+        for i in session.get_inputs() if i.name.startswith("past_key_values.")}
+    tokens, total = [1, 5, 9, 33, 2, 7, 100], 0
+    for step in range(3):
+        feeds.update(input_ids=np.array([tokens], np.int64),
+                     position_ids=np.arange(total, total + len(tokens), dtype=np.int64)[None],
+                     attention_mask=np.ones((1, total + len(tokens)), np.int64))
+        want = dict(zip(names, session.run(names, feeds), strict=True))
+        got = windows.run_session(ort_session, model, feeds, names, THREADS)
+        for name in names:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"step {step} {name}")
+        total += len(tokens)
+        tokens = [int(want["logits"][0, -1].argmax())]
+        feeds.update({f"past_key_values.{name[len('present.'):]}": v for name, v in want.items()
+                      if name.startswith("present.")})
