@@ -69,7 +69,8 @@ def _link_flags(target: str | None = None) -> tuple[str, ...]:
     linux = target.endswith("-linux") if target is not None else sys.platform.startswith("linux")
     if linux:
         return ("-lm",)
-    return WINDOWS_FLAGS if target is not None and _is_windows(target) else ()
+    # Building on Windows itself: MinGW-w64's gcc too (build.py's flags are gcc's), the same flags.
+    return WINDOWS_FLAGS if _is_windows(target) else ()
 
 
 def sources(src_dir: Path = SRC_DIR) -> list[Path]:
