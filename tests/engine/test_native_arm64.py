@@ -26,6 +26,7 @@ from gguf.quants import GGMLQuantizationType, dequantize
 from engine.native import build as native_build
 from tests.engine.native.q32_lib import Lib, dequant_act
 from tests.native_harness.client import Batch, HarnessError, build_harness, missing_tools
+from tests.support.attn_graphs import Case, feeds, numpy_reference
 from tests.support.native_op import random_rows
 
 REQUIRED = os.environ.get("AMBER_ARM64_TESTS", "") == "required"
@@ -40,6 +41,24 @@ TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q5_
 NS = (1, 7, 33)          # one weight row, a group of 4 and a remainder, many groups
 MS = (1, 3, 8, 13)       # decode, a partial tile, a full tile (8 rows), the prefill loop
 TOLERANCE = 1e-5         # relative to |a| @ |w|, as the x86 kernel tests
+ATTN_ATOL = 5e-3         # attention output against float64 GQA, as the x86 attention tests
+ATTN_CASES = {
+    "decode": Case(totals=[1]),
+    "decode_long": Case(cap=300, totals=[257], hq=9, hkv=3, d=64),
+    "prefill_from_empty": Case(s=130, cap=160, totals=[130], hq=9, hkv=3, d=64),
+    "prefill_chunk_after_past": Case(s=37, cap=128, totals=[100]),
+    "batch4_decode_different_lengths": Case(b=4, totals=[3, 70, 1, 41], cap=80),
+    "batch2_prefill_different_pasts": Case(b=2, s=5, totals=[9, 33], cap=40),
+    "window_prefill": Case(s=40, cap=80, totals=[70], window=16),
+    "window_decode": Case(cap=80, totals=[70], window=16),
+    "softcap": Case(s=9, totals=[30], cap=40, softcap=3.0),
+    "no_rotary": Case(s=3, totals=[11], cap=16, rotary=False),
+    "partial_rotary": Case(s=3, totals=[11], cap=16, rot=16),
+    "mqa_wide_group": Case(s=20, totals=[50], cap=64, hq=8, hkv=1, d=16),
+    "odd_head_dim": Case(s=4, totals=[12], cap=16, d=24),
+    "head_dim_128": Case(s=3, totals=[70], cap=80, hq=2, hkv=1, d=128),
+    "custom_scale": Case(s=2, totals=[5], cap=8, scale=0.05),
+}
 
 
 def _unavailable(why: str) -> None:
@@ -232,3 +251,35 @@ def test_silu_mul_has_the_x86_generic_kernels_bits(harness, x86):
         replies = b.run(harness, cpu)
         assert replies[path].text() == "generic"
         np.testing.assert_array_equal(replies[got].array(0, np.float32), want, err_msg=cpu)
+
+
+@pytest.mark.parametrize("cpu", ["cortex-a53", "max"])
+def test_attention_matches_float64_gqa(harness, cpu):
+    """ai.amber.Attention's core (KV write, flash attention) on every ISA of the model against
+    GroupQueryAttention's semantics in float64; present KV to one float16 step."""
+    rng = np.random.default_rng(17)
+    b, asked = Batch(), []
+    for name, c in ATTN_CASES.items():
+        f = feeds(c, rng)
+        for isa in CPUS[cpu][1]:
+            b.set_isa(isa)
+            asked.append((name, isa, c, numpy_reference(c, f), b.attention(c, f)))
+    replies = b.run(harness, cpu)
+    worst: dict[str, float] = {}
+    outs: dict[tuple[str, str], np.ndarray] = {}
+    for name, isa, c, ref, i in asked:
+        where = f"{cpu} {isa} {name}"
+        assert replies[i].rc == 0, where
+        out = replies[i].array(0, np.float32).reshape(ref[0].shape)
+        np.testing.assert_allclose(out, ref[0], atol=ATTN_ATOL, rtol=0, err_msg=where)
+        worst[isa] = max(worst.get(isa, 0.0), float(np.abs(out - ref[0]).max()))
+        outs[(name, isa)] = out
+        for j in (1, 2):
+            kv = replies[i].array(j, np.float16).reshape(c.b, c.hkv, c.cap, c.d)
+            for seq, total in enumerate(c.totals):
+                np.testing.assert_allclose(kv[seq, :, :total].astype(np.float32), ref[j][seq, :, :total],
+                                           rtol=2 ** -10, atol=2 ** -20, err_msg=where)
+    # the NEON primitives sum in another order than the scalar ones: their own path ran
+    assert any(not np.array_equal(outs[(n, "neon")], outs[(n, "scalar")]) for n in ATTN_CASES)
+    print(f"arm64 {cpu} attention: {len(asked)} calls, max abs error per ISA "
+          + ", ".join(f"{isa} {e:.2e}" for isa, e in worst.items()))

@@ -12,6 +12,7 @@ import struct
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -96,8 +97,21 @@ class Batch:
     def silu_path(self) -> int:
         return self._add(6, (), ())
 
+    def attention(self, c: Any, f: dict[str, np.ndarray]) -> int:
+        """One ai.amber.Attention step: `c` a tests.support.attn_graphs.Case (not packed), `f` its
+        feeds (past KV as float16); past and present are separate buffers of c.cap positions."""
+        rot = (c.rot or c.d) if c.rotary else 0
+        scale = c.scale if c.scale is not None else 1.0 / np.sqrt(c.d)
+        bits = [int(np.array([v], np.float32).view(np.uint32)[0]) for v in (scale, c.softcap)]
+        empty = np.zeros(0, np.float32)
+        bufs = (f["query"], f["key"], f["value"], f.get("cos_cache", empty), f.get("sin_cache", empty),
+                f["seqlens_k"].astype(np.int32), f["past_key"].astype(np.float16),
+                f["past_value"].astype(np.float16))
+        return self._add(7, (c.b, c.s, c.hq, c.hkv, c.d, c.cap, rot, c.window, *bits),
+                         tuple(np.ascontiguousarray(x).tobytes() for x in bufs))
+
     def set_silu_path(self, name: str) -> int:
-        return self._add(7, (), (name.encode(),))
+        return self._add(8, (), (name.encode(),))
 
     def run(self, exe: Path, cpu: str) -> list[Reply]:
         """Runs every request in one `qemu-aarch64 -cpu <cpu>` process."""

@@ -11,15 +11,21 @@
  *   4 gemm          args: type, m, k, n0, n1, ldy; bufs: act, w, y   rc; bufs: y after the call
  *   5 silu_mul      bufs: g, u                   bufs: y
  *   6 silu_path     -                            bufs: the current path's name
- *   7 set_silu_path bufs: name                   rc: amber_set_silu_path
+ *   7 attention     args: b, s, hq, hkv, d, cap, rot, window, float32 bits of scale and softcap;
+ *                   bufs: q [b,s,hq*d], k, v [b,s,hkv*d] float32, cos, sin [rows][rot/2] float32,
+ *                   seqlens [b] int32, past_k, past_v [b,hkv,cap,d] float16
+ *                   rc: 0 or attn_task's -1; bufs: out [b,s,hq*d] float32, present k, v float16
+ *   8 set_silu_path bufs: name                   rc: amber_set_silu_path
  * A malformed request ends the program with exit status 2. On Windows it is linked against the
- * kernels DLL instead (tests run it under wine), its stdin and stdout switched to binary. */
+ * kernels DLL instead (tests run it under wine), its stdin and stdout switched to binary; the DLL
+ * exports only amber_kernels.h, so op 7 (attn.h's internals) is left out there (AMBER_HARNESS_DLL). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "amber_kernels.h"
+#include "attn.h"
 
 #ifdef _WIN32
 #include <fcntl.h>
@@ -152,6 +158,45 @@ int main(void) {
         }
         case 6: need(nargs, 0, nbufs, 0); reply_str(amber_silu_path()); break;
         case 7: {
+#ifdef AMBER_HARNESS_DLL
+            die("attention: not in a harness linked against the DLL");
+#else
+            need(nargs, 10, nbufs, 8);
+            attn_args t;
+            memset(&t, 0, sizeof t);
+            t.b = a[0], t.s = a[1], t.hq = a[2], t.hkv = a[3], t.d = a[4], t.cap = a[5];
+            t.past_cap = t.cap, t.rot = a[6], t.window = a[7];
+            uint32_t sb = (uint32_t)a[8], cb = (uint32_t)a[9];
+            memcpy(&t.scale, &sb, 4);
+            memcpy(&t.softcap, &cb, 4);
+            t.q_stride = t.hq * t.d, t.kv_stride = t.hkv * t.d;
+            int64_t kv = t.b * t.hkv * t.cap * t.d, o = t.b * t.s * t.hq * t.d;
+            if (t.b < 1 || t.s < 1 || t.hkv < 1 || t.hq % t.hkv != 0 || t.d < 1 ||
+                b[0].len != o * 4 || b[1].len != t.b * t.s * t.kv_stride * 4 || b[2].len != b[1].len ||
+                b[3].len != b[4].len || b[5].len != t.b * 4 || b[6].len != kv * 2 || b[7].len != kv * 2)
+                die("attention: bad shapes");
+            t.cos_rows = t.rot > 0 ? b[3].len / (t.rot / 2 * 4) : 0;
+            t.q = (const float *)(void *)b[0].data, t.k = (const float *)(void *)b[1].data;
+            t.v = (const float *)(void *)b[2].data;
+            t.cos = (const float *)(void *)b[3].data, t.sin = (const float *)(void *)b[4].data;
+            t.seqlens = (const int32_t *)(void *)b[5].data;
+            t.past_k = (const uint16_t *)(void *)b[6].data, t.past_v = (const uint16_t *)(void *)b[7].data;
+            buf out[3] = {{o * 4, calloc((size_t)o + 1, 4)}, {kv * 2, calloc((size_t)kv + 1, 2)},
+                          {kv * 2, calloc((size_t)kv + 1, 2)}};
+            t.out = (float *)(void *)out[0].data;
+            t.k_out = (uint16_t *)(void *)out[1].data, t.v_out = (uint16_t *)(void *)out[2].data;
+            for (int64_t i = 0; i < attn_kv_tasks(&t); i++)
+                attn_kv_task(&t, i);
+            int32_t rc = 0;
+            for (int64_t i = 0; i < attn_tasks(&t) && rc == 0; i++)
+                rc = attn_task(&t, i);
+            reply(rc, 3, out);
+            for (int i = 0; i < 3; i++)
+                free(out[i].data);
+#endif
+            break;
+        }
+        case 8: {
             need(nargs, 0, nbufs, 1);
             char *name = cstr(&b[0]);
             reply(amber_set_silu_path(name), 0, NULL);

@@ -86,7 +86,7 @@ def compile_exe(c_file: Path, out_dir: Path, *link: str) -> Path:
 def build_harness(out_dir: Path) -> Path:
     """harness.exe linked against a copy of the kernels DLL beside it, in out_dir."""
     dll = shutil.copy2(kernels_dll(), out_dir)
-    return compile_exe(HARNESS_C, out_dir, str(dll))
+    return compile_exe(HARNESS_C, out_dir, "-DAMBER_HARNESS_DLL", str(dll))
 
 
 def run_batch(batch: Batch, exe: Path) -> list[Reply]:
