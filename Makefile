@@ -30,6 +30,24 @@ native: $(STAMP)
 sysdeps:
 	bash packaging/linux/install-sysdeps.sh
 
+# The arm64 kernels are tested under qemu-aarch64 from x86-64 Linux (cross compiler + qemu-user,
+# installed here as root on Debian/Ubuntu); there `make test` requires them (never skips).
+HOST_ARCH := $(shell uname -s)-$(shell uname -m)
+ARM64_TESTS := $(if $(filter Linux-x86_64,$(HOST_ARCH)),required,)
+.PHONY: sysdeps-arm64
+sysdeps-arm64:
+	bash packaging/linux/install-sysdeps.sh arm64
+
+# The Windows build of the kernels (MinGW-w64) is tested under wine from x86-64 Linux, also through
+# the Windows onnxruntime.dll (packaging/fetch_ort_windows.py: the release's win_amd64 wheel, into
+# build/); there `make test` requires those tests (never skips).
+WINDOWS_TESTS := $(ARM64_TESTS)
+.PHONY: sysdeps-windows ort-windows
+sysdeps-windows:
+	bash packaging/linux/install-sysdeps.sh windows
+ort-windows: $(STAMP)
+	$(BIN)/python packaging/fetch_ort_windows.py
+
 # Runs the app on the default model (prepared once in the user data directory).
 run: $(STAMP) native
 	$(BIN)/amber-engine fetch-default
@@ -46,9 +64,11 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # AMBER_ORT_COMPAT / AMBER_TEMPLATE_SWEEP=required: the cross-release test and the chat-template sweep
-# fail (never skip) without their venvs.
-test: $(STAMP) native default-model lint install-ort-compat install-hf-templates
-	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) AMBER_ORT_COMPAT=required AMBER_TEMPLATE_SWEEP=required $(BIN)/python -m pytest -q
+# fail (never skip) without their venvs; the arm64 (qemu) and Windows (wine) kernel tests likewise on
+# x86-64 Linux, where sysdeps installs their cross compilers and emulators.
+test: $(STAMP) native default-model lint install-ort-compat install-hf-templates sysdeps-arm64 sysdeps-windows ort-windows
+	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) AMBER_ORT_COMPAT=required AMBER_TEMPLATE_SWEEP=required \
+	  AMBER_ARM64_TESTS=$(ARM64_TESTS) AMBER_WINDOWS_TESTS=$(WINDOWS_TESTS) $(BIN)/python -m pytest -q
 
 # Tests that do not need the real default model.
 test-fast: $(STAMP)

@@ -36,7 +36,8 @@ AMBER_API int amber_quantize_act(int type, const float *x, int64_t k, void *out)
  * [0, N) into ranges and run them in parallel. */
 AMBER_API int amber_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_t k,
                               int64_t n0, int64_t n1, float *y, int64_t ldy);
-/* The instruction set the kernels use now: "avx512vnni", "avxvnni", "avx2" or "scalar". */
+/* The instruction set the kernels use now: "avx512vnni", "avxvnni", "avx2" (x86-64), "i8mm",
+ * "dotprod", "neon" (arm64) or "scalar". */
 AMBER_API const char *amber_isa(void);
 /* Forces a narrower instruction set (tests cover each path on one machine): 0, or -1 when the
  * name is unknown or this CPU lacks it. */

@@ -92,7 +92,7 @@ static void accum_c(float *acc, float c, const float *p, const float *v, int64_t
             acc[i] += p[j] * v[j * d + i];
 }
 
-static float exp_sum_c(float *s, int64_t n, float m) {
+float attn_exp_sum_scalar(float *s, int64_t n, float m) {
     float sum = 0.0f;
     for (int64_t j = 0; j < n; j++) {
         s[j] = expf(s[j] - m);
@@ -101,13 +101,15 @@ static float exp_sum_c(float *s, int64_t n, float m) {
     return sum;
 }
 
-static const attn_ops SCALAR = {to_float_c, to_half_c, dots_c, accum_c, exp_sum_c, NULL, NULL, NULL};
+static const attn_ops SCALAR = {to_float_c, to_half_c, dots_c, accum_c, attn_exp_sum_scalar, NULL, NULL, NULL};
 
 const attn_ops *attn_ops_now(void) {
     enum amber_isa isa = amber_current_isa();
     const attn_ops *ops = NULL;
     if (isa == ISA_AVX512VNNI)
         ops = attn_ops_avx512();
+    else if (isa == ISA_NEON || isa == ISA_DOTPROD || isa == ISA_I8MM)
+        ops = attn_ops_neon();
     else if (isa != ISA_SCALAR)
         ops = attn_ops_avx2();
     return ops != NULL ? ops : &SCALAR;

@@ -74,7 +74,10 @@ typedef struct {
 
 const attn_ops *attn_ops_avx2(void);     /* NULL when not compiled for x86-64 */
 const attn_ops *attn_ops_avx512(void);
+const attn_ops *attn_ops_neon(void);     /* NULL when not compiled for arm64 */
 const attn_ops *attn_ops_now(void);      /* the ones for amber_current_isa() */
+/* attn.c's exp_sum: s[j] = expf(s[j] - m), their sum in order (paths without a vector exp). */
+float attn_exp_sum_scalar(float *s, int64_t n, float m);
 
 /* attn_op.c: the OrtCustomOpV17 of ai.amber.Attention (ort_op.c adds it to the domain). */
 const void *amber_attention_op(void);

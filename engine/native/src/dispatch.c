@@ -4,20 +4,42 @@
 #include "amber_kernels.h"
 #include "family.h"
 
+#include "cpu_arm.h"
+
 static int isa_forced = -1;   /* -1: not forced */
 
-static enum amber_isa best_isa(void) {
+/* Whether this CPU runs instruction set `isa` (scalar: every CPU). */
+static int cpu_runs(enum amber_isa isa) {
+    switch (isa) {
+    case ISA_SCALAR: return 1;
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-            __builtin_cpu_supports("avx512bw"))
-            return ISA_AVX512VNNI;
-        if (__builtin_cpu_supports("avxvnni"))
-            return ISA_AVXVNNI;
-        return ISA_AVX2;
-    }
+    case ISA_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    /* AVX-VNNI and AVX512-VNNI are separate extensions: a CPU with one may lack the other */
+    case ISA_AVXVNNI: return cpu_runs(ISA_AVX2) && __builtin_cpu_supports("avxvnni");
+    case ISA_AVX512VNNI:
+        return cpu_runs(ISA_AVX2) && __builtin_cpu_supports("avx512vnni") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
 #endif
+#if AMBER_ARM64
+    case ISA_NEON: return 1;   /* Advanced SIMD is part of arm64 */
+    case ISA_DOTPROD: return arm_has_dotprod();
+    case ISA_I8MM: return arm_has_dotprod() && arm_has_i8mm();
+#endif
+    default: return 0;
+    }
+}
+
+/* The widest instruction set first: the first one this CPU runs is the default. */
+static const enum amber_isa BEST_FIRST[] = {ISA_AVX512VNNI, ISA_AVXVNNI, ISA_AVX2,
+                                            ISA_I8MM, ISA_DOTPROD, ISA_NEON};
+
+static enum amber_isa best_isa(void) {
+    for (size_t i = 0; i < sizeof BEST_FIRST / sizeof BEST_FIRST[0]; i++)
+        if (cpu_runs(BEST_FIRST[i]))
+            return BEST_FIRST[i];
     return ISA_SCALAR;
 }
 
@@ -30,27 +52,20 @@ enum amber_isa amber_current_isa(void) {
     return (enum amber_isa)best;
 }
 
-static const char *const ISA_NAMES[] = {"scalar", "avx2", "avxvnni", "avx512vnni"};
+/* Indexed by enum amber_isa. */
+static const char *const ISA_NAMES[] = {"scalar", "avx2", "avxvnni", "avx512vnni",
+                                        "neon", "dotprod", "i8mm"};
+#define ISA_COUNT ((int)(sizeof ISA_NAMES / sizeof ISA_NAMES[0]))
 
 const char *amber_isa(void) { return ISA_NAMES[amber_current_isa()]; }
-
-static int cpu_has_avxvnni(void) {
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
-    return __builtin_cpu_supports("avxvnni");
-#else
-    return 0;
-#endif
-}
 
 int amber_set_isa(const char *name) {
     if (name == NULL)
         return -1;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < ISA_COUNT; i++) {
         if (strcmp(name, ISA_NAMES[i]) != 0)
             continue;
-        int best = (int)best_isa();
-        /* AVX-VNNI and AVX512-VNNI are separate extensions: a CPU with one may lack the other */
-        if (i > best || (i == ISA_AVXVNNI && !cpu_has_avxvnni()))
+        if (!cpu_runs((enum amber_isa)i))
             return -1;
         isa_forced = i;
         return 0;

@@ -5,7 +5,11 @@
 #include <stdint.h>
 #include <string.h>
 
-enum amber_isa { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVXVNNI = 2, ISA_AVX512VNNI = 3 };
+/* x86-64: AVX2 < AVX-VNNI < AVX512-VNNI; arm64: NEON < dotprod (SDOT) < i8mm (SMMLA). */
+enum amber_isa {
+    ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVXVNNI = 2, ISA_AVX512VNNI = 3,
+    ISA_NEON = 4, ISA_DOTPROD = 5, ISA_I8MM = 6
+};
 
 /* The ISA chosen by dispatch.c (the best this CPU has, or the one forced by amber_set_isa). */
 enum amber_isa amber_current_isa(void);

@@ -24,14 +24,6 @@ static int8_t round_q(float v) {
     return (int8_t)(int)(t - 12582912.f);
 }
 
-/* Where value j of block b sits in the activation row's q section. */
-static inline int64_t act_q_index(int type, int64_t nb, int64_t b, int j) {
-    if (type == T_Q8_0 || ((nb & 1) && b == nb - 1))
-        return b * 32 + j;
-    int64_t p = b >> 1, half = b & 1;
-    return p * 64 + (j < 16 ? half * 16 + j : 32 + half * 16 + (j - 16));
-}
-
 /* One block of 32: the codes in natural order, d and the sum of the codes. */
 void q32_quant_block_scalar(const float *x, int8_t *q, float *d_out, int32_t *s_out) {
     float amax = 0;
@@ -64,8 +56,8 @@ void q32_quantize_act(int type, const float *x, int64_t k, void *out) {
         float d;
         int32_t s;
         quant(x, q, &d, &s);
-        memcpy(o + act_q_index(type, nb, b, 0), q, 16);
-        memcpy(o + act_q_index(type, nb, b, 16), q + 16, 16);
+        memcpy(o + q32_act_q_index(type, nb, b, 0), q, 16);
+        memcpy(o + q32_act_q_index(type, nb, b, 16), q + 16, 16);
         memcpy(dsec + b * 4, &d, 4);
         memcpy(ssec + b * 4, &s, 4);
         if (type == T_Q8_0) {
@@ -129,7 +121,7 @@ static inline void tile_scalar_t(const int type, const uint8_t *act, int64_t ab,
                 float sum = 0;
                 for (int64_t b = sg * Q32_SEG; b < Q32_SEG_END(sg, nb); b++) {
                     const uint8_t *blk = wr + b * bs;
-                    const int8_t *alo = aq + act_q_index(type, nb, b, 0), *ahi = aq + act_q_index(type, nb, b, 16);
+                    const int8_t *alo = aq + q32_act_q_index(type, nb, b, 0), *ahi = aq + q32_act_q_index(type, nb, b, 16);
                     int32_t s = (int32_t)q32_ld32(a + q32_act_s_off(nb) + b * 4);
                     int32_t dot = block_dot(type, blk, alo, ahi);
                     float da = q32_ldf(a + q32_act_d_off(nb) + b * 4);
@@ -164,6 +156,14 @@ static q32_tile_fn pick_tile(void) {
     case ISA_AVX512VNNI: return q32_tile_avx512vnni;
     case ISA_AVXVNNI: return q32_tile_avxvnni;
     case ISA_AVX2: return q32_tile_avx2;
+    default: break;
+    }
+#endif
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+    switch (amber_current_isa()) {
+    case ISA_I8MM: return q32_tile_i8mm;
+    case ISA_DOTPROD: return q32_tile_dotprod;
+    case ISA_NEON: return q32_tile_neon;
     default: break;
     }
 #endif

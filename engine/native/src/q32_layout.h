@@ -65,6 +65,14 @@ static inline int64_t q32_act_row_bytes(int type, int64_t nb) {
     return nb * 40 + (type == T_Q8_0 ? nb * 4 : (nb + 1) / 2 * 64);
 }
 
+/* Where value j of block b sits in the activation row's q section. */
+static inline int64_t q32_act_q_index(int type, int64_t nb, int64_t b, int j) {
+    if (type == T_Q8_0 || ((nb & 1) && b == nb - 1))
+        return b * 32 + j;
+    int64_t p = b >> 1, half = b & 1;
+    return p * 64 + (j < 16 ? half * 16 + j : 32 + half * 16 + (j - 16));
+}
+
 static inline uint16_t q32_ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t q32_ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static inline float q32_ldf(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }

@@ -46,4 +46,13 @@ void q32_tile_avxvnni(int type, const uint8_t *act, int64_t ab, int mt, const ui
 void q32_tile_avx512vnni(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
                          int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy);
 #endif
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+/* q32_arm.c: the tile on plain NEON, with SDOT and with SMMLA; the scalar path's bits. */
+void q32_tile_neon(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w, int64_t nb,
+                   int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy);
+void q32_tile_dotprod(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
+                      int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy);
+void q32_tile_i8mm(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w, int64_t nb,
+                   int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y, int64_t ldy);
+#endif
 #endif

@@ -154,5 +154,13 @@ void qk_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_
     default: break;
     }
 #endif
+#ifdef QK_ARM64
+    switch (amber_current_isa()) {
+    case ISA_I8MM:
+    case ISA_DOTPROD: fn = qk_gemm_dotprod; break;
+    case ISA_NEON: fn = qk_gemm_neon; break;
+    default: break;
+    }
+#endif
     fn(type, (const uint8_t *)act, m, w, k, n0, n1, y, ldy);
 }

@@ -115,6 +115,14 @@ int qk_gemm_packed256_avxvnni(int type, const uint8_t *act, int64_t m, const uin
 #define QK_PACK_MIN_Q6 32
 #endif
 #endif
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define QK_ARM64 1
+/* qk_arm.c: plain NEON and SDOT; the scalar path's bits. */
+void qk_gemm_neon(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                  int64_t n0, int64_t n1, float *y, int64_t ldy);
+void qk_gemm_dotprod(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                     int64_t n0, int64_t n1, float *y, int64_t ldy);
+#endif
 
 static inline int64_t qk_block_bytes(int type) {
     return type == QK_Q4_K ? Q4K_BYTES : type == QK_Q5_K ? Q5K_BYTES : Q6K_BYTES;

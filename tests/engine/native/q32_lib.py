@@ -14,7 +14,7 @@ import numpy as np
 SRC = Path(__file__).resolve().parents[3] / "engine" / "native" / "src"
 Q32_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
 BLOCK_BYTES = {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}
-ISAS = ("scalar", "avx2", "avxvnni", "avx512vnni")
+ISAS = ("scalar", "avx2", "avxvnni", "avx512vnni", "neon", "dotprod", "i8mm")   # x86-64, then arm64
 
 
 def build(out_dir: Path) -> Path | None:

@@ -9,6 +9,7 @@ temporary folder from a random-weight model (without it that case skips, the res
 """
 from __future__ import annotations
 
+import platform
 import subprocess
 
 import numpy as np
@@ -20,7 +21,9 @@ from gguf.constants import GGMLQuantizationType  # noqa: E402
 Q4_K, Q5_K, Q6_K = 12, 13, 14
 BLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}
 ACT_BLOCK = 292   # float d, int8 q[256], int16 bsums[16]
-ISAS = ("scalar", "avx2", "avxvnni", "avx512vnni")
+# the paths of this machine's architecture (each one this CPU lacks skips)
+ISAS = (("scalar", "neon", "dotprod", "i8mm") if platform.machine().lower() in ("arm64", "aarch64")
+        else ("scalar", "avx2", "avxvnni", "avx512vnni"))
 # llama.cpp's file types whose GGUFs hold real blocks of each K-quant: Q4_K + Q6_K in a Q4_K_M
 # file, Q5_K in a Q5_K_M one (llama_ftype LLAMA_FTYPE_MOSTLY_Q4_K_M, LLAMA_FTYPE_MOSTLY_Q5_K_M).
 LLAMA_FTYPES = {"Q4_K_M": 15, "Q5_K_M": 17}
