@@ -350,3 +350,28 @@ def test_litellm_completion_with_tools(family_server, monkeypatch):
     assert r.choices[0].finish_reason == "tool_calls"
     (call,) = r.choices[0].message.tool_calls
     assert_valid_call(call.function.name, call.function.arguments, ("get_weather",))
+
+
+def test_langchain_structured_output_by_function_calling(family_server):
+    """LangChain's `with_structured_output(method="function_calling")` binds the schema as a tool
+    and names it in tool_choice: the forced call comes back as the typed object."""
+    from typing import Literal
+
+    from langchain_openai import ChatOpenAI
+    from pydantic import BaseModel
+
+    class Pet(BaseModel):
+        """A pet."""
+        kind: Literal["cat", "dog", "parrot"]
+        legs: Literal[2, 4]
+
+    _, server = family_server
+    llm = ChatOpenAI(model="default", base_url=server.url, api_key=KEY_A, max_retries=0, timeout=120,
+                     temperature=0, max_tokens=120)
+    # strict: LangChain closes the schema (no additional properties), which the random tiny model
+    # would otherwise fill with keys of its own until max_tokens
+    pet = llm.with_structured_output(Pet, method="function_calling", strict=True).invoke("Describe a pet.")
+    assert isinstance(pet, Pet)
+    raw = llm.with_structured_output(Pet, method="function_calling", strict=True,
+                                     include_raw=True).invoke("Describe a pet.")
+    assert raw["parsing_error"] is None and raw["parsed"] == Pet.model_validate(raw["raw"].tool_calls[0]["args"])
