@@ -242,9 +242,13 @@ def test_silu_mul_has_the_x86_generic_kernels_bits(harness, x86):
     g = np.concatenate([rng.standard_normal(4000) * 6, np.linspace(-20, 20, 999),
                         [np.nan, np.inf, -np.inf, 0.0, -0.0, 18.0, -18.0]]).astype(np.float32)
     u = rng.standard_normal(g.size).astype(np.float32)
+    before = x86.c.amber_silu_path()
     assert x86.c.amber_set_silu_path(b"generic") == 0
     want = np.zeros_like(g)
-    x86.c.amber_silu_mul(g.ctypes.data, u.ctypes.data, want.ctypes.data, g.size)
+    try:
+        x86.c.amber_silu_mul(g.ctypes.data, u.ctypes.data, want.ctypes.data, g.size)
+    finally:     # the library is process-wide: later tests must find the path this CPU picked
+        assert x86.c.amber_set_silu_path(before) == 0
     for cpu in CPUS:
         b = Batch()
         path, got = b.silu_path(), b.silu_mul(g, u)
