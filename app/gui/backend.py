@@ -78,14 +78,6 @@ def open_store(db_path: Path) -> Any:
     return ConversationStore(db_path)
 
 
-def store_available() -> bool:
-    try:
-        import app.store  # noqa: F401, PLC0415
-    except ImportError:
-        return False
-    return hasattr(app.store, "ConversationStore")
-
-
 def _adapt_progress(progress: ProgressFn) -> Callable[..., None]:
     """Engine progress callbacks may pass (fraction), (fraction, message) or (done, total, msg)."""
     def cb(*args: Any, **kwargs: Any) -> None:
@@ -220,7 +212,7 @@ class Backend:
     """What the main window uses to reach the engine and the store. Tests inject fakes."""
 
     engine_factory: Callable[[Path, Path, Settings], ChatEngine] = open_engine
-    store_factory: Callable[[Path], Any] | None = None        # None: real store, else memory
+    store_factory: Callable[[Path], Any] | None = None        # None: the SQLite store
     model_preparer: Callable[[str, ProgressFn], Path] = prepare_model
     model_lister: Callable[[], list[str]] = list_models
     gguf_importer: Callable[[Path, ProgressFn, threading.Event], Path] = import_gguf
@@ -232,9 +224,4 @@ class Backend:
     def make_store(self, db_path: Path) -> Any:
         if self.store_factory is not None:
             return self.store_factory(db_path)
-        if store_available():
-            return open_store(db_path)
-        from app.store.memory import MemoryStore  # noqa: PLC0415
-
-        log.warning("app.store is not available; chats are kept in memory only")
-        return MemoryStore()
+        return open_store(db_path)

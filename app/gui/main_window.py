@@ -788,7 +788,7 @@ class MainWindow(QMainWindow):
         self.save_settings()
         work = quit_work(server=self._api_server, streams=self.replies.stream_runner.pool,
                          tasks=self.tasks, engine=self.engine, store=self.store,
-                         started=time.monotonic())
+                         started=time.monotonic(), close_temp=self.chats.close_temp)
         self.hide()
         self._quit_dialog: QProgressDialog | None = None
 

@@ -1,15 +1,15 @@
 """Amber's conversation stores (no Qt; see docs/INTERFACES.md).
 
-`ConversationStore` (SQLAlchemy 2 over one SQLite file) keeps the saved chats, `MemoryStore` the
-temporary ones; both implement `ChatStore`. The SQLite store is imported on first use, so the
-rows, the contract and the memory store load without SQLAlchemy (the window starts faster).
+`ConversationStore` (SQLAlchemy 2 over SQLite) keeps the saved chats in one file and, with
+`in_memory=True`, the temporary ones in a database that never reaches the disk; it implements
+`ChatStore`. It is imported on first use, so the rows and the contract load without SQLAlchemy
+(the window starts faster).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from .errors import NotFoundError, StoreError
-from .memory import MemoryStore
 from .protocol import ChatStore
 from .rows import (
     CURRENT_LEAF,
@@ -33,7 +33,6 @@ __all__ = [
     "ConversationRow",
     "ConversationStore",
     "DEFAULT_TITLE",
-    "MemoryStore",
     "MessageId",
     "MessageRow",
     "NotFoundError",

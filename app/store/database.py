@@ -38,11 +38,14 @@ class Database:
     writer: Engine
     reader: Engine
     backup_path: Path | None  # the copy made before this start's migration, if one ran
+    in_memory: bool = False   # one connection to a database only in memory (writer is reader)
 
     def dispose(self) -> None:
-        """Close every connection (the WAL is checkpointed when the last one closes)."""
+        """Close every connection (the WAL is checkpointed when the last one closes; an
+        in-memory database is freed)."""
         self.reader.dispose()
-        self.writer.dispose()
+        if self.writer is not self.reader:
+            self.writer.dispose()
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -85,6 +88,34 @@ def open_database(path: Path | str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEO
         raise errors.from_sqlite(exc, path) from exc
     reader = _make_engine(path, writer=False, busy_timeout_ms=busy_timeout_ms)
     return Database(path=path, writer=writer, reader=reader, backup_path=backup)
+
+
+MEMORY_PATH = Path(":memory:")   # what an in-memory database's errors name as its place
+
+
+def open_memory_database() -> Database:
+    """A fresh database that lives only in memory, migrated to head: nothing reaches the disk
+    (no file, no journal, no temporary files) and disposing of it frees its rows. One connection
+    serves every thread (SQLite's `:memory:` database belongs to its connection), so the caller
+    runs one call at a time on it."""
+    engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        dbapi_conn.isolation_level = None                 # we emit BEGIN ourselves, as on a file
+        dbapi_conn.execute("PRAGMA foreign_keys = ON")
+        dbapi_conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temporary tables too
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    try:
+        _migrate(engine, MEMORY_PATH, existing=False, current=None, target="head")
+    except BaseException:
+        engine.dispose()
+        raise
+    return Database(path=MEMORY_PATH, writer=engine, reader=engine, backup_path=None, in_memory=True)
 
 
 def _prepare_folder(path: Path) -> None:

@@ -1,9 +1,9 @@
-"""The store contract both conversation stores implement (docs/INTERFACES.md, as code).
+"""The store contract the conversation store implements (docs/INTERFACES.md, as code).
 
-`ConversationStore` (SQLite, app/store/store.py) keeps the saved chats; `MemoryStore`
-(app/store/memory.py) keeps the temporary ones. The window talks to either through `ChatStore`;
-tests/store/test_contract.py runs one suite against both. No SQLAlchemy here, so importing the
-contract (or the rows) does not load it.
+`ConversationStore` (SQLite, app/store/store.py) keeps the saved chats in a file and the temporary
+ones in memory (`in_memory=True`). The window talks to either through `ChatStore`;
+tests/store/test_contract.py runs one suite against both modes. No SQLAlchemy here, so importing
+the contract (or the rows) does not load it.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from . import errors, export, queries as q, search as fts
-from .database import DEFAULT_BUSY_TIMEOUT_MS, Database, open_database
+from .database import DEFAULT_BUSY_TIMEOUT_MS, Database, open_database, open_memory_database
 from .errors import NotFoundError, StoreError
 from .models import Conversation, Message, PendingEngineDelete, utcnow
 from .rows import (CURRENT_LEAF, KV_STATES, ROLES, ConversationDetail, ConversationRow, CurrentLeaf,
@@ -31,15 +31,24 @@ class ConversationStore:
 
     Writes run one at a time on a single writer thread, each in one transaction; reads run on
     the calling thread over their own pooled connections and never wait for writes (WAL).
+
+    `in_memory=True` (the temporary chats): the same store on a database kept only in memory,
+    freed by `close()`. Its one connection serves reads and writes alike, so reads run on the
+    writer thread too; a deleted chat owes the engine nothing (its session is never saved).
     """
 
     def __init__(self, db_path: Path | str | None = None, *,
-                 busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
-        if db_path is None:
-            from engine.base.paths import database_path  # noqa: PLC0415 - the store imports no engine otherwise
+                 busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, in_memory: bool = False) -> None:
+        if in_memory:
+            if db_path is not None:
+                raise ValueError("an in-memory store has no database file")
+            self._db: Database = open_memory_database()
+        else:
+            if db_path is None:
+                from engine.base.paths import database_path  # noqa: PLC0415 - the store imports no engine otherwise
 
-            db_path = database_path()
-        self._db: Database = open_database(db_path, busy_timeout_ms=busy_timeout_ms)
+                db_path = database_path()
+            self._db = open_database(db_path, busy_timeout_ms=busy_timeout_ms)
         self._writer = Writer(self._db.writer, self._db.path)
         self._closed = False
         self._sidebar_cache: dict[tuple[Any, ...], ConversationRow] = {}
@@ -74,6 +83,8 @@ class ConversationStore:
         if self._closed:
             raise StoreError(f"The conversation store for {self.path} is closed.",
                              path=self.path, reason="closed")
+        if self._db.in_memory:   # one connection: a read waits its turn with the writes
+            return self._writer.run(lambda session: fn(session.connection()))
         try:
             with self._db.reader.connect() as conn, conn.begin():  # one snapshot per call
                 return fn(conn)
@@ -111,6 +122,11 @@ class ConversationStore:
             return rows
 
         return self._read(read)
+
+    def has(self, id: str) -> bool:
+        """Whether this store holds the conversation (the window asks which store has a chat)."""
+        stmt = select(Conversation.pk).where(Conversation.id == id)
+        return self._read(lambda conn: conn.scalar(stmt) is not None)
 
     def get_conversation(self, id: str) -> ConversationDetail:
         """One conversation with its model, prompt and settings."""
@@ -231,6 +247,8 @@ class ConversationStore:
         def write(session: Session) -> bool:
             # Both in one transaction: no moment exists with rows gone and nothing recorded.
             gone = cast(CursorResult[Any], session.execute(delete(Conversation).where(Conversation.id == id))).rowcount
+            if self._db.in_memory:
+                return gone == 1
             session.execute(
                 insert(PendingEngineDelete).prefix_with("OR IGNORE").values(
                     conversation_id=id, deleted_at=now))

@@ -12,7 +12,7 @@ import pytest
 
 from app.chat.turn import Chunk, ToolAsked, ToolRan, TurnRequest, run_turn
 from app.gui.settings import Settings
-from app.store import MemoryStore
+from app.store import ConversationStore
 from app.tools.mcp_client import list_tools
 from app.tools.mcp_config import McpServerConfig, parse_server
 from app.tools.toolbox import Decision, Toolbox, tool_format
@@ -121,7 +121,7 @@ def test_a_round_after_calls_streams_as_a_new_paragraph(store: Any, tmp_path: Pa
 
 
 def test_stop_while_asking_stores_the_call_as_cancelled(tmp_path: Path, server: Any, tools: Any) -> None:
-    store = MemoryStore()
+    store = ConversationStore(in_memory=True)
     engine = FakeEngine(tmp_path / "state", delay=0, reply=calling(preface="Let me add. "), tool_format="hermes")
     events, out = run(store, engine, toolbox(server, tools), None)
     assert [e.record["status"] for e in events if isinstance(e, ToolRan)] == ["cancelled"]

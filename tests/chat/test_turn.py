@@ -93,9 +93,9 @@ def test_an_engine_failure_is_reported_with_what_had_streamed(store: Any, tmp_pa
 
 
 def test_a_temporary_turn_in_the_memory_store(tmp_path: Path) -> None:
-    from app.store.memory import MemoryStore
+    from app.store import ConversationStore
 
-    temp = MemoryStore()
+    temp = ConversationStore(in_memory=True)
     temp.create_conversation(id=TID, system_prompt="", model_id="Fake")
     engine = FakeEngine(tmp_path / "state", delay=0, reply="hi")
     _, out = drain(run_turn(_request(TID, text="q", kind=SessionKind.TEMPORARY, temporary=True,

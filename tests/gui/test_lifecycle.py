@@ -10,10 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QApplication
 
 from app.gui.settings import Settings
+from app.store import StoreError
 from app.gui.single_instance import SingleInstance, server_name
 from engine.api import SessionKind
 from tests.support.fake_engine import FakeEngine
@@ -24,6 +26,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def files_under(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_quitting_frees_the_temporary_chats(make_window, engine, qtbot):
+    """The temporary chats' in-memory database is closed (its rows freed) when the window quits."""
+    w = make_window(engine)
+    w.new_chat(temporary=True)
+    send(qtbot, w, "a temporary question")
+    temp = w.temp
+    assert temp.path == Path(":memory:") and temp.has(w.current_id)
+    make_window.shutdown(w)
+    with pytest.raises(StoreError) as closed:
+        temp.list_conversations()
+    assert closed.value.reason == "closed"
 
 
 def test_temporary_chat_leaves_nothing_behind(make_window, engine, home, qtbot):

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from app.store import MemoryStore
 from app.store.titles import chat_title
 from tests.support.gui import send, wait_idle
 
@@ -31,15 +30,15 @@ def test_long_first_message_title_never_changes(make_window: Any, engine: Any, q
     qtbot.waitUntil(lambda: w.stream is None, timeout=10000)
     wait_idle(qtbot, w)
     store = w.temp if temporary else w.store
-    assert isinstance(store, MemoryStore) is temporary
+    assert store.path.name == (":memory:" if temporary else "amber.sqlite3")   # a temporary chat: never on disk
     assert store.get_conversation(cid).title == first
     assert w.chat_model.chat(cid).title == first
     assert [type(m.id) for m in store.active_path(cid)] == [int, int]
 
 
 def test_the_window_module_loads_no_sqlalchemy() -> None:
-    """The window imports the rows and the memory store at start; SQLAlchemy waits until the
-    SQLite store opens on a worker thread (a fresh interpreter: this one has it loaded)."""
+    """The window imports the store's rows at start; SQLAlchemy waits until the SQLite store opens
+    on a worker thread, or the first temporary chat (a fresh interpreter: this one has it loaded)."""
     code = ("import sys\nimport app.gui.main_window\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic')))")
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")

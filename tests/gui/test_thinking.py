@@ -95,12 +95,20 @@ def test_time_texts():
     assert estimated_seconds(reply, None) is None
 
 
-@pytest.mark.parametrize("text", [
-    REPLY, "  \n<think>a\nb</think>answer", "<think>\nstill thinking", "<think></think>\n\nquick",
-    "Let me see.\n</think>\n\n42", "plain answer", "Use the <think> tag like <think>x</think>.", "",
-    "</think>", "<think>", "a</think>b</think>c", "\n\n<think>\n\n</think>",
+@pytest.mark.parametrize(("text", "reasoning", "content", "thinking"), [
+    (REPLY, REASONING, "Hello **there**, how can I help?", False),
+    ("<think>\nstill thinking", "still thinking", "", True),
+    ("Let me see.\n</think>\n\n42", "Let me see.", "42", False),       # the R1 distills' opening tag is in the prompt
+    ("Use the <think> tag like <think>x</think>.", None, "Use the <think> tag like <think>x</think>.", False),
 ])
-def test_display_split_agrees_with_the_engine(text):
-    """The widget's copy of the rule (widgets never import the engine) splits as the engine does."""
-    mine, engine = split_reasoning(text), engine_reasoning.split_reasoning(text)
-    assert (mine.reasoning, mine.content, mine.thinking) == (engine.reasoning, engine.content, engine.thinking)
+def test_a_bubble_splits_as_the_engine_does(qtbot, text, reasoning, content, thinking):
+    """The panel shows what the engine's rule splits off; the body keeps the answer."""
+    reply = engine_reasoning.split_reasoning(text)
+    assert (reply.reasoning, reply.content, reply.thinking) == (reasoning, content, thinking)
+    panel = ThinkingPanel()
+    qtbot.addWidget(panel)
+    panel.set_reply(split_reasoning(text), streaming=thinking)
+    assert panel.isHidden() is (reasoning is None)
+    if reasoning is not None:
+        assert panel.text.text() == reasoning
+        assert panel.toggle.text() == ("Thinking…" if thinking else "Thought")   # no figures: no time

@@ -1,5 +1,5 @@
-"""One contract, two stores: every `ChatStore` method, run against the SQLite store (a real file
-in tmp_path) and the temporary chats' memory store, with the same expectations."""
+"""One contract, one store in two modes: every `ChatStore` method, run against the SQLite store on
+a real file in tmp_path and on the temporary chats' in-memory database, with the same expectations."""
 from __future__ import annotations
 
 import inspect
@@ -20,20 +20,19 @@ from app.store import (
     ConversationDetail,
     ConversationRow,
     ConversationStore,
-    MemoryStore,
     MessageRow,
     NotFoundError,
     SearchHit,
 )
 from app.store.titles import chat_title, title_from_message
 
-KINDS = ["sqlite", "memory"]
+MODES = ["file", "memory"]
 
 
-@pytest.fixture(params=KINDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChatStore]:
-    s: ChatStore = (ConversationStore(tmp_path / "amber.sqlite3") if request.param == "sqlite"
-                    else MemoryStore())
+@pytest.fixture(params=MODES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ConversationStore]:
+    s = (ConversationStore(tmp_path / "amber.sqlite3") if request.param == "file"
+         else ConversationStore(in_memory=True))
     yield s
     s.close()
 
@@ -48,8 +47,8 @@ def _chat(store: ChatStore, *turns: str) -> tuple[ConversationDetail, list[Messa
 
 # --- the shape of the contract ---------------------------------------------------------------
 
-@pytest.mark.parametrize("cls", [ConversationStore, MemoryStore])
-def test_both_implement_every_method_with_the_same_signature(cls: type) -> None:
+def test_the_store_implements_every_method_with_the_same_signature() -> None:
+    cls = ConversationStore
     methods = [n for n, v in vars(ChatStore).items()
                if callable(v) and not n.startswith("_")]
     assert len(methods) == 22
@@ -61,12 +60,11 @@ def test_both_implement_every_method_with_the_same_signature(cls: type) -> None:
         assert got.return_annotation == want.return_annotation, name
 
 
-def test_rows_memory_store_and_contract_import_without_sqlalchemy() -> None:
+def test_rows_and_contract_import_without_sqlalchemy() -> None:
     # A fresh interpreter: this one has SQLAlchemy loaded already (the SQLite fixture).
     code = ("import sys\n"
-            "import app.store, app.store.memory, app.store.rows, app.store.protocol\n"
-            "from app.store import MemoryStore, MessageRow, ChatStore\n"
-            "assert isinstance(MemoryStore(), ChatStore)\n"
+            "import app.store, app.store.rows, app.store.protocol\n"
+            "from app.store import MessageRow, ChatStore\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic')))\n"
             "from app.store import ConversationStore\n"
             "print('sqlalchemy' in sys.modules)\n")
@@ -211,7 +209,7 @@ def test_unknown_ids_raise_not_found(store: ChatStore) -> None:
     assert issubclass(NotFoundError, LookupError) and not issubclass(NotFoundError, KeyError)
 
 
-def test_delete_and_pending_engine_deletes(store: ChatStore) -> None:
+def test_delete_and_pending_engine_deletes(store: ConversationStore) -> None:
     conv, _ = _chat(store, "hello", "hi")
     keep = store.create_conversation().id
     assert store.delete(conv.id) is True
@@ -220,9 +218,9 @@ def test_delete_and_pending_engine_deletes(store: ChatStore) -> None:
     with pytest.raises(NotFoundError):
         store.get_conversation(conv.id)
     pending = store.pending_engine_deletes()
-    # The SQLite store owes the engine a delete of the saved session; a temporary chat's session
-    # is never saved, so the memory store owes nothing.
-    assert pending == ([conv.id] if isinstance(store, ConversationStore) else [])
+    # A saved chat's deletion owes the engine a delete of the saved session; a temporary chat's
+    # session is never saved, so the in-memory store owes nothing.
+    assert pending == ([conv.id] if store.path.name == "amber.sqlite3" else [])
     store.confirm_engine_deleted(conv.id)
     assert store.pending_engine_deletes() == []
 

@@ -104,9 +104,7 @@ def test_text(store: ConversationStore) -> None:
 
 
 def test_a_temporary_chat_exports_the_same_json(store: ConversationStore) -> None:
-    from app.store import MemoryStore
-
-    mem = MemoryStore()
+    mem = ConversationStore(in_memory=True)
     c = mem.create_conversation(system_prompt="Be brief.")
     q = mem.add_message(c.id, "user", "hello")
     mem.add_message(c.id, "assistant", "hi")

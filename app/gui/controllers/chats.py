@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal
 
-from app.store.memory import MemoryStore
 from engine.api import ChatEngine, SessionInfo, SessionKind, SessionNotOpen
 
 from ...chat.kv import chat_salt, kv_state_of
@@ -56,7 +55,8 @@ class ChatsController(QObject):
         self.engines, self.tasks, self.itemizer = engines, tasks, itemizer
         self.model = ChatListModel(self)
         self.store: Any = None
-        self.temp = MemoryStore()
+        self._temp: Any = None                # the temporary chats' store, made on first use
+        self._temp_lock = threading.Lock()
         self.current_id: str | None = None
         self.draft: Draft | None = None
         self.opened: dict[str, SessionKind] = {}
@@ -86,6 +86,24 @@ class ChatsController(QObject):
                 done.set()
         return run
 
+    @property
+    def temp(self) -> Any:
+        """The temporary chats' store: the SQLite store on a database only in memory (made on
+        first use, so a window that never has a temporary chat never loads SQLAlchemy for it)."""
+        with self._temp_lock:
+            if self._temp is None:
+                from app.store import ConversationStore  # noqa: PLC0415 - SQLAlchemy: not at start-up
+
+                self._temp = ConversationStore(in_memory=True)
+            return self._temp
+
+    def close_temp(self) -> None:
+        """Free every temporary chat's rows (the window is quitting)."""
+        with self._temp_lock:
+            temp, self._temp = self._temp, None
+        if temp is not None:
+            temp.close()
+
     # --- what a chat is ----------------------------------------------------------------------
     @property
     def target_id(self) -> str | None:
@@ -94,7 +112,7 @@ class ChatsController(QObject):
 
     def store_for(self, chat_id: str) -> Any:
         row = self.model.chat(chat_id)
-        if (row is not None and row.temporary) or self.temp.has(chat_id):
+        if (row is not None and row.temporary) or (self._temp is not None and self._temp.has(chat_id)):
             return self.temp
         return self.store
 
@@ -347,7 +365,8 @@ class ChatsController(QObject):
     def discard_temporary(self, chat_id: str) -> None:
         engine = self.engines.engine
         self.model.remove(chat_id)
-        self.temp.delete(chat_id)
+        if self._temp is not None:
+            self._temp.delete(chat_id)
         self.opened.pop(chat_id, None)
         if engine is not None:
             self.tasks.run_task(lambda: engine.close(chat_id), None, self._fail)
@@ -360,7 +379,7 @@ class ChatsController(QObject):
             self.model.set_search(None)
             self.listChanged.emit()
             return
-        store, temp = self.store, self.temp
+        store, temp = self.store, self._temp
 
         def work() -> tuple[list[str], dict[str, str]]:
             hits = []
@@ -369,7 +388,8 @@ class ChatsController(QObject):
                     hits.extend(store.search(query, limit=200))
                 except Exception as exc:  # noqa: BLE001 - e.g. FTS syntax; show no hits
                     log.info("search failed for %r: %s", query, exc)
-            hits.extend(temp.search(query))
+            if temp is not None:
+                hits.extend(temp.search(query))
             hits.sort(key=lambda h: -h.rank if isinstance(h.rank, (int, float)) else 0)
             ids, snippets = [], {}
             for h in hits:

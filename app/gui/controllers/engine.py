@@ -148,9 +148,9 @@ class EngineController(QObject):
 
 
 def quit_work(*, server: Any, streams: Any, tasks: TaskRunner, engine: ChatEngine | None, store: Any,
-              started: float) -> Callable[[], None]:
+              started: float, close_temp: Callable[[], None] | None = None) -> Callable[[], None]:
     """What quitting waits for, off the UI thread: the API server, the reply that was cancelled
-    (it saves its text), the window's tasks, the engine's KV saves (bounded), the store."""
+    (it saves its text), the window's tasks, the engine's KV saves (bounded), the stores."""
     def work() -> None:
         if server is not None:
             server.stop_now()
@@ -160,4 +160,6 @@ def quit_work(*, server: Any, streams: Any, tasks: TaskRunner, engine: ChatEngin
             engine.shutdown(timeout=max(0.5, QUIT_WAIT_S - (time.monotonic() - started)))
         if store is not None:
             store.close()
+        if close_temp is not None:
+            close_temp()
     return work

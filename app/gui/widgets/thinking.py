@@ -1,49 +1,24 @@
 """A reasoning model's thinking, shown collapsed above its answer.
 
-Qwen3 and the DeepSeek-R1 distills write `<think>…</think>` before the answer. `split_reasoning`
-here splits it for display; it is the same rule as `engine.text.reasoning.split_reasoning`, kept as
-a copy because widgets never import the engine (import-linter), and tests/gui/test_thinking.py
-checks that both agree. The reply bubble shows one line — “Thinking…” while the reasoning
-streams, then “Thought for N s” — that expands to the reasoning text on a click. N is measured
-while the reply streams; for a reply loaded from the store it is estimated from the turn's figures
-(the reasoning's share of the reply's characters times its generation time), and the line says
-“about”.
+Qwen3 and the DeepSeek-R1 distills write `<think>…</think>` before the answer; the engine's one
+rule, `engine.text.reasoning.split_reasoning` (plain text in, a `Reply` out), splits it for display
+(the one engine module widgets may import, see pyproject.toml). The reply bubble shows one line —
+“Thinking…” while the reasoning streams, then “Thought for N s” — that expands to the reasoning
+text on a click. N is measured while the reply streams; for a reply loaded from the store it is
+estimated from the turn's figures (the reasoning's share of the reply's characters times its
+generation time), and the line says “about”.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
-OPEN, CLOSE = "<think>", "</think>"
+from engine.text.reasoning import Reply, split_reasoning
 
-
-@dataclass(frozen=True)
-class Reply:
-    """A reply split at its thinking. `reasoning` is None when the reply has none; `thinking` is
-    True while the reasoning is still open (a streaming or cut-off reply)."""
-    reasoning: str | None
-    content: str
-    thinking: bool = False
-
-
-def split_reasoning(text: str) -> Reply:
-    """`<think>reasoning</think>answer` (the opening tag optional: R1 distills put it in the
-    prompt); only thinking at the start counts; an unclosed `<think>` is reasoning in progress."""
-    stripped = text.lstrip()
-    if stripped.startswith(OPEN):
-        body = stripped[len(OPEN):]
-        end = body.find(CLOSE)
-        if end < 0:
-            return Reply(body.strip("\n"), "", thinking=True)
-        return Reply(body[:end].strip("\n"), body[end + len(CLOSE):].lstrip("\n"))
-    end = text.find(CLOSE)
-    if end >= 0 and OPEN not in text[:end]:
-        return Reply(text[:end].strip("\n"), text[end + len(CLOSE):].lstrip("\n"))
-    return Reply(None, text)
+__all__ = ["Reply", "ThinkingPanel", "estimated_seconds", "seconds_text", "split_reasoning"]
 
 
 def seconds_text(seconds: float) -> str:
