@@ -43,6 +43,7 @@ from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 from tokenizers import Tokenizer
 
 from engine.api import OutputConstraint
+from engine.base.json_shape import json_depth
 
 if TYPE_CHECKING:      # a TypedDict of the library's stubs only
     from llguidance._lib import JsonCompileOptions
@@ -79,15 +80,9 @@ def _short(message: str) -> str:
 
 
 def _check_depth(value: Any) -> None:
-    """Raises unless `value` nests at most MAX_SCHEMA_DEPTH objects/arrays (a loop: no recursion limit)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth > MAX_SCHEMA_DEPTH:
-                raise ConstraintError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+    """Raises unless `value` nests at most MAX_SCHEMA_DEPTH objects/arrays."""
+    if json_depth(value) > MAX_SCHEMA_DEPTH + 1:     # + 1: json_depth counts the scalars' level too
+        raise ConstraintError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
 
 
 def _grammar(constraint: OutputConstraint) -> str:

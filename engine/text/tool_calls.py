@@ -33,6 +33,8 @@ import string
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from engine.base.json_shape import json_depth
+
 MAX_TOOLS = 128
 MAX_TOOL_JSON_CHARS = 64 << 10        # one tool definition, as JSON text
 MAX_DESCRIPTION_CHARS = 8 << 10
@@ -622,19 +624,6 @@ def _merge(deltas: list[Delta]) -> list[Delta]:
 
 
 # ---- tool definitions from a request ----------------------------------------------------------
-def json_depth(value: Any) -> int:
-    """How deeply a parsed JSON value nests (a loop: it may nest as deep as the parser allowed)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-    return deepest
-
-
 def check_tools(tools: Any) -> list[dict[str, Any]]:
     """OpenAI function tools from an untrusted request, as `[{"type": "function", "function":
     {"name", "description"?, "parameters", "strict"?}}]`. Takes chat completions' nested form and
