@@ -221,6 +221,10 @@ def test_a_manifest_replaced_while_the_chat_is_open_is_moved_aside(tiny_model, t
         r = collect(m.chat(s, "Once more", sampling=greedy))
         assert r.figures.fallback_reason is None
         assert m.wait_for_saves() and m.info(s).save_error is None
+        # closing saves once more; waited for here, not within shutdown's shorter bound, which a
+        # loaded machine can outlast (the read below would then find the previous version)
+        m.close(s)
+        assert m.wait_for_saves()
     finally:
         m.shutdown()
     assert user_turns(state, s) == ["Hello there", "Go on", "And then?", "Once more"]
