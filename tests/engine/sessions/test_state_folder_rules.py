@@ -111,7 +111,9 @@ def test_symlinked_server_folders_are_never_written_through(tiny_model, tmp_path
         message = str(info.value)
         assert "could not be stored" in message and "server/responses is not a plain folder" in message
         # Not stored: nothing to continue from, nothing written where the link points.
-        assert client.responses.create(model="tiny-chat", input="Hello", max_output_tokens=3, store=False).output_text
+        # served (its text may be empty: a random model's 3 sampled tokens can be a broken character)
+        served = client.responses.create(model="tiny-chat", input="Hello", max_output_tokens=3, store=False)
+        assert served.status in ("completed", "incomplete") and served.usage.input_tokens > 0
     finally:
         handle.stop()
         manager.shutdown()
