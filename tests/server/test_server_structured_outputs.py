@@ -21,16 +21,11 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from tests.support.server import KEY_A
+from tests.support.json_schemas import PET
 
 MODEL = "tiny-chat"
 ASK = [{"role": "user", "content": "Describe a pet as JSON."}]
 
-PET = {"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 6},
-    "age": {"type": "integer", "minimum": 0, "maximum": 30},
-    "kind": {"enum": ["cat", "dog", "fish"]},
-    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 3}},
-    "required": ["name", "age", "kind", "tags"], "additionalProperties": False}
 NESTED = {"type": "object", "properties": {
     "owner": {"type": "object", "properties": {"first": {"type": "string", "maxLength": 5},
                                                "vip": {"type": "boolean"}},

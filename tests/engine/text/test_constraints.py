@@ -18,15 +18,10 @@ from engine.runtime import batcher as batcher_mod
 from engine.runtime.runner import Runner
 from engine.text import constraints
 from engine.text.constraints import ConstraintCompiler, ConstraintError
+from tests.support.json_schemas import PET
 
 # Strings and arrays are bounded: a random-weight model draws string characters almost uniformly
 # from the vocabulary, so an unbounded string would run to the length limit.
-PET = {"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 6},
-    "age": {"type": "integer", "minimum": 0, "maximum": 30},
-    "kind": {"enum": ["cat", "dog", "fish"]},
-    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 3}},
-    "required": ["name", "age", "kind", "tags"], "additionalProperties": False}
 NESTED = {"type": "object", "properties": {
     "owner": {"type": "object", "properties": {"first": {"type": "string", "maxLength": 5},
                                                "vip": {"type": "boolean"}},
