@@ -184,15 +184,16 @@ def native_matmul_rows(blocks: int = 3, per_block: int = 100) -> list[dict[str, 
     import numpy as np
 
     from engine import native
-    if native.library_path() is None:
+    lib = native.library_path()
+    if lib is None:
         return []
-    from bench.experiments.gguf_matmul_node import _session
     from tests.support.native_op import gguf_matmul_model, random_rows
     out = []
     for label, k, n, t in NATIVE_MATMULS:
         rng = np.random.default_rng(0)
         # one thread: the kernel's own cost by rows, less at the mercy of a loaded machine's scheduler
-        sess = _session(gguf_matmul_model(random_rows(t, n, k, rng), ggml_type=t, k=k, n=n, x_rank=2), 1, True)
+        sess = common.op_session(gguf_matmul_model(random_rows(t, n, k, rng), ggml_type=t, k=k, n=n, x_rank=2), lib, 1,
+                                 spinning=True)
         feeds = {m: {"X": rng.standard_normal((m, k)).astype(np.float32)} for m in (1, 2, 4)}
         times: dict[int, list[float]] = {1: [], 2: [], 4: []}
         for m in feeds:

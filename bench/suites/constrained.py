@@ -1,7 +1,7 @@
 """Constrained decoding: llguidance against outlines_core on the default model's tokenizer, and
 Amber's decode speed with and without a JSON-schema constraint.
 
-`python -m bench.bench_constrained [--model DIR] [--runs N] [--write]` prints the figures and,
+`python -m bench.suites.constrained [--model DIR] [--runs N] [--write]` prints the figures and,
 with --write, rewrites docs/benchmarks/constrained-decoding.md (a page of its own, not a section of
 docs/BENCHMARKS.md). Figures:
 
@@ -240,7 +240,7 @@ def render(res: dict[str, Any], facts: dict[str, Any], load_before: float, comma
         f"A valid reply is walked token by token ({llg['json_schema_tokens']} tokens for the order schema,",
         f"{llg['json_object_tokens']} for json_object); each step computes the allowed-token bitmask and advances.",
         "The order schema is a nested object with an array of objects, enums, a pattern, an email format",
-        "and numeric bounds (bench/bench_constrained.py, `ORDER_SCHEMA`).",
+        "and numeric bounds (bench/suites/constrained.py, `ORDER_SCHEMA`).",
         "",
         table(["Figure", llg["library"], oc["library"]], rows),
         "",
@@ -275,7 +275,7 @@ def render(res: dict[str, Any], facts: dict[str, Any], load_before: float, comma
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.bench_constrained", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.suites.constrained", description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR, help="the default model's folder")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--write", action="store_true", help=f"rewrite {DOC.relative_to(DOC.parents[2])}")
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
            "decode": bench_decode(args.model, args.runs)}
     print(json.dumps(res, indent=1))
     facts = common.machine_facts()
-    command = "python -m bench.bench_constrained " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m bench.suites.constrained " + " ".join(argv if argv is not None else sys.argv[1:])
     text = render(res, facts, load_before, command.strip())
     if args.write:
         DOC.parent.mkdir(parents=True, exist_ok=True)
