@@ -347,10 +347,13 @@ def write_section(section: Section, path: Path = BENCHMARKS_MD) -> None:
     keys = sorted(doc.sections, key=lambda k: (ORDER.get(k, 100), k))
     parts = [doc.sections[k] + ("\n\n" + doc.after[k] if doc.after.get(k) else "") for k in keys]
     out = doc.header.rstrip() + "\n\n" + "\n\n".join(parts) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(out, encoding="utf-8")
-    os.replace(tmp, path)
+    write_page(path, out)
+
+
+def write_page(path: Path, text: str) -> None:
+    """Writes a docs page whole (engine.base.safefs.atomic_write): never a half-written page."""
+    from engine.base.safefs import atomic_write
+    atomic_write(path, text, parents=True)
 
 
 # ---- token streams shared by every engine ---------------------------------------------------------

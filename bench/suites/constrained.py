@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import os
 import statistics
 import sys
 import time
@@ -29,8 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import common
-from .common import table
+from bench.harness import common
+from bench.harness.common import table
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "constrained-decoding.md"
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[1] / ".amber-dev" / "models" / "SmolLM2-135M-Instruct"
@@ -300,10 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.suites.constrained " + " ".join(argv if argv is not None else sys.argv[1:])
     text = render(res, facts, load_before, command.strip())
     if args.write:
-        DOC.parent.mkdir(parents=True, exist_ok=True)
-        tmp = DOC.with_suffix(".md.tmp")      # as bench.common.write_section: never a half-written page
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, DOC)
+        common.write_page(DOC, text)
         print(f"wrote {DOC}")
     else:
         print(text)
