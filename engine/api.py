@@ -4,10 +4,8 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
-if TYPE_CHECKING:     # the template module imports this one
-    from engine.text.chat_template import ChatTemplate
 
 
 KV_STORE_MODEL = "model"          # saved KV in the model's own dtype: lossless (the default)
@@ -165,6 +163,17 @@ class SessionInfo:
     manifest_error: str | None = None  # its saved manifest was damaged (moved aside; the previous version used)
 
 
+class ChatTemplateSource(Protocol):
+    """What a chat template shows of itself: its Jinja source, and the other named templates the
+    model ships (e.g. "tool_use")."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def named_sources(self) -> Mapping[str, str]: ...
+
+
 class CancelToken(Protocol):
     def is_set(self) -> bool: ...
 
@@ -319,8 +328,9 @@ class TokenEngine(ChatEngine, Protocol):
         ...
 
     @property
-    def chat_template(self) -> ChatTemplate:
-        """The model's chat template (what it renders, and which tool-call format it teaches)."""
+    def chat_template(self) -> ChatTemplateSource:
+        """The model's chat template (engine.text.chat_template.ChatTemplate): its source tells which
+        tool-call format it teaches."""
         ...
 
     def encode_prompt(self, prompt: str) -> list[int]:

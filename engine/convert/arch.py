@@ -9,13 +9,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 from . import gguf_scan as gs
 from engine.onnx.errors import ModelImportError
 
-if TYPE_CHECKING:
-    from .gguf_source import GGUFSource
+
+class MetadataSource(Protocol):
+    """What the architecture table reads of a GGUF (engine.convert.gguf_source.GGUFSource): typed,
+    bounded metadata fields and which tensors exist."""
+    path: Path
+    layout: gs.GGUFLayout
+
+    def int_field(self, key: str, default: int | None = None, *, lo: int = 0, hi: int = 2 ** 63 - 1,
+                  required: bool = False) -> int | None: ...
+
+    def require_int(self, key: str, *, lo: int = 0, hi: int = 2 ** 63 - 1) -> int: ...
+
+    def float_field(self, key: str, default: float, *, lo: float, hi: float,
+                    required: bool = False) -> float: ...
+
+    def array_field(self, key: str, elem_ok: tuple[int, ...], want: str) -> list[Any] | None: ...
+
+    def has_tensor(self, name: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -81,7 +98,7 @@ class ArchParams:
         return -1
 
 
-def read_arch_params(src: GGUFSource, arch: str, n_layers: int, n_embd: int, n_head: int,
+def read_arch_params(src: MetadataSource, arch: str, n_layers: int, n_embd: int, n_head: int,
                      head_dim: int, context: int) -> ArchParams:
     """The architecture-specific metadata of `src`, checked (one clear error per bad value)."""
     info = ARCHS[arch]
@@ -131,7 +148,7 @@ def read_arch_params(src: GGUFSource, arch: str, n_layers: int, n_embd: int, n_h
     return p
 
 
-def _swa_layers(src: GGUFSource, arch: str, period: int, n_layers: int) -> tuple[bool, ...]:
+def _swa_layers(src: MetadataSource, arch: str, period: int, n_layers: int) -> tuple[bool, ...]:
     """Which layers slide: {arch}.attention.sliding_window_pattern when the GGUF has it (a period,
     or one bool per layer, as llama.cpp reads it), else the architecture's own pattern."""
     key = f"{arch}.attention.sliding_window_pattern"

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from engine.api import OutputConstraint, SamplingParams
+from engine.api import ChatTemplateSource, OutputConstraint, SamplingParams
 
 from engine.text.tool_calls import (ContentDelta, Delta, ParsedOutput, ToolCall, ToolCallDelta, ToolCallStream,
                                     ToolDefinitionError, ToolFormat, check_tools, detect_format)
@@ -77,7 +77,7 @@ def tool_request(tools: Any, tool_choice: Any, parallel: bool | None) -> ToolReq
     return ToolRequest(checked, choice, function, True if parallel is None else parallel)
 
 
-def tool_format(template: Any, model: str, request: ToolRequest) -> ToolFormat | None:
+def tool_format(template: ChatTemplateSource | str | None, model: str, request: ToolRequest) -> ToolFormat | None:
     """The format the reply is read in: None when no tools are offered; a 400 naming the model
     when its chat template teaches no tool-call format."""
     if request.offered is None:

@@ -33,6 +33,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from engine.api import ChatTemplateSource
 from engine.base.json_shape import json_depth
 
 MAX_TOOLS = 128
@@ -326,14 +327,13 @@ MISTRAL_ARGS = ToolFormat("mistral_args", opens=("[TOOL_CALLS]",), name_then_arg
 FORMATS = (HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS)
 
 
-def detect_format(template: Any) -> ToolFormat | None:
+def detect_format(template: ChatTemplateSource | str) -> ToolFormat | None:
     """The tool-call format a chat template teaches (a `ChatTemplate`, whose `tool_use` template
     counts when it ships one, or a template's source); None when it shows the model no tools."""
     if isinstance(template, str):
         source = template
     else:
-        named = getattr(template, "named_sources", {}) or {}
-        source = named.get("tool_use", getattr(template, "source", ""))
+        source = template.named_sources.get("tool_use", template.source)
     if "tools" not in source:
         return None
     if "<tool_call>" in source:

@@ -26,7 +26,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))   # test_convert's configs and reference
 
-from test_convert import CONFIGS, Runner, reference_logits
+from tests.support.reference_model import CONFIGS, Runner, reference_logits
 
 from engine.convert import convert_gguf
 from tests.support.tiny_gguf import TinyConfig, TinyModel, write_tiny_gguf

@@ -10,25 +10,12 @@ import uuid
 import pytest
 
 from engine.cli import main
+from tests.support.cli_errors import one_line_error
 
 FIGURES = {"prompt_tokens", "reused_tokens", "prefilled_tokens", "generated_tokens", "ttft_ms", "prefill_ms",
            "resume_ms", "decode_tokens_per_s", "provider", "finish_reason", "resume", "cache_tokens_memory",
            "cache_tokens_disk", "fallback_reason", "context_used", "context_window", "dropped_messages",
            "dropped_tokens"}
-
-
-def one_line_error(proc, *needles: str) -> str:
-    """Exit code 2, exactly one line on stderr (no traceback), nothing on stdout."""
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert proc.stdout == ""
-    line = lines[0]
-    assert line.startswith("amber-engine"), line
-    for needle in needles:
-        assert needle in line, line
-    return line
 
 
 def parse_json(proc) -> dict:

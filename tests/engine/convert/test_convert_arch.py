@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_convert import CACHE_TOL, CONFIGS, LOGIT_TOL, Runner, max_delta, prompt, reference_logits
+from tests.support.reference_model import CACHE_TOL, CONFIGS, LOGIT_TOL, Runner, max_delta, prompt, reference_logits
 
 from engine.convert import ModelImportError, convert_gguf
 from tests.support.tiny_gguf import ARCH_CHAT, TinyConfig, TinyModel, write_tiny_gguf

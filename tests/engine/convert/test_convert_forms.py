@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's o
 
 from engine.convert import EXACT, FAST, ModelImportError, convert_gguf
 from engine.convert.weights import convert_tensor
-from test_convert import Q4K, Runner, prompt, reference_logits
+from tests.support.reference_model import Q4K, Runner, prompt, reference_logits
 from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
 
 BASE = TinyConfig()

@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from engine.convert import FAST, convert_gguf
-from test_cli import one_line_error
+from tests.support.cli_errors import one_line_error
 from tests.support.tiny_gguf import TinyConfig, write_tiny_gguf
 
 

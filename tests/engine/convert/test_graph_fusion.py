@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from engine.convert import EXACT, FAST, convert_gguf
-from test_convert import Runner, prompt, reference_logits
+from tests.support.reference_model import Runner, prompt, reference_logits
 from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
 
 MIXED = variant(TinyConfig(), wtype="Q5_0", seed=51, bias=True,

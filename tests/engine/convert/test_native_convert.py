@@ -20,7 +20,7 @@ from engine.convert import EXACT, FAST, ModelImportError, convert_gguf, default_
 from engine.onnx.variants import build_variant
 from engine.runtime import native_ops
 from engine.runtime.model import ModelLoadError, load_model
-from test_convert import Q4K, prompt
+from tests.support.reference_model import Q4K, prompt
 from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
 
 BASE = TinyConfig(seed=70)
@@ -407,7 +407,7 @@ def test_native_batched_decode_gives_each_stream_its_solo_tokens(converted, libr
     from engine.api import SamplingParams
     from engine.generation.generate import Generator, collect
     from engine.runtime import batcher as batcher_mod
-    from test_batch_decode import Together, run_threads, solo_tokens
+    from tests.support.batching import Together, run_threads, solo_tokens
     monkeypatch.setattr(batcher_mod, "GATHER_WAIT_S", 60.0)
     cfg = variant(BASE, wtype="Q8_0", seed=82)
     _need(library, cfg)

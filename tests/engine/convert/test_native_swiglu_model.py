@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from engine.convert import FAST, convert_gguf
 from engine.convert.native_swiglu import use_native_swiglu, uses_swiglu
-from test_convert import Q4K, prompt
+from tests.support.reference_model import Q4K, prompt
 from test_native_convert import _greedy_ids, _logits
 from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
 

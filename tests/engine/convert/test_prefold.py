@@ -14,7 +14,7 @@ import pytest
 from engine.convert import EXACT, FAST
 from engine.runtime import prefold
 from engine.runtime.providers import create_session
-from test_convert import Runner, prompt, reference_logits
+from tests.support.reference_model import Runner, prompt, reference_logits
 from test_convert_forms import FORMS, IDS, converted  # noqa: F401 - the module-scoped fixture
 
 

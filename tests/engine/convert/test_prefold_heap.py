@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from engine.runtime.providers import create_session
-from test_convert import Runner, prompt
+from tests.support.reference_model import Runner, prompt
 from test_convert_forms import FORMS, converted  # noqa: F401 - the module-scoped fixture
 from engine.convert import FAST
 

@@ -12,26 +12,17 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from engine.api import GenerationResult, SamplingParams, SessionKind, TextChunk
+from engine.api import GenerationResult, SessionKind, TextChunk
 from engine.generation.generate import Generator, collect
 from engine.runtime import batcher as batcher_mod
 from engine.runtime.kvcache import bind_kv_shared
 from engine.runtime.kvpool import KVPool
 from engine.sessions.manager import SessionManager
-
-
-def greedy(n: int) -> SamplingParams:
-    return SamplingParams(greedy=True, repetition_penalty=1.0, max_new_tokens=n)
+from tests.support.batching import Together, greedy, run_threads, solo_tokens
 
 
 def prompt(n: int, seed: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(500 + seed).integers(3, 420, n)]
-
-
-def solo_tokens(model, ids: list[int], n: int) -> list[int]:
-    gen = Generator(model)
-    gen.runner.batch_decode = False
-    return collect(gen.stream(gen.new_cache(), ids, greedy(n))).token_ids
 
 
 @pytest.fixture
@@ -39,40 +30,6 @@ def patient(monkeypatch):
     """The leader waits for every session in a decode loop (no time-out), so that which steps are
     batched does not depend on how loaded the machine is."""
     monkeypatch.setattr(batcher_mod, "GATHER_WAIT_S", 60.0)
-
-
-class Together:
-    """Marks the caches as decoding before their threads start, so that the first decode steps
-    wait for all of them (with `patient`): batching then does not depend on thread timing. Each
-    thread calls `release(cache)` when its stream is over."""
-
-    def __init__(self, runner, caches) -> None:
-        self._held = {id(c): runner.decoding(c) for c in caches}
-        for cm in self._held.values():
-            cm.__enter__()
-
-    def release(self, cache) -> None:
-        self._held.pop(id(cache)).__exit__(None, None, None)
-
-
-def run_threads(targets) -> None:
-    errors: list[BaseException] = []
-
-    def wrap(fn):
-        def inner():
-            try:
-                fn()
-            except BaseException as exc:   # noqa: BLE001 - reported by the test
-                errors.append(exc)
-        return inner
-    threads = [threading.Thread(target=wrap(t)) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-        assert not t.is_alive(), "a generation hung"
-    if errors:
-        raise errors[0]
 
 
 # ---- the graph itself ---------------------------------------------------------------------------

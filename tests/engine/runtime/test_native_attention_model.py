@@ -19,7 +19,7 @@ from engine.convert.native_attention import use_native_attention
 from engine.generation.generate import Generator, collect
 from engine.runtime import runner as runner_mod
 from engine.runtime.model import load_model
-from test_convert import prompt
+from tests.support.reference_model import prompt
 from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
 
 BASE = TinyConfig(seed=82, wtype="Q8_0", context_length=4096)

@@ -92,7 +92,7 @@ def test_four_sessions_batched_give_their_solo_tokens(model, monkeypatch):
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_batch_decode import Together, run_threads
+    from tests.support.batching import Together, run_threads
     monkeypatch.setattr(batcher_mod, "GATHER_WAIT_S", 60.0)
     specs = [(12, 10), (70, 10), (5, 6), (33, 8)]      # different lengths: per-sequence seqlens_k
     prompts = [ids(n, 20 + i) for i, (n, _) in enumerate(specs)]
