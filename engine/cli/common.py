@@ -38,6 +38,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """A duration in seconds: a finite number above zero (at most a day)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text}") from None
+    if not 0 < value <= 86400:     # NaN and inf fail this too
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 86400 seconds, got {text}")
+    return value
+
+
 def resolve_model_dir(arg: str | None) -> Path:
     if arg:
         return Path(arg)

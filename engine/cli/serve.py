@@ -60,8 +60,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         manager = SessionManager(model, state, kv_store=args.kv_store)
     except OSError as exc:      # an unusable state folder (read-only, not a folder, a symlinked locks/, ...)
         raise CliError(f"the state folder cannot be used: {exc}") from None
+    # The options left out keep ServerConfig's defaults (engine.server is not imported for --help).
+    limits = {name: value for name, value in (("max_in_flight", args.max_in_flight),
+                                              ("body_timeout_s", args.body_timeout)) if value is not None}
     config = ServerConfig(api_keys=keys, max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
-                          max_new_tokens=args.max_tokens, max_queued=args.max_queued, max_active=args.max_active)
+                          max_new_tokens=args.max_tokens, max_queued=args.max_queued, max_active=args.max_active,
+                          **limits)
 
     def ready(url: str) -> None:
         # The first stdout line, parsed by scripts and tests: keep its form.
@@ -86,7 +90,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def add_serve_command(sub: argparse._SubParsersAction[Any]) -> None:
-    from engine.cli.common import positive_int, add_kv_store_option
+    from engine.cli.common import add_kv_store_option, positive_int, positive_seconds
     s = sub.add_parser("serve", help="serve an OpenAI-compatible API (loopback by default)")
     s.add_argument("--model", help="model folder (default: the default model)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
@@ -100,5 +104,9 @@ def add_serve_command(sub: argparse._SubParsersAction[Any]) -> None:
     s.add_argument("--max-tokens", type=positive_int, default=4096, help="most tokens one reply may generate")
     s.add_argument("--max-active", type=positive_int, default=4, help="generations interleaved at once")
     s.add_argument("--max-queued", type=positive_int, default=32, help="requests waiting beyond: 429")
+    s.add_argument("--max-in-flight", type=positive_int,
+                   help="requests handled at once, bodies still arriving included; beyond: 503 (default 128)")
+    s.add_argument("--body-timeout", type=positive_seconds, metavar="SECONDS",
+                   help="a request body still arriving after this many seconds is answered 408 (default 30)")
     add_kv_store_option(s)
     s.set_defaults(func=cmd_serve)

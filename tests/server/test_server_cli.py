@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 
-from tests.support.server import REPO
+from tests.support.server import REPO, ServerProcess
 
 
 def serve(*args: str, tmp_path) -> subprocess.CompletedProcess:
@@ -38,3 +38,27 @@ def test_a_busy_port_is_one_line(tiny_dir, tmp_path):
 
 def test_a_missing_model_is_one_line(tmp_path):
     one_line(serve("--model", str(tmp_path / "nothing"), "--port", "0", tmp_path=tmp_path), "nothing")
+
+
+def test_a_bad_body_timeout_is_one_line(tiny_dir, tmp_path):
+    for value in ("0", "-3", "nan", "inf", "soon"):
+        one_line(serve("--model", str(tiny_dir), "--port", "0", "--body-timeout", value, tmp_path=tmp_path),
+                 "--body-timeout")
+
+
+def test_the_body_timeout_option_reaches_the_server(tiny_dir, tmp_path):
+    """`serve --body-timeout 1`: a client that sends its headers and stalls is answered 408, well
+    before the 30 s default would (the socket's own 20 s timeout fails the test otherwise)."""
+    server = ServerProcess(tiny_dir, tmp_path / "state", "--body-timeout", "1", "--max-in-flight", "2")
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n{\"mod")
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = s.recv(65536)
+                assert chunk, data
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 408"), data[:200]
+    finally:
+        assert server.stop() == 0
