@@ -156,7 +156,7 @@ void qk_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_
 #endif
 #ifdef QK_ARM64
     switch (amber_current_isa()) {
-    case ISA_I8MM:
+    case ISA_I8MM: fn = qk_gemm_i8mm; break;
     case ISA_DOTPROD: fn = qk_gemm_dotprod; break;
     case ISA_NEON: fn = qk_gemm_neon; break;
     default: break;

@@ -117,11 +117,13 @@ int qk_gemm_packed256_avxvnni(int type, const uint8_t *act, int64_t m, const uin
 #endif
 #if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
 #define QK_ARM64 1
-/* qk_arm.c: plain NEON and SDOT; the scalar path's bits. */
+/* qk_arm.c: plain NEON, SDOT and SMMLA; the scalar path's bits. */
 void qk_gemm_neon(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                   int64_t n0, int64_t n1, float *y, int64_t ldy);
 void qk_gemm_dotprod(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                      int64_t n0, int64_t n1, float *y, int64_t ldy);
+void qk_gemm_i8mm(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
+                  int64_t n0, int64_t n1, float *y, int64_t ldy);
 #endif
 
 static inline int64_t qk_block_bytes(int type) {
