@@ -77,3 +77,20 @@ def forget() -> None:
     """Tests: the next `preload` call runs again."""
     global _outcome
     _outcome = None
+
+
+def unused_gpu_note(fallback: str | None, gpu: str) -> str | None:
+    """One line for the command line when a model runs on the CPU although an NVIDIA GPU is here
+    (`gpu`: engine.base.cuda_probe.gpu_presence), naming what to install; None when there is
+    nothing to say (no GPU, or no GPU provider failed)."""
+    if not fallback or gpu == "none":
+        return None
+    driver = "NVIDIA's driver (580 or newer)"
+    lower = fallback.lower()
+    if gpu == "no-driver":
+        todo = f"install {driver} and the CUDA libraries: {INSTALL}"
+    elif "driver" in lower or "insufficient" in lower:
+        todo = f"install or update {driver}"
+    else:
+        todo = f"install the CUDA libraries: {INSTALL} (from a checkout: make run GPU=1)"
+    return f"an NVIDIA GPU is here but not used ({fallback}); {todo}"

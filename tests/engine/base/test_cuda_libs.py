@@ -110,3 +110,15 @@ def test_an_ort_without_preload_dlls_is_left_alone(tmp_path):
     mod = types.ModuleType("onnxruntime")
     mod.__file__ = str(tmp_path / "onnxruntime" / "__init__.py")
     assert cuda_libs.preload(mod, env={}) == "not here"
+
+
+def test_the_command_lines_note_names_what_to_install():
+    missing = "CUDA failed: libcublasLt.so.13: cannot open shared object file: No such file or directory"
+    assert cuda_libs.unused_gpu_note(missing, "none") is None            # no GPU: nothing to say
+    assert cuda_libs.unused_gpu_note(None, "driver") is None             # CUDA runs, or CPU was chosen
+    note = cuda_libs.unused_gpu_note(missing, "driver")
+    assert note is not None and missing in note and 'pip install "amber-chat[cuda]"' in note
+    note = cuda_libs.unused_gpu_note(missing, "no-driver")
+    assert note is not None and "driver (580 or newer)" in note and "amber-chat[cuda]" in note
+    note = cuda_libs.unused_gpu_note("CUDA failed: CUDA driver version is insufficient", "driver")
+    assert note is not None and "update NVIDIA's driver" in note and "amber-chat" not in note
