@@ -20,7 +20,9 @@ from types import ModuleType
 from ..config import settings
 
 EXTRA = "cuda"
-INSTALL = 'pip install "amber-chat[cuda]"'          # what a source install runs (or `make run GPU=1`)
+# What a source install runs in its venv (or `make run GPU=1`): pip adds the extra's wheels to the
+# installed amber-chat (checked with pip's dry run: exactly the seven pinned wheels).
+INSTALL = 'pip install "amber-chat[cuda]"'
 # What `preload_dlls` finds in site-packages: CUDA 13's consolidated wheels and cuDNN's own.
 WHEEL_FOLDERS = ("nvidia/cu13", "nvidia/cudnn")
 
@@ -92,5 +94,5 @@ def unused_gpu_note(fallback: str | None, gpu: str) -> str | None:
     elif "driver" in lower or "insufficient" in lower:
         todo = f"install or update {driver}"
     else:
-        todo = f"install the CUDA libraries: {INSTALL} (from a checkout: make run GPU=1)"
+        todo = f"install the CUDA libraries: {INSTALL} in Amber's Python environment (or make run GPU=1)"
     return f"an NVIDIA GPU is here but not used ({fallback}); {todo}"

@@ -29,8 +29,8 @@ DRIVER = "the NVIDIA driver (version 580 or newer)"
 def gpu_advice(reason: str, gpu: str = "driver") -> str:
     """What to do about a GPU that is here but could not be used, from what the machine has (`gpu`:
     "driver" or "no-driver", engine.base.cuda_probe.gpu_presence) and why CUDA failed."""
-    libraries = (f"the CUDA 13 and cuDNN 9 libraries ({INSTALL_CUDA}; from a checkout, make run GPU=1; "
-                 "or Amber's GPU download)")
+    libraries = (f"the CUDA 13 and cuDNN 9 libraries ({INSTALL_CUDA} in Amber's Python environment, or "
+                 "make run GPU=1 in its checkout; an installed Amber: its GPU download)")
     if gpu == "no-driver":
         return f"Install {DRIVER} and {libraries}, then restart Amber."
     lower = reason.lower()
