@@ -48,8 +48,18 @@ sysdeps-windows:
 ort-windows: $(STAMP)
 	$(BIN)/python packaging/fetch_ort_windows.py
 
-# Runs the app on the default model (prepared once in the user data directory).
-run: $(STAMP) native
+# The `cuda` extra (pyproject.toml): NVIDIA's CUDA 13 and cuDNN 9 wheels for onnxruntime-gpu, about
+# 1.5 GB, Linux x86_64 and Windows only. `make run GPU=1` installs it first; plain `make run` never does.
+CUDA_STAMP := $(VENV)/.amber-cuda-installed
+$(CUDA_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,bench,cuda]'
+	touch $@
+.PHONY: cuda
+cuda: $(CUDA_STAMP)
+
+# Runs the app on the default model (prepared once in the user data directory); GPU=1: with the
+# `cuda` extra installed first, so an NVIDIA GPU runs the model.
+run: $(STAMP) native $(if $(filter 1,$(GPU)),$(CUDA_STAMP))
 	$(BIN)/amber-engine fetch-default
 	$(BIN)/amber
 

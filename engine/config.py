@@ -28,6 +28,7 @@ BATCH_DECODE = "AMBER_BATCH_DECODE"
 LOCK_WAIT_S = "AMBER_LOCK_WAIT_S"
 ORT_SPIN = "AMBER_ORT_SPIN"
 ORT_SPIN_US = "AMBER_ORT_SPIN_US"
+NO_CUDA_PRELOAD = "AMBER_NO_CUDA_PRELOAD"
 HUGEPAGES = "AMBER_HUGEPAGES"
 NO_HUGEPAGES = "AMBER_NO_HUGEPAGES"
 MALLOC_REEXEC = "AMBER_MALLOC_REEXEC"                # set by the hugepages re-exec in the new process
@@ -123,6 +124,12 @@ class Settings:
         """AMBER_ORT_SPIN_US: the bounded spin's duration, 1-100000 µs; None when unset or out of range."""
         value = self._text(ORT_SPIN_US).strip()
         return int(value) if value.isascii() and value.isdigit() and 0 < int(value) <= 100_000 else None
+
+    @property
+    def no_cuda_preload(self) -> bool:
+        """AMBER_NO_CUDA_PRELOAD: set (not "0"): the NVIDIA wheels' CUDA and cuDNN libraries are not
+        preloaded (engine.base.cuda_libs), in an installed GPU build or a source install alike."""
+        return self._text(NO_CUDA_PRELOAD).strip() not in ("", "0")
 
     @property
     def hugepages(self) -> bool:

@@ -1,6 +1,7 @@
 """PyInstaller runtime hook, GPU builds only: the CUDA and cuDNN libraries bundled in `<bundle>/cuda`
-are loaded with ONNX Runtime's `preload_dlls` right after `onnxruntime` is first imported (in the
-model-loading worker, so the window does not wait for it)."""
+are loaded right after `onnxruntime` is first imported (in the model-loading worker, so the window
+does not wait for them), by the one function a source install uses too:
+engine.base.cuda_libs.preload (a no-op with AMBER_NO_CUDA_PRELOAD set; it never raises)."""
 from __future__ import annotations
 
 import importlib.abc
@@ -24,14 +25,15 @@ class _PreloadAfterImport(importlib.abc.MetaPathFinder):
 
         def exec_then_preload(module):   # type: ignore[no-untyped-def]
             exec_module(module)
-            try:
-                module.preload_dlls(directory=_CUDA_DIR)
-            except Exception as exc:   # noqa: BLE001 - the CPU provider still works; engine reports why
-                print(f"amber: could not preload the bundled CUDA libraries: {exc}", file=sys.stderr)
+            from engine.base import cuda_libs
+
+            outcome = cuda_libs.preload(module, directory=_CUDA_DIR)
+            if outcome.startswith("failed"):   # the CPU provider still works; the engine reports why
+                print(f"amber: could not preload the bundled CUDA libraries: {outcome}", file=sys.stderr)
 
         spec.loader.exec_module = exec_then_preload   # type: ignore[method-assign]
         return spec
 
 
-if os.path.isdir(_CUDA_DIR) and not os.environ.get("AMBER_NO_CUDA_PRELOAD"):
+if os.path.isdir(_CUDA_DIR):
     sys.meta_path.insert(0, _PreloadAfterImport())

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from engine.base import paths
-from engine.base.cuda_probe import nvidia_gpu_present
+from engine.base.cuda_probe import GpuPresence, machine_gpu
 from engine.api import ChatEngine
 
 from .settings import Settings
@@ -218,7 +218,7 @@ class Backend:
     gguf_importer: Callable[[Path, ProgressFn, threading.Event], Path] = import_gguf
     folder_importer: Callable[[Path, ProgressFn, threading.Event], Path] = import_onnx_folder
     remote_factory: Callable[[str, Path], ChatEngine] = open_remote
-    gpu_present: Callable[[], bool] = nvidia_gpu_present   # an NVIDIA GPU to warn about
+    gpu_presence: Callable[[], GpuPresence] = machine_gpu   # an NVIDIA GPU to warn about (and its driver)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def make_store(self, db_path: Path) -> Any:

@@ -262,10 +262,10 @@ class EngineBinding:
         w.banner.hide()
         w.empty.set_no_model(None)
         fallback = w.engines.provider_fallback
-        gpu = bool(fallback) and w.backend.gpu_present()
+        gpu = w.backend.gpu_presence() if fallback else "none"
         w.status.set_provider(engine.provider, fallback, gpu)
         if fallback:   # the whole reason, for a bug report; the status bar says it in words
-            log.log(logging.WARNING if gpu else logging.INFO, "GPU provider not used: %s", fallback)
+            log.log(logging.WARNING if gpu != "none" else logging.INFO, "GPU provider not used: %s", fallback)
         w.status.show_chat(w.last_figures, w.engines.context_window, w.chats.kv_text(w.current_id))
         w.status.set_message("")
         w.chat_view.model_name = w.engines.model_name or "Assistant"

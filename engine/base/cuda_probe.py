@@ -5,7 +5,10 @@ cannot tell a CPU-only Linux machine from one with a GPU; the driver library can
 
 `nvidia_gpu_present` asks less: whether the machine has an NVIDIA GPU at all, from what its
 driver installs (no CUDA library is loaded). A GPU that is present but cannot be used is worth
-a warning; a CUDA failure on a machine without one is not.
+a warning; a CUDA failure on a machine without one is not. `gpu_presence` tells the two kinds of
+present apart: a GPU whose driver is installed, and one seen only on the PCI bus (no driver). Both
+read the file system under a root (default "/") and a PATH, so a test can point them at a fake
+machine (tests/support/fake_nvidia.py).
 """
 from __future__ import annotations
 
@@ -15,6 +18,9 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Literal
+
+GpuPresence = Literal["none", "no-driver", "driver"]
 
 NVIDIA_PCI_VENDOR = "0x10de"
 _DRIVER = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
@@ -41,16 +47,33 @@ def _system32() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def nvidia_gpu_present() -> bool:
-    """An NVIDIA GPU and its driver are here (whether or not CUDA can start on it)."""
+    """An NVIDIA GPU is here, with or without its driver (whether or not CUDA can start on it)."""
+    return machine_gpu() != "none"
+
+
+@functools.lru_cache(maxsize=1)
+def machine_gpu() -> GpuPresence:
+    """`gpu_presence` of this machine, asked once."""
+    return gpu_presence()
+
+
+def gpu_presence(root: Path = Path("/"), search_path: str | None = None) -> GpuPresence:
+    """"driver": an NVIDIA GPU with its driver installed; "no-driver": an NVIDIA display controller
+    on the PCI bus and no driver; "none": no NVIDIA GPU (always on macOS). `root` is where /proc,
+    /dev and /sys are read (Linux); `search_path` is the PATH searched for nvidia-smi (default: the
+    process's)."""
     try:
-        if sys.platform == "win32":      # the driver puts these in System32
-            return any((_system32() / name).is_file() for name in ("nvml.dll", "nvcuda.dll"))
+        if sys.platform == "win32":      # the driver puts these in System32; no PCI view without it
+            found = any((_system32() / name).is_file() for name in ("nvml.dll", "nvcuda.dll"))
+            return "driver" if found else "none"
         if sys.platform == "darwin":
-            return False                 # no CUDA on macOS
-        return (Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidia0").exists()
-                or shutil.which("nvidia-smi") is not None or _nvidia_on_pci())
+            return "none"                # no CUDA on macOS
+        if ((root / "proc/driver/nvidia/version").exists() or (root / "dev/nvidia0").exists()
+                or shutil.which("nvidia-smi", path=search_path) is not None):
+            return "driver"
+        return "no-driver" if _nvidia_on_pci(root / "sys/bus/pci/devices") else "none"
     except OSError:                      # unreadable: nothing says a GPU is there
-        return False
+        return "none"
 
 
 def _nvidia_on_pci(root: Path = Path("/sys/bus/pci/devices")) -> bool:

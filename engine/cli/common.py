@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -47,6 +48,17 @@ def positive_seconds(text: str) -> float:
     if not 0 < value <= 86400:     # NaN and inf fail this too
         raise argparse.ArgumentTypeError(f"must be above 0 and at most 86400 seconds, got {text}")
     return value
+
+
+def note_unused_gpu(fallback: str | None) -> None:
+    """On stderr, one line when the model runs on the CPU although an NVIDIA GPU is here (what to
+    install); nothing on a machine without one."""
+    from engine.base.cuda_libs import unused_gpu_note
+    from engine.base.cuda_probe import machine_gpu
+
+    note = unused_gpu_note(fallback, machine_gpu())
+    if note:
+        print(f"amber-engine: note: {note}", file=sys.stderr)
 
 
 def resolve_model_dir(arg: str | None) -> Path:

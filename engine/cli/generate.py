@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.api import GenerationResult, SamplingParams, SessionInfo, TextChunk
 from engine.base import paths
-from engine.cli.common import CliError, resolve_model_dir, check_text
+from engine.cli.common import CliError, check_text, note_unused_gpu, resolve_model_dir
 
 
 # ---- generate --------------------------------------------------------------------------------
@@ -37,6 +37,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         model = load_model(resolve_model_dir(args.model), provider=args.provider, progress=print_variant_progress)
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
+    note_unused_gpu(model.provider_fallback_reason)
     state = Path(args.state_dir) if args.state_dir else paths.state_dir()
     try:
         manager = SessionManager(model, state, kv_store=args.kv_store)

@@ -34,7 +34,7 @@ def _inside(name: object, folder: Path) -> bool:
 def cmd_serve(args: argparse.Namespace) -> int:
     from engine.base.oneline import one_line
     from engine.base.safefs import UnsafePathError
-    from engine.cli.common import CliError, resolve_model_dir
+    from engine.cli.common import CliError, note_unused_gpu, resolve_model_dir
     from engine.runtime.model import ModelLoadError, load_model
     from engine.server import ServerConfig, serve_forever
     from engine.sessions.manager import SessionManager
@@ -52,6 +52,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model = load_model(resolve_model_dir(args.model), provider=args.provider)
     except ModelLoadError as exc:
         raise CliError(str(exc)) from None
+    note_unused_gpu(model.provider_fallback_reason)
     state = Path(args.state_dir) if args.state_dir else paths.state_dir()
     if state.is_dir() and not os.access(state, os.W_OK):
         # The server writes its chats, stored responses and locks there: refused at once, not per request.

@@ -1,9 +1,7 @@
 """Choosing an ONNX Runtime execution provider, and telling the truth about which one runs."""
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import io
 import re
 import sys
 from dataclasses import dataclass
@@ -12,6 +10,7 @@ from typing import Callable, Literal
 
 import onnxruntime as ort
 
+from ..base import cuda_libs
 from . import native_ops, prefold
 from .host.spin import spin_entries
 
@@ -103,31 +102,14 @@ def provider_library_problem(provider: str) -> str | None:
     try:
         ctypes.CDLL(str(lib))
     except OSError:
-        # pip's NVIDIA wheels (onnxruntime-gpu[cuda,cudnn]) are not on the loader's path until
-        # ORT's preload_dlls loads them; an installed GPU build preloads its own copy at import.
-        _preload_cuda_quietly()
+        # The NVIDIA wheels (the `cuda` extra) are not on the loader's path until ORT's
+        # preload_dlls loads them; an installed GPU build preloads its own copy at import.
+        cuda_libs.preload(ort)
         try:
             ctypes.CDLL(str(lib))
         except OSError as exc:
             return str(exc).strip().splitlines()[0][:300]
     return None
-
-
-_preload_tried = False
-
-
-def _preload_cuda_quietly() -> None:
-    """ORT's preload_dlls from the NVIDIA site packages, once; it prints its warnings on stdout,
-    which is the CLI's output, so they are swallowed (a failure shows as the missing library)."""
-    global _preload_tried
-    if _preload_tried or not hasattr(ort, "preload_dlls"):
-        return
-    _preload_tried = True
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            ort.preload_dlls(directory="")
-    except Exception:   # noqa: BLE001 - best effort; the library check reports what is missing
-        pass
 
 
 def _first_line(exc: BaseException) -> str:
@@ -173,6 +155,8 @@ def create_session(model_path: str, choice: ProviderChoice = "auto", threads: in
     ort.disable_telemetry_events()   # the env switch in engine/__init__.py stops the local database too
     if wanted[0] != CPU:
         gpu = wanted[0]
+        if gpu == "CUDAExecutionProvider":
+            cuda_libs.preload(ort)   # the `cuda` extra's libraries, where installed (a no-op otherwise)
         problem = provider_library_problem(gpu)
         if problem:
             # The library cannot load (e.g. onnxruntime-gpu without the CUDA runtime): say which file

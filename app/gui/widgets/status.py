@@ -22,30 +22,45 @@ def provider_label(provider: str) -> str:
     return PROVIDER_NAMES.get(provider, PROVIDER_NAMES.get(provider.lower(), provider or "—"))
 
 
-def gpu_advice(reason: str) -> str:
-    """What to do about a GPU that is here but could not be used, from why it failed."""
+INSTALL_CUDA = 'pip install "amber-chat[cuda]"'    # the `cuda` extra (engine.base.cuda_libs.INSTALL)
+DRIVER = "the NVIDIA driver (version 580 or newer)"
+
+
+def gpu_advice(reason: str, gpu: str = "driver") -> str:
+    """What to do about a GPU that is here but could not be used, from what the machine has (`gpu`:
+    "driver" or "no-driver", engine.base.cuda_probe.gpu_presence) and why CUDA failed."""
+    libraries = (f"the CUDA 13 and cuDNN 9 libraries ({INSTALL_CUDA} in Amber's Python environment, or "
+                 "make run GPU=1 in its checkout; an installed Amber: its GPU download)")
+    if gpu == "no-driver":
+        return f"Install {DRIVER} and {libraries}, then restart Amber."
     lower = reason.lower()
     if "driver" in lower or "insufficient" in lower:
-        return "Install or update the NVIDIA driver (version 580 or newer), then restart Amber."
+        return f"Install or update {DRIVER}, then restart Amber."
     if any(k in lower for k in (".so", ".dll", "cannot open", "not found", "no such file")):
-        return ("Install the CUDA 13 and cuDNN 9 libraries (pip install \"onnxruntime-gpu[cuda,cudnn]\", "
-                "or Amber's GPU download), then restart Amber.")
-    return ("Check that the NVIDIA driver (580 or newer) and the CUDA 13 and cuDNN 9 libraries are "
-            "installed, then restart Amber.")
+        return f"Install {libraries}, then restart Amber."
+    return f"Check that {DRIVER} and {libraries} are installed, then restart Amber."
 
 
-def provider_status(provider: str, fallback: str | None, gpu_present: bool) -> tuple[str, str]:
-    """(label, tooltip) for the provider running and why a GPU that was asked for is not."""
+def provider_status(provider: str, fallback: str | None, gpu: str) -> tuple[str, str]:
+    """(label, tooltip) for the provider running and why a GPU that was asked for is not. `gpu` is
+    what the machine has ("none", "no-driver", "driver"): without an NVIDIA GPU a CUDA failure is
+    no news, and the label is just "CPU"."""
     if not provider:
         return "", ""
     label = provider_label(provider)
     if not fallback:
         return label, f"Running on {label} ({provider})"
-    if not gpu_present:
+    if gpu == "none":
         return label, f"Running on {label}: no NVIDIA GPU on this computer"
+    why = "its driver is not installed" if gpu == "no-driver" else "Amber could not use it"
     return (f"{label} — GPU not used",
-            f"An NVIDIA GPU is here, but Amber could not use it and runs on the {label}.\n"
-            f"Why: {fallback}\n{gpu_advice(fallback)}")
+            f"An NVIDIA GPU is here, but {why}, so Amber runs on the {label}.\n"
+            f"Why: {fallback}\n{gpu_advice(fallback, gpu)}")
+
+
+def gpu_alarm(provider: str, fallback: str | None, gpu: str) -> bool:
+    """The status bar's warning colour: a GPU is here and the model runs without it."""
+    return bool(provider and fallback and gpu != "none")
 
 
 def _ms(ms: float) -> str:
@@ -126,14 +141,14 @@ class StatusBar(QStatusBar):
         self.addPermanentWidget(self.api)
         self.set_context(0, 0)
 
-    def set_provider(self, provider: str, fallback: str | None = None, gpu_present: bool = False) -> None:
+    def set_provider(self, provider: str, fallback: str | None = None, gpu: str = "none") -> None:
         """The provider really running. A GPU provider that failed is worth a word only where
-        there is an NVIDIA GPU to use: then "CPU — GPU not used", and the tooltip says why and
-        what to do; without one, "CPU" is all there is to say."""
-        label, tip = provider_status(provider, fallback, gpu_present)
+        there is an NVIDIA GPU to use (`gpu` "driver" or "no-driver"): then "CPU — GPU not used",
+        and the tooltip says why and what to install; without one, "CPU" is all there is to say."""
+        label, tip = provider_status(provider, fallback, gpu)
         self.provider.setText(label)
         self.provider.setToolTip(tip)
-        self.provider.setProperty("warning", bool(provider and fallback and gpu_present))
+        self.provider.setProperty("warning", gpu_alarm(provider, fallback, gpu))
         self.provider.style().polish(self.provider)   # the colour follows the property
 
     def set_context(self, used: int, window: int) -> None:

@@ -58,6 +58,9 @@ def test_flags_and_numbers_keep_their_defaults_and_bounds():
     assert config.settings({config.ORT_SPIN: "OFF "}).ort_spin == "off"
     assert config.settings({config.API_KEYS: " a, ,b "}).api_keys == ["a", "b"]
     assert config.settings({config.THEME: "blue"}).theme is None
+    assert config.settings({config.NO_CUDA_PRELOAD: "1"}).no_cuda_preload
+    assert not config.settings({config.NO_CUDA_PRELOAD: " 0"}).no_cuda_preload
+    assert not config.settings({}).no_cuda_preload
 
 
 def test_only_the_settings_module_reads_amber_variables():

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from engine.base import cuda_probe
 from engine.convert import native_form
+from tests.support.fake_nvidia import fake_machine
 
 FAKE_DRIVER = """
 static int init_result = INIT_RESULT;
@@ -103,8 +105,10 @@ def test_pci_bus_finds_an_nvidia_display_controller(tmp_path):
 
 def test_presence_is_a_plain_answer_here():
     cuda_probe.nvidia_gpu_present.cache_clear()
+    cuda_probe.machine_gpu.cache_clear()
     present = cuda_probe.nvidia_gpu_present()
     assert isinstance(present, bool)
+    assert cuda_probe.machine_gpu() in ("none", "no-driver", "driver")
     # a usable CUDA device implies a present GPU (the converse is what the warning is about)
     assert present or cuda_probe.cuda_device_count() == 0
 
@@ -115,32 +119,24 @@ def test_windows_finds_the_driver_dlls(tmp_path, monkeypatch):
     monkeypatch.setattr(cuda_probe, "sys", SimpleNamespace(platform="win32"))
     monkeypatch.setenv("SystemRoot", str(tmp_path))
     (tmp_path / "System32").mkdir()
-    cuda_probe.nvidia_gpu_present.cache_clear()
-    try:
-        assert not cuda_probe.nvidia_gpu_present()
-        (tmp_path / "System32" / "nvml.dll").write_bytes(b"MZ")   # the driver's, never loaded here
-        cuda_probe.nvidia_gpu_present.cache_clear()
-        assert cuda_probe.nvidia_gpu_present()
-    finally:
-        cuda_probe.nvidia_gpu_present.cache_clear()
+    assert cuda_probe.gpu_presence() == "none"
+    (tmp_path / "System32" / "nvml.dll").write_bytes(b"MZ")   # the driver's, never loaded here
+    assert cuda_probe.gpu_presence() == "driver"
 
 
-def test_linux_finds_nvidia_smi_without_cuda_libraries(tmp_path, monkeypatch):
-    from types import SimpleNamespace
+@pytest.mark.skipif(sys.platform != "linux", reason="reads a Linux machine's files")
+@pytest.mark.parametrize("gpu", ["none", "no-driver", "driver"])
+def test_a_fake_machine_is_read_through_the_root_and_path(tmp_path, gpu):
+    machine = fake_machine(tmp_path, gpu)
+    assert cuda_probe.gpu_presence(machine.root, machine.search_path) == gpu
 
-    monkeypatch.setattr(cuda_probe, "sys", SimpleNamespace(platform="linux"))
-    monkeypatch.setattr(cuda_probe, "_nvidia_on_pci", lambda: False)
-    monkeypatch.setattr(cuda_probe, "Path", lambda p: tmp_path / "absent" / str(p).lstrip("/"))
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text("#!/bin/sh\n")
-    smi.chmod(0o755)
-    cuda_probe.nvidia_gpu_present.cache_clear()
-    try:
-        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-        assert not cuda_probe.nvidia_gpu_present()
-        monkeypatch.setenv("PATH", str(smi.parent))
-        cuda_probe.nvidia_gpu_present.cache_clear()
-        assert cuda_probe.nvidia_gpu_present()
-    finally:
-        cuda_probe.nvidia_gpu_present.cache_clear()
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads a Linux machine's files")
+def test_each_trace_of_the_driver_is_enough_alone(tmp_path):
+    machine = fake_machine(tmp_path, "driver")
+    nowhere = str(tmp_path / "empty")
+    (machine.root / "dev/nvidia0").unlink()
+    assert cuda_probe.gpu_presence(machine.root, nowhere) == "driver"        # /proc/driver/nvidia
+    (machine.root / "proc/driver/nvidia/version").unlink()
+    assert cuda_probe.gpu_presence(machine.root, machine.search_path) == "driver"   # nvidia-smi
+    assert cuda_probe.gpu_presence(machine.root, nowhere) == "no-driver"     # the PCI bus only
