@@ -26,7 +26,7 @@ from .native_swiglu import uses_swiglu
 from engine.onnx.partials import new_partial, unmark
 from .tokenizer import build_tokenizer_files, eos_token_ids
 from engine.onnx.variants import VARIANT_DIR, build_variant
-from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
+from engine.onnx.weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
 from engine.onnx.writer import DataWriter, drop_pages
 
 __all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_POLICIES", "EXACT", "FAST",
