@@ -186,8 +186,8 @@ def reform(model: onnx.ModelProto, values: LazyValues, writer: DataWriter, level
     for init in inits:
         done += 1
         if init.name in dropped:
-            continue
-        if init.data_location == TensorProto.EXTERNAL:
+            pass
+        elif init.data_location == TensorProto.EXTERNAL:
             kept.append(writer.tensor(init.name, values.get(init.name)))
         else:
             kept.append(init)
