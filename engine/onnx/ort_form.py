@@ -52,6 +52,7 @@ KV_PREFIXES = ("past_key_values.", "present.")
 SWIGLU = 1                   # GgufMatMul's SwiGLU epilogue (engine/convert/native_swiglu.py)
 
 ProgressFn = Callable[[int, int, str], None]   # (done, total, what)
+PROGRESS_TAG = "ort form: "  # starts the `what` of every re-form step (the CLI's progress line says so)
 
 
 def is_native(model: Any) -> bool:
@@ -171,7 +172,7 @@ def reform(model: onnx.ModelProto, values: LazyValues, writer: DataWriter, level
             dropped.add(str(node.input[1]))
             done += 1
             if progress:
-                progress(done, total, str(node.input[1]))
+                progress(done, total, PROGRESS_TAG + str(node.input[1]))
         elif node.domain == NATIVE_DOMAIN and node.op_type == native_attention.OP_NAME:
             node.op_type, node.domain = native_attention.GQA, native_attention.MS_DOMAIN
             nodes.append(node)
@@ -192,7 +193,7 @@ def reform(model: onnx.ModelProto, values: LazyValues, writer: DataWriter, level
         else:
             kept.append(init)
         if progress and (done % 64 == 0 or done == total):
-            progress(done, total, init.name)
+            progress(done, total, PROGRESS_TAG + init.name)
     del graph.node[:]
     graph.node.extend(nodes)
     del graph.initializer[:]

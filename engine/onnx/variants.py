@@ -40,7 +40,7 @@ from onnx import TensorProto, helper, numpy_helper
 from .errors import ModelImportError
 from .fold import LazyValues, fold_lazily
 from .graph_scan import op_domains, read_graph
-from .ort_form import ensure_ort_form
+from .ort_form import PROGRESS_TAG, ensure_ort_form
 from engine.native import OP_DOMAIN as NATIVE_DOMAIN
 from .partials import new_partial, unmark
 from .writer import DataWriter
@@ -430,12 +430,15 @@ def graph_is_native(graph: Path) -> bool:
 
 
 def print_variant_progress(done: int, total: int, what: str) -> None:
-    """CLI progress while the GPU variant is made (first use of a GPU): one line on stderr."""
+    """CLI progress while the GPU variant is made (first use of a GPU), or a native folder is
+    re-formed for ONNX Runtime (ort_form.py): one line on stderr."""
     end = "\n" if done == total else ""
+    label = ("re-forming the model for ONNX Runtime" if what.startswith(PROGRESS_TAG)
+             else "preparing the GPU (float16) variant")
     if sys.stderr.isatty():
-        sys.stderr.write(f"\rpreparing the GPU (float16) variant: {done}/{total} tensors{end}")
+        sys.stderr.write(f"\r{label}: {done}/{total} tensors{end}")
     elif done == total:
-        sys.stderr.write(f"preparing the GPU (float16) variant: {done}/{total} tensors\n")
+        sys.stderr.write(f"{label}: {done}/{total} tensors\n")
     sys.stderr.flush()
 
 

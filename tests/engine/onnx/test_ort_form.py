@@ -234,6 +234,7 @@ def test_kernels_off_on_the_cli_generates_from_a_native_folder(folders, run_cli,
                 env={"AMBER_KERNELS": "ort"})
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and (folder / "ort" / "model.onnx").is_file()
+    assert "re-forming the model for ONNX Runtime" in r.stderr and "GPU" not in r.stderr
 
 
 @pytest.mark.slow
