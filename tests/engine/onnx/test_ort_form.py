@@ -184,6 +184,24 @@ def test_native_folder_where_the_kernels_run_is_not_re_formed(folders, tmp_path,
     assert got.graph == nat / "model.onnx" and not (nat / "ort").exists()
 
 
+def test_native_graph_the_loaded_kernels_cannot_run_falls_back_to_its_ort_form(folders, tmp_path, monkeypatch):
+    """The library loads but ONNX Runtime cannot make the native session (here: the op is never
+    registered, as with a kernel build that lacks one of the folder's types): the ORT form runs."""
+    if not folders.library:
+        pytest.skip("the kernel library does not load here")
+    from engine.runtime import native_ops
+    model, nat, ort = folders(MODELS[2])
+    folder = _copy(nat, tmp_path / "m")
+    monkeypatch.setenv("AMBER_KERNELS", "native")
+    assert native_ops.unavailable_reason() is None
+    monkeypatch.setattr(native_ops, "register", lambda so: True)
+    got = load_model(folder, provider="cpu", threads=1)
+    assert got.graph == folder / "ort" / "model.onnx"
+    ids = prompt(model, 13, 7)
+    assert float(np.abs(_logits(got, ids) - _logits(load_model(ort, provider="cpu", threads=1), ids)).max()) \
+        <= MAX_DLOGIT
+
+
 def test_read_only_folder_is_re_formed_into_amber_home(folders, tmp_path, monkeypatch):
     """An installed package's folder is read-only: the ORT form goes under AMBER_HOME/variants and
     is reused from there. (Tests run as root, which ignores file modes, so writing into the folder
