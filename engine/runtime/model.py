@@ -299,12 +299,16 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
             gpu_graph = str(cpu_graph)
         try:
             result = create_session(str(cpu_graph), provider, threads, gpu_model_path=gpu_graph)
-        except Exception:  # noqa: BLE001 - a native graph gets its ORT form; anything else is reported below
+        except Exception as failed:  # noqa: BLE001 - a native graph gets its ORT form; anything else is reported below
             if reformed or cpu_graph != graph or not graph_is_native(graph):
                 raise
             # Amber's kernels load but cannot run this graph here (say a GGUF type this CPU's
             # kernels lack): the folder's ORT form runs instead.
-            graph = cpu_graph = _ort_form().ensure_ort_form(model_dir, graph, progress, spare_root=_spare_root())
+            try:
+                ort_graph = _ort_form().ensure_ort_form(model_dir, graph, progress, spare_root=_spare_root())
+            except Exception:  # noqa: BLE001 - it cannot be re-formed either: a broken folder, ORT's reason says why
+                raise failed from None
+            graph = cpu_graph = ort_graph
             reformed = True
             result = create_session(str(cpu_graph), provider, threads, gpu_model_path=gpu_graph)
         graph = Path(result.model_path or cpu_graph)
