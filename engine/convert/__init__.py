@@ -26,7 +26,7 @@ from .native_swiglu import uses_swiglu
 from engine.onnx.partials import new_partial, unmark
 from .tokenizer import build_tokenizer_files, eos_token_ids
 from engine.onnx.variants import VARIANT_DIR, build_variant
-from .weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
+from engine.onnx.weights import WEIGHT_POLICIES, Weight, WeightPolicy, convert_tensor
 from engine.onnx.writer import DataWriter, drop_pages
 
 __all__ = ["convert_gguf", "ModelImportError", "ConversionCancelled", "WEIGHT_POLICIES", "EXACT", "FAST",
@@ -196,7 +196,8 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
 
     With `gpu_variant` the folder also gets the float16 GPU variant (gpu/, see variants.py).
     `kernels`: "native" keeps the matrices Amber's kernels handle as the GGUF's rows for the
-    GgufMatMul op (native_form.py; CPU only, no GPU variant), "ort" uses ONNX Runtime's
+    GgufMatMul op (native_form.py; CPU only: its GPU variant is made from its ORT form on first
+    use, engine/onnx/ort_form.py), "ort" uses ONNX Runtime's
     MatMulNBits, "auto" picks as `native_form.choose_kernels` does. The exact mode is always "ort".
 
     Writes into a temporary sibling folder and renames it at the end, so an interrupted or

@@ -15,7 +15,7 @@ from .arch import ARCHS
 from engine.onnx.errors import ModelImportError
 from .gguf_source import ModelSpec
 from .model_weights import LayerWeights
-from .weights import Weight
+from engine.onnx.weights import Weight
 
 
 class _Loader(Protocol):

@@ -55,16 +55,16 @@ def _marker(model_dir: Path) -> dict[str, object] | None:
 
 
 def is_ready(model_dir: Path | None = None) -> bool:
-    """True when the converted default model is in place, made from the pinned GGUF, and its
-    kernels form runs here (the native form needs Amber's kernel library)."""
+    """True when the converted default model is in place and made from the pinned GGUF (in either
+    kernels form)."""
     model_dir = model_dir or paths.default_model_dir()
     marker = _marker(model_dir)
     if marker is None:
         return False
-    kernels = marker.get("kernels", "ort")
+    # Either form loads anywhere: a native folder where the kernels cannot run is re-formed for
+    # ONNX Runtime at load (engine/onnx/ort_form.py).
     return (marker.get("gguf_sha256") == GGUF_SHA256 and marker.get("accuracy_level", 0) == FAST
-            and (kernels == "ort" or (kernels == "native" and library_available()))
-            and (model_dir / "model.onnx").is_file())
+            and marker.get("kernels", "ort") in ("ort", "native") and (model_dir / "model.onnx").is_file())
 
 
 def is_current(model_dir: Path | None = None) -> bool:

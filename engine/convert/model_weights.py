@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from .weights import Weight
+from engine.onnx.weights import Weight
 
 @dataclass
 class LayerWeights:

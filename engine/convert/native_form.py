@@ -24,7 +24,7 @@ from engine import config
 
 from ..base.cuda_probe import cuda_device_count
 from engine.onnx.errors import ModelImportError
-from .weights import Weight
+from engine.onnx.weights import Weight
 
 Kernels = Literal["native", "ort"]
 KERNELS: tuple[str, ...] = ("native", "ort")

@@ -22,7 +22,7 @@ from .fit import Fit, estimate
 from .search import RepoFiles, Variant, check_repo_id, repo_files
 
 if TYPE_CHECKING:
-    from ..convert.weights import WeightPolicy
+    from ..onnx.weights import WeightPolicy
 
 DOWNLOADS = ".downloads"
 SOURCE_FILE = "amber-source.json"      # where an installed model came from

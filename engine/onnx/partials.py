@@ -21,7 +21,8 @@ _NAME = re.compile(r"\..+\.partial-([0-9]{1,10})\Z")
 # What a conversion (and the GPU variant it makes) writes: an unmarked folder holding only these
 # is a partial of an Amber older than the mark.
 _WRITTEN = {"model.onnx", "model.onnx.data", "config.json", "generation_config.json", "tokenizer.json",
-            "tokenizer_config.json", "chat_template.jinja", "amber_import.json", "amber_variant.json", "gpu"}
+            "tokenizer_config.json", "chat_template.jinja", "amber_import.json", "amber_variant.json", "gpu",
+            "amber_ort_form.json", "ort"}
 
 
 def new_partial(dest: Path) -> Path:

@@ -39,6 +39,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .errors import ModelImportError
 from .fold import LazyValues, fold_lazily
+from .graph_scan import op_domains, read_graph
+from .ort_form import PROGRESS_TAG, ensure_ort_form
 from engine.native import OP_DOMAIN as NATIVE_DOMAIN
 from .partials import new_partial, unmark
 from .writer import DataWriter
@@ -383,9 +385,9 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
     except Exception as exc:  # noqa: BLE001 - untrusted file: the library raises any kind; reported as one line
         raise ModelImportError(f"{cpu_graph}: cannot read the graph to make its GPU variant ({exc})") from None
     if any(n.domain == NATIVE_DOMAIN for n in model.graph.node):
-        # GgufMatMul runs on the CPU only; GPU users get the ORT form (native_form.choose_kernels).
-        raise ModelImportError(f"{cpu_graph}: converted for Amber's native CPU kernels, which have no GPU "
-                               "variant; convert the GGUF again with AMBER_KERNELS=ort to run it on a GPU")
+        # GgufMatMul runs on the CPU only: the variant is made from the folder's ORT form (ort_form.py).
+        cpu_graph = ensure_ort_form(model_dir, cpu_graph, progress)
+        model = onnx.load(str(cpu_graph), load_external_data=False)
     if not any(n.op_type == "GroupQueryAttention" for n in model.graph.node):
         raise ModelImportError(f"{cpu_graph}: not an Amber-converted graph (no GroupQueryAttention); "
                                "a GPU variant is made only for models Amber imported")
@@ -419,13 +421,24 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
     return folder / MODEL_FILE
 
 
+def graph_is_native(graph: Path) -> bool:
+    """The graph has nodes of Amber's op domain (False for a file protobuf cannot read)."""
+    try:
+        return NATIVE_DOMAIN in op_domains(read_graph(graph))
+    except (OSError, ValueError):
+        return False
+
+
 def print_variant_progress(done: int, total: int, what: str) -> None:
-    """CLI progress while the GPU variant is made (first use of a GPU): one line on stderr."""
+    """CLI progress while the GPU variant is made (first use of a GPU), or a native folder is
+    re-formed for ONNX Runtime (ort_form.py): one line on stderr."""
     end = "\n" if done == total else ""
+    label = ("re-forming the model for ONNX Runtime" if what.startswith(PROGRESS_TAG)
+             else "preparing the GPU (float16) variant")
     if sys.stderr.isatty():
-        sys.stderr.write(f"\rpreparing the GPU (float16) variant: {done}/{total} tensors{end}")
+        sys.stderr.write(f"\r{label}: {done}/{total} tensors{end}")
     elif done == total:
-        sys.stderr.write(f"preparing the GPU (float16) variant: {done}/{total} tensors\n")
+        sys.stderr.write(f"{label}: {done}/{total} tensors\n")
     sys.stderr.flush()
 
 
@@ -442,6 +455,9 @@ def ensure_variant(model_dir: Path | str, cpu_graph: Path | None = None,
     gets its variant under `spare_root` instead, one folder per model folder path."""
     model_dir = Path(model_dir)
     cpu_graph = cpu_graph or model_dir / MODEL_FILE
+    if graph_is_native(cpu_graph):
+        # Amber's native CPU kernels have no GPU form: the variant comes from the ORT form.
+        cpu_graph = ensure_ort_form(model_dir, cpu_graph, progress, spare_root=spare_root)
     if variant_is_current(model_dir, cpu_graph):
         return variant_graph(model_dir)
     try:

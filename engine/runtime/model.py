@@ -15,7 +15,7 @@ from engine.base.oneline import one_line
 from engine.runtime.fingerprint import model_fingerprint
 from engine.onnx.graph_scan import op_types, read_graph
 from engine.native.attention import uses_attention
-from engine.runtime.native_ops import graph_is_native, unavailable_message, unavailable_reason
+from engine.runtime.native_ops import graph_is_native, unavailable_reason
 from engine.runtime.model_config import (ConfigError, check_config, check_external_data, check_generation_config,
                            check_tokenizer_config, read_json_object)
 from engine.runtime.providers import ProviderChoice, create_session, short_name
@@ -169,6 +169,11 @@ def _variants() -> Any:
     return variants
 
 
+def _ort_form() -> Any:
+    from engine.onnx import ort_form   # noqa: PLC0415 - onnx is imported only where a folder is re-formed
+    return ort_form
+
+
 def _is_import_error(exc: BaseException) -> bool:
     """A converter error (it names the file); only raised once the converter was imported."""
     errors = sys.modules.get("engine.onnx.errors")
@@ -273,10 +278,12 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         raise ModelLoadError(f"{tok_path}: not a valid tokenizer ({exc})") from None
     try:
         _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
-        if graph_is_native(graph):
-            why = unavailable_reason()   # Amber's kernels (GgufMatMul) cannot run here: say what to do
-            if why is not None:
-                raise ModelLoadError(unavailable_message(graph, why))
+        reformed = False
+        if graph_is_native(graph) and unavailable_reason() is not None:
+            # Amber's kernels (GgufMatMul) cannot run here: the folder's ORT form runs instead,
+            # re-formed from its own weights on first use (engine/onnx/ort_form.py).
+            graph = _ort_form().ensure_ort_form(model_dir, graph, progress, spare_root=_spare_root())
+            reformed = True
         cpu_graph = graph
         if genai is not None and not (model_dir / "amber_import.json").is_file():
             # onnxruntime-genai's builder made this graph (its own float16 builds exist for GPUs):
@@ -290,7 +297,20 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
         gpu_graph: Any = str(graph) if variant == "fp32" else _variant_maker(model_dir, graph, progress)
         if variant == "fp16":
             gpu_graph = str(cpu_graph)
-        result = create_session(str(cpu_graph), provider, threads, gpu_model_path=gpu_graph)
+        try:
+            result = create_session(str(cpu_graph), provider, threads, gpu_model_path=gpu_graph)
+        except Exception as failed:  # noqa: BLE001 - a native graph gets its ORT form; anything else is reported below
+            if reformed or cpu_graph != graph or not graph_is_native(graph):
+                raise
+            # Amber's kernels load but cannot run this graph here (say a GGUF type this CPU's
+            # kernels lack): the folder's ORT form runs instead.
+            try:
+                ort_graph = _ort_form().ensure_ort_form(model_dir, graph, progress, spare_root=_spare_root())
+            except Exception:  # noqa: BLE001 - it cannot be re-formed either: a broken folder, ORT's reason says why
+                raise failed from None
+            graph = cpu_graph = ort_graph
+            reformed = True
+            result = create_session(str(cpu_graph), provider, threads, gpu_model_path=gpu_graph)
         graph = Path(result.model_path or cpu_graph)
         gqa, amber_attention = _scan_attention(graph)
     except ModelLoadError:
@@ -330,10 +350,12 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     name = model_dir.name
     is_variant = graph.parent != model_dir and _variants().is_variant_folder(graph.parent)
     variant_name = _variants().VARIANT_NAME if is_variant else ""
+    # The ORT form's KV (float32) is not the native form's (float16 with ai.amber.Attention).
+    form_name = variant_name or ("ort" if reformed else "")
     return LoadedModel(path=model_dir, name=name, session=session, provider=result.provider,
                        provider_fallback_reason=result.fallback_reason, kv=kv, tokenizer=tokenizer,
                        config=config, generation_config=generation_config, tokenizer_config=tokenizer_config,
                        context_window=window, eos_token_ids=eos,
-                       fingerprint=model_fingerprint(model_dir, graph, variant_name),
+                       fingerprint=model_fingerprint(model_dir, graph, form_name),
                        input_names=inputs, logits_name=logits, variant=variant_name or "fp32",
                        graph=graph, amber_attention=amber_attention)

@@ -3,7 +3,8 @@ a session, and a one-line reason when it cannot run here.
 
 A model converted with the native kernels (engine/convert/native_form.py) needs the op library in
 every session that runs it; without it ONNX Runtime would fail on the first node with a message
-about an unknown domain. The loader asks `unavailable_reason` first and tells the user what to do.
+about an unknown domain. The loader asks `unavailable_reason` first and, where the op cannot run,
+loads the folder's ORT form instead (engine/onnx/ort_form.py, re-formed on first use).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's own type tags
 
 from engine.convert import EXACT, FAST, ModelImportError, convert_gguf
-from engine.convert.weights import convert_tensor
+from engine.onnx.weights import convert_tensor
 from tests.support.reference_model import Q4K, Runner, prompt, reference_logits
 from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
 
@@ -170,7 +170,7 @@ def test_cli_report_prints_size_by_type(tmp_path):
 def test_large_weights_run_as_row_pieces(converted, level, tmp_path, monkeypatch):
     """A MatMulNBits over a very large weight (the lm_head at real sizes) is split by rows into
     pieces whose outputs are concatenated: the same logits as one matmul."""
-    from engine.convert import graph
+    from engine.onnx import linear as graph
     model, whole = converted(Q4_K_M, level)
     monkeypatch.setattr(graph, "SPLIT_ABOVE", 4096)     # every weight of the tiny model above it
     monkeypatch.setattr(graph, "SPLIT_WEIGHTS", 3000)
@@ -191,7 +191,7 @@ def test_fused_weights_are_split_and_joined_without_copies():
     """phi3's attn_qkv / ffn_up: the parts are views of the fused weight, and joining them in order
     gives the fused weight itself back (no second copy during import)."""
     from engine.convert.arch_weights import split_rows
-    from engine.convert.weights import concat_rows, from_q4_k
+    from engine.onnx.weights import concat_rows, from_q4_k
     rng = np.random.default_rng(3)
     n, k = 48, 512
     raw = rng.integers(0, 256, (n, k // 256 * 144), dtype=np.uint8)

@@ -25,7 +25,7 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT  # noqa: N814 - short, like ggml's own type tags
 from gguf import quants
 
-from engine.onnx.errors import ModelImportError
+from .errors import ModelImportError
 
 BLOCK = 32
 WeightPolicy = Literal["auto", "int4", "int8", "fp16", "fp32"]
