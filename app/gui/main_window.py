@@ -17,7 +17,8 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressDialog, QSplitt
 from app.store.titles import chat_title
 from engine.base import paths
 
-from . import lifecycle, model_switch, theme
+from . import lifecycle, theme
+from .models import model_switch
 from .backend import Backend
 from .bindings import ChatBinding, EngineBinding
 from .chat_files import ChatFiles
@@ -37,7 +38,7 @@ from .settings import Settings
 from .tasks import TaskRunner
 from .tool_binding import ToolBinding
 from .widgets.chat_area import ChatArea
-from .widgets.chat_view import MessageItem, copy_to_clipboard
+from .widgets.chat_view import copy_to_clipboard
 from .widgets.hover_pause import HoverPause
 from .widgets.sidebar import Sidebar
 from .widgets.status import StatusBar
@@ -61,10 +62,10 @@ class MainWindow(QMainWindow):
         self.settings = settings or Settings.load(self.settings_path)
         self.tasks = TaskRunner(max_threads=4, parent=self)
         self.engines = EngineController(self.backend, self.home, self.tasks, self)
-        self.chats = ChatsController(self.engines, self.tasks, self._itemizer, self)
+        self.chats = ChatsController(self.engines, self.tasks, self)
         self.deletions = Deletions(self.chats, self.engines, self)
         self.replies = RepliesController(self.chats, self.engines, self.deletions,
-                                         lambda: self.settings, self.tasks, self._itemizer, self)
+                                         lambda: self.settings, self.tasks, self)
         self.auto_titles = AutoTitles(self.chats, self.engines, self.replies, self)
         self.mcp_path = paths.mcp_config_path() if home is None else self.home / "mcp.json"
         self.tools = ToolsController(self.mcp_path, self.tasks, lambda: self.settings.mcp_tools, parent=self)
@@ -74,8 +75,6 @@ class MainWindow(QMainWindow):
         self.shutdown_complete = False
         self._api_server: Any = None
         self._settings_at_api = False     # the next settings dialog opens at the API server
-        self.import_dialog: QProgressDialog | None = None   # the import in progress, if any
-        self.duplicate_box: QMessageBox | None = None     # "already imported", the last one said
         self.confirm: Callable[[str, str], bool] = self._ask_confirm
         self.confirm_switch: Callable[[str, str], bool] = self._ask_switch   # a model switch's cost
         self.chat_models: dict[str, str | None] = {}   # each chat's model (`Settings.model` values)
@@ -87,14 +86,26 @@ class MainWindow(QMainWindow):
         self.resize(min(1180, screen.width() - 40), min(780, screen.height() - 48))
         self.setMinimumSize(640, 480)
         self._build()
-        self.binding = ChatBinding(self)
-        self.engine_binding = EngineBinding(self)
-        self.tool_binding = ToolBinding(self)
+        self.binding = ChatBinding(self.chats, self.replies, self.engines, self.area, self.sidebar, self.status,
+                                   loaded=self.chatLoaded.emit, replied=self.replyFinished.emit,
+                                   header=self.update_header)
+        self.engine_binding = EngineBinding(
+            self.engines, self.chats, self.deletions, self.replies, self.area, self.status, self.backend,
+            settings=lambda: self.settings, figures=lambda: self.binding.last_figures,
+            composer=self.update_composer, model_notice=self.update_model_notice, api=self._serve_new_engine,
+            refresh_models=self.refresh_models, ready=self.engineReady.emit)
+        self.tool_binding = ToolBinding(self.replies, self.chats, self.engines, self.tools, self.chat_view,
+                                        self.composer, self.status, lambda: self.settings)
         self.tools.load()
         self._connect()
         self._make_shortcuts()
-        self.chat_files = ChatFiles(self)      # File ▸ Import chat…, Export chat as
-        self.draft_tokens = DraftTokens(self)  # “1,234 tokens” under the composer
+        self.chat_files = ChatFiles(     # File ▸ Import chat…, Export chat as
+            self, self.chats, self.status, self.tasks, settings=lambda: self.settings,
+            save_settings=self.save_settings, open_chat=self.open_chat)
+        self.draft_tokens = DraftTokens(  # “1,234 tokens” under the composer
+            self.composer, self.engines, self.tasks,
+            figures=lambda: self.binding.last_figures if self.current_id else None,
+            chat_loaded=self.chatLoaded, reply_finished=self.replyFinished, parent=self)
         self.view_ctl = ViewController(self)   # sidebar toggle, small windows, keyboard
         if self.settings.theme != theme.choice() or self.settings.theme != "system":
             apply_theme_choice(self.settings.theme)
@@ -123,11 +134,6 @@ class MainWindow(QMainWindow):
     @store.setter
     def store(self, value: Any) -> None:
         self.chats.store = value
-
-    @staticmethod
-    def _itemizer() -> Callable[[Any], MessageItem]:
-        th = theme.current()     # read on the UI thread; the items are rendered on a worker
-        return lambda row: MessageItem.from_row(row, th)
 
     # --- construction ------------------------------------------------------------------------
     def _build(self) -> None:
@@ -163,10 +169,10 @@ class MainWindow(QMainWindow):
         self._toast_timer.timeout.connect(self.toast.hide)
         self.toast_pause = HoverPause(self.toast, self)   # the countdown waits while hovered
         self.toast_pause.watch(self._toast_timer)
-        self.import_clear = QTimer(self)   # an import's last word leaves the status bar
-        self.import_clear.setSingleShot(True)
-        self.import_clear.setInterval(4000)
-        self.import_clear.timeout.connect(lambda: import_dialog.clear_message(self.status))
+        self.imports = import_dialog.ModelImports(
+            self, self.engines, self.status, settings=lambda: self.settings, save_settings=self.save_settings,
+            load_engine=self.load_engine, refresh_models=self.refresh_models, pick_model=self.pick_model)
+        self.import_clear = self.imports.clear   # an import's last word leaves the status bar
         self.composer.set_ready(False, "Loading the model…")
         self.update_header()
 
@@ -615,14 +621,19 @@ class MainWindow(QMainWindow):
         return open_connect_dialog(self)
 
     def import_gguf_dialog(self) -> None:
-        import_dialog.choose_gguf(self)
+        import_dialog.choose_gguf(self, self.settings, self.save_settings,
+                                  lambda src, gguf: self.import_model(src, gguf=gguf))
 
     def import_folder_dialog(self) -> None:
-        import_dialog.choose_folder(self)
+        import_dialog.choose_folder(self, self.settings, self.save_settings,
+                                    lambda src, gguf: self.import_model(src, gguf=gguf))
 
     def import_model(self, src: Path, *, gguf: bool) -> QProgressDialog:
         """Import with a progress dialog (app/gui/dialogs/import_dialog.py)."""
-        return import_dialog.import_model(self, src, gguf=gguf)
+        return self.imports.import_model(src, gguf=gguf)
+
+    import_dialog = property(lambda self: self.imports.dialog)        # the import in progress, if any
+    duplicate_box = property(lambda self: self.imports.duplicate_box)   # "already imported", the last said
 
     def open_settings(self) -> None:
         from .dialogs.settings_dialog import SettingsDialog  # noqa: PLC0415
@@ -682,6 +693,11 @@ class MainWindow(QMainWindow):
         if (s.api_server, s.api_port, s.api_key) != (on, port, key):
             s.api_server, s.api_port, s.api_key = on, port, key
             self.save_settings()
+
+    def _serve_new_engine(self) -> None:
+        if self.api_server_started is not None:   # it serves the new engine now
+            self.api_server_started.engine_replaced()
+        self.restore_api_server()
 
     def restore_api_server(self) -> None:
         """Start the API server if it was on when Amber last ran (the model is loaded now)."""

@@ -365,7 +365,7 @@ def test_without_a_model_the_empty_window_offers_import(make_window, home, qtbot
     write_tiny_gguf(tmp_path / "tiny.gguf", TinyConfig(seed=5))
     chosen = []
     monkeypatch.setattr(import_dialog, "choose_gguf",
-                        lambda window: chosen.append(window.import_model(tmp_path / "tiny.gguf", gguf=True)))
+                        lambda *_: chosen.append(w.import_model(tmp_path / "tiny.gguf", gguf=True)))
     qtbot.mouseClick(w.empty.import_btn, Qt.MouseButton.LeftButton)
     assert chosen
     qtbot.waitUntil(lambda: w.engine is not None, timeout=120000)
