@@ -18,7 +18,6 @@ from app.store.titles import chat_title
 from engine.base import paths
 
 from . import lifecycle, theme
-from .models import model_switch
 from .backend import Backend
 from .bindings import ChatBinding, EngineBinding
 from .chat_files import ChatFiles
@@ -36,6 +35,7 @@ from .dialogs import import_dialog
 from .lifecycle import freeze_heap, shiboken_valid, shutdown_runner, warm_up_rendering
 from .settings import Settings
 from .tasks import TaskRunner
+from .model_choice import ModelChoice
 from .tool_binding import ToolBinding
 from .widgets.chat_area import ChatArea
 from .widgets.chat_view import copy_to_clipboard
@@ -77,8 +77,6 @@ class MainWindow(QMainWindow):
         self._settings_at_api = False     # the next settings dialog opens at the API server
         self.confirm: Callable[[str, str], bool] = self._ask_confirm
         self.confirm_switch: Callable[[str, str], bool] = self._ask_switch   # a model switch's cost
-        self.chat_models: dict[str, str | None] = {}   # each chat's model (`Settings.model` values)
-        self.kept_model: dict[str, str] = {}   # chat -> the loaded model it was told to go on with
 
         self.setWindowTitle("Amber")
         self.setWindowIcon(theme.app_icon())
@@ -92,7 +90,7 @@ class MainWindow(QMainWindow):
         self.engine_binding = EngineBinding(
             self.engines, self.chats, self.deletions, self.replies, self.area, self.status, self.backend,
             settings=lambda: self.settings, figures=lambda: self.binding.last_figures,
-            composer=self.update_composer, model_notice=self.update_model_notice, api=self._serve_new_engine,
+            composer=self.update_composer, model_notice=lambda: self.update_model_notice(), api=self._serve_new_engine,
             refresh_models=self.refresh_models, ready=self.engineReady.emit)
         self.tool_binding = ToolBinding(self.replies, self.chats, self.engines, self.tools, self.chat_view,
                                         self.composer, self.status, lambda: self.settings)
@@ -171,12 +169,20 @@ class MainWindow(QMainWindow):
         self.toast_pause.watch(self._toast_timer)
         self.imports = import_dialog.ModelImports(
             self, self.engines, self.status, settings=lambda: self.settings, save_settings=self.save_settings,
-            load_engine=self.load_engine, refresh_models=self.refresh_models, pick_model=self.pick_model)
+            load_engine=self.load_engine, refresh_models=self.refresh_models,
+            pick_model=lambda choice: self.pick_model(choice))
         self.import_clear = self.imports.clear   # an import's last word leaves the status bar
         self.composer.set_ready(False, "Loading the model…")
         self.update_header()
 
     def _connect(self) -> None:
+        self.model_choice = mc = ModelChoice(
+            self.engines, self.chats, self.replies, self.header, self.model_notice,
+            settings=lambda: self.settings, save_settings=self.save_settings, load_engine=self.load_engine,
+            confirm_switch=lambda title, text: self.confirm_switch(title, text), engine_ready=self.engineReady)
+        self.pick_model, self.switch_model, self._on_model_picked = mc.pick, mc.switch, mc.on_picked
+        self.model_name, self.switch_cost, self.update_model_notice = mc.name, mc.cost, mc.update_notice
+        self.chat_models, self.kept_model = mc.chat_models, mc.kept_model
         sb, c, r = self.sidebar, self.chats, self.replies
         sb.chatSelected.connect(self.open_chat)
         sb.newChatRequested.connect(self.new_chat)
@@ -187,7 +193,6 @@ class MainWindow(QMainWindow):
         sb.closeRequested.connect(self.close_chat)
         sb.searchChanged.connect(c.search)
         h = self.header
-        h.modelPicked.connect(self._on_model_picked)
         h.getModelsRequested.connect(self.open_model_library)
         h.importGgufRequested.connect(self.import_gguf_dialog)
         h.importFolderRequested.connect(self.import_folder_dialog)
@@ -200,8 +205,6 @@ class MainWindow(QMainWindow):
         self.empty.importGgufRequested.connect(self.import_gguf_dialog)
         self.empty.getModelsRequested.connect(self.open_model_library)
         self.empty.connectRemoteRequested.connect(self.connect_remote_dialog)
-        self.model_notice.switchRequested.connect(self.switch_model)
-        self.model_notice.keepRequested.connect(self._keep_model)
         self.status.apiClicked.connect(self.open_api_settings)
         self.toast.undo.connect(self.undo_delete)
         cv = self.chat_view
@@ -222,7 +225,6 @@ class MainWindow(QMainWindow):
         c.listChanged.connect(self._on_list_changed)
         c.errorOccurred.connect(self._report_error)
         r.chatCreated.connect(self._on_chat_created)
-        r.turnStarted.connect(self._on_turn_started)
         r.composerChanged.connect(self.update_composer)
         self.deletions.deleted.connect(self._on_deleted)
         self.deletions.restored.connect(self._on_restored)
@@ -351,13 +353,7 @@ class MainWindow(QMainWindow):
         self.update_header()
         self.update_composer()
         self.update_model_notice()
-        store = self.chats.store_for(chat_id)
-        if store is not None and chat_id not in self.chat_models:
-
-            def known(detail: Any) -> None:
-                self.chat_models[chat_id] = model_switch.recorded_choice(detail.model_choice, detail.model_id)
-                self.update_model_notice()
-            self.tasks.run_task(lambda: store.get_conversation(chat_id), known, lambda exc: None)
+        self.model_choice.learn(chat_id, self.chats.store_for(chat_id), self.tasks)
 
     def _on_chat_created(self, chat_id: str) -> None:
         self.sidebar.select(chat_id)
@@ -476,43 +472,13 @@ class MainWindow(QMainWindow):
 
     # --- replies (RepliesController) ---------------------------------------------------------
     def send(self, text: str) -> None:
-        choice = self._pinned_elsewhere()
+        choice = self.model_choice.pinned_elsewhere()
         if choice is None:
             self.replies.send(text)
-        elif self._switch_for_pinned(choice):
+        elif self.model_choice.switch_for_pinned(choice):
             self.replies.enqueue(text)     # sent once the chat's model is loaded
         else:
             self.composer.set_text(text)
-
-    def _switch_for_pinned(self, choice: str) -> bool:
-        """A pinned chat's saved KV is valid for its own model only (a turn with another would
-        replace it): switch to that model, if the user agrees to what it costs."""
-        name = self.model_name(choice)
-        if not self.confirm_switch(f"Switch to {name}?", (
-                f"This pinned chat was made with {name}; its saved context is valid only for "
-                f"that model. {self.switch_cost(choice)}")):
-            return False
-        self.switch_model(choice)
-        return True
-
-    def _on_own_model(self, action: Callable[[], None]) -> None:
-        """Run `action` (a turn in the chat on screen) now, or, in a pinned chat made with another
-        model, once that model is loaded (asked first)."""
-        choice = self._pinned_elsewhere()
-        if choice is None:
-            action()
-            return
-        chat_id = self.current_id
-
-        def done(*_: Any) -> None:     # once, on the next load's outcome (failed: nothing runs)
-            self.engineReady.disconnect(done)
-            self.engines.failed.disconnect(done)
-            if self.engine is not None and self.current_id == chat_id and self.engines.choice == choice:
-                action()
-        self.engineReady.connect(done)
-        self.engines.failed.connect(done)
-        if not self._switch_for_pinned(choice):
-            done()
 
     def stop(self) -> None:
         self.replies.stop()
@@ -521,7 +487,7 @@ class MainWindow(QMainWindow):
         def run() -> None:
             w = self.chat_view.widget_for(message_id)
             self.replies.regenerate(w.item if w is not None else None)
-        self._on_own_model(run)
+        self.model_choice.on_own_model(run)
 
     def _regenerate_last(self) -> None:
         ws = self.chat_view.widgets
@@ -532,83 +498,11 @@ class MainWindow(QMainWindow):
         def run() -> None:
             w = self.chat_view.widget_for(message_id)
             self.replies.edit(w.item if w is not None else None, text)
-        self._on_own_model(run)
+        self.model_choice.on_own_model(run)
 
     # --- models and settings -----------------------------------------------------------------
     def refresh_models(self) -> None:
         self.engines.refresh_models(self._report_error)
-
-    def pick_model(self, choice: str) -> None:
-        """As if `choice` were picked in the picker: say what switching costs, then switch."""
-        self._on_model_picked(self.model_picker.findData(choice))
-
-    def _on_model_picked(self, index: int) -> None:
-        name = self.model_picker.itemData(index) or ""
-        if index < 0 or name == self.settings.model:
-            return
-        if self.engine is not None and not self.confirm_switch(
-                f"Switch to {self.model_name(name)}?", self.switch_cost(name)):
-            self.model_picker.setCurrentIndex(max(0, self.model_picker.findData(self.settings.model)))
-            return
-        self.switch_model(name)
-
-    def switch_model(self, choice: str) -> None:
-        """Load another model (a `Settings.model` value); the one loaded is unloaded."""
-        if choice == self.settings.model and (self.engine is not None or self.engines.loading):
-            return
-        self.stop()
-        self.settings.model = choice
-        self.save_settings()
-        self.model_picker.setCurrentIndex(max(0, self.model_picker.findData(choice)))
-        self.model_notice.hide()
-        self.load_engine()
-
-    def model_name(self, choice: str) -> str:
-        i = self.model_picker.findData(choice)
-        return model_switch.model_label(choice, self.model_picker.itemText(i) if i >= 0 else None)
-
-    def switch_cost(self, choice: str) -> str:
-        """What switching to `choice` costs, in words (said before switching)."""
-        in_memory = sum(1 for r in self.chat_model.all_chats() if r.kv_state == "memory" and not r.pinned)
-        loaded = self.engines.choice if self.engines.choice is not None else self.settings.model
-        replying = self.stream is not None and not self.stream.stopped
-        return model_switch.switch_cost(self.model_name(choice), self.model_name(loaded), in_memory,
-                                        replying=replying)
-
-    def _chat_elsewhere(self) -> str | None:
-        """The model the chat on screen was made with, if another (available) one is loaded."""
-        cid, loaded = self.current_id, self.engines.choice
-        choice = self.chat_models.get(cid) if cid else None
-        if cid is None or choice is None or loaded is None or choice == loaded \
-                or self.kept_model.get(cid) == loaded or self.model_picker.findData(choice) < 0:
-            return None
-        return choice
-
-    def _pinned_elsewhere(self) -> str | None:
-        row = self.chat_model.chat(self.current_id) if self.current_id else None
-        return self._chat_elsewhere() if row is not None and row.pinned else None
-
-    def update_model_notice(self) -> None:
-        """Offer the chat's own model when another is loaded (saying what switching costs)."""
-        choice = self._chat_elsewhere()
-        if choice is None or self.current_id is None:
-            self.model_notice.hide()
-            return
-        row = self.chat_model.chat(self.current_id)
-        loaded = self.model_name(self.engines.choice or "")
-        name = self.model_name(choice)
-        self.model_notice.show_for(self.current_id, choice, model_switch.chat_notice(
-            name, loaded, self.switch_cost(choice), pinned=bool(row and row.pinned)), name, loaded)
-
-    def _keep_model(self, chat_id: str) -> None:
-        if self.engines.choice is not None:
-            self.kept_model[chat_id] = self.engines.choice
-        self.update_model_notice()
-
-    def _on_turn_started(self, chat_id: str, *_: Any) -> None:
-        if self.engines.choice is not None:
-            self.chat_models[chat_id] = self.engines.choice     # the chat goes on with this model
-        self.update_model_notice()
 
     def open_model_library(self) -> Any:
         """Hugging Face search, download and conversion (app/gui/dialogs/model_library.py)."""
