@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import QByteArray, QUrl, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressDialog, QSplitter
+from PySide6.QtWidgets import QMainWindow, QProgressDialog, QSplitter
 
 from app.store.titles import chat_title
 from engine.base import paths
@@ -24,18 +23,22 @@ from .chat_files import ChatFiles
 from .draft_tokens import DraftTokens
 from .controllers import deletions as deletions_mod
 from .controllers.auto_titles import AutoTitles
-from .controllers import engine as engine_mod
 from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: where it was
 from .controllers.deletions import Deletions
-from .controllers.engine import EngineController, quit_work
+from .controllers.engine import EngineController
 from .controllers.replies import RepliesController
 from .controllers.tools import ToolsController
 from .error_words import in_words
 from .dialogs import import_dialog
-from .lifecycle import freeze_heap, shiboken_valid, shutdown_runner, warm_up_rendering
+from .lifecycle import freeze_heap, warm_up_rendering
 from .settings import Settings
 from .tasks import TaskRunner
+from .api_binding import ApiBinding
 from .model_choice import ModelChoice
+from .preferences import Preferences
+from .questions import Questions
+from .settings_binding import SettingsBinding
+from .shutdown import Shutdown
 from .tool_binding import ToolBinding
 from .widgets.chat_area import ChatArea
 from .widgets.chat_view import copy_to_clipboard
@@ -58,8 +61,9 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.home = home or paths.amber_home()
         self.backend = backend or Backend()
-        self.settings_path = paths.settings_path() if home is None else self.home / "settings.json"
-        self.settings = settings or Settings.load(self.settings_path)
+        settings_path = paths.settings_path() if home is None else self.home / "settings.json"
+        self.prefs = Preferences(settings_path, settings or Settings.load(settings_path))
+        self.save_settings = self.prefs.save
         self.tasks = TaskRunner(max_threads=4, parent=self)
         self.engines = EngineController(self.backend, self.home, self.tasks, self)
         self.chats = ChatsController(self.engines, self.tasks, self)
@@ -69,14 +73,10 @@ class MainWindow(QMainWindow):
         self.auto_titles = AutoTitles(self.chats, self.engines, self.replies, self)
         self.mcp_path = paths.mcp_config_path() if home is None else self.home / "mcp.json"
         self.tools = ToolsController(self.mcp_path, self.tasks, lambda: self.settings.mcp_tools, parent=self)
-        self.replies.toolbox = self._toolbox
         self.chat_model = self.chats.model
-        self.shutdown_started = False
-        self.shutdown_complete = False
-        self._api_server: Any = None
-        self._settings_at_api = False     # the next settings dialog opens at the API server
-        self.confirm: Callable[[str, str], bool] = self._ask_confirm
-        self.confirm_switch: Callable[[str, str], bool] = self._ask_switch   # a model switch's cost
+        self.questions = Questions(self)
+        self.confirm: Callable[[str, str], bool] = self.questions.ask_confirm
+        self.confirm_switch: Callable[[str, str], bool] = self.questions.ask_switch   # a model switch's cost
 
         self.setWindowTitle("Amber")
         self.setWindowIcon(theme.app_icon())
@@ -84,16 +84,30 @@ class MainWindow(QMainWindow):
         self.resize(min(1180, screen.width() - 40), min(780, screen.height() - 48))
         self.setMinimumSize(640, 480)
         self._build()
+        self.prefs.status = self.status
+        self.shutdown = Shutdown(self, self.engines, self.chats, self.replies, self.deletions, self.auto_titles,
+                                 self.tasks, self.prefs, api_server=lambda: self.api.started,
+                                 remember_geometry=self._remember_geometry, finished=self.shutdownFinished.emit)
+        self.api = ApiBinding(self.engines, self.tasks, self.status, self.prefs, self.home / "state",
+                              closing=lambda: self.shutdown.started, parent=self)
+        self.api_server, self.restore_api_server = self.api.server, self.api.restore
         self.binding = ChatBinding(self.chats, self.replies, self.engines, self.area, self.sidebar, self.status,
                                    loaded=self.chatLoaded.emit, replied=self.replyFinished.emit,
                                    header=self.update_header)
         self.engine_binding = EngineBinding(
             self.engines, self.chats, self.deletions, self.replies, self.area, self.status, self.backend,
             settings=lambda: self.settings, figures=lambda: self.binding.last_figures,
-            composer=self.update_composer, model_notice=lambda: self.update_model_notice(), api=self._serve_new_engine,
-            refresh_models=self.refresh_models, ready=self.engineReady.emit)
+            composer=self.update_composer, model_notice=lambda: self.update_model_notice(),
+            api=self.api.serve_new_engine, refresh_models=self.refresh_models, ready=self.engineReady.emit)
         self.tool_binding = ToolBinding(self.replies, self.chats, self.engines, self.tools, self.chat_view,
                                         self.composer, self.status, lambda: self.settings)
+        self.replies.toolbox = self.tool_binding.toolbox
+        self.settings_ctl = SettingsBinding(
+            self, self.prefs, self.home, self.api, self.tools, self.engines, self.chats, self.tasks,
+            tools_changed=self.tool_binding.update_state, reload_engine=self._reload_engine,
+            report=self._report_error)
+        self.open_settings, self.open_api_settings = self.settings_ctl.open, self.settings_ctl.open_at_api
+        self.open_chat_settings, self.clear_cache = self.settings_ctl.open_chat, self.settings_ctl.clear_cache
         self.tools.load()
         self._connect()
         self._make_shortcuts()
@@ -329,7 +343,11 @@ class MainWindow(QMainWindow):
         self.status.set_message(f"Chat history unavailable: {error}")
 
     def load_engine(self) -> None:
-        self.engines.load(self.settings.copy(), self._api_server)
+        self.engines.load(self.settings.copy(), self.api.started)
+
+    def _reload_engine(self) -> None:
+        self.stop()
+        self.load_engine()
 
     # --- chats (the work is ChatsController's; closing and deleting also stop a reply) -------
     def new_chat(self, temporary: bool = False) -> None:
@@ -529,103 +547,14 @@ class MainWindow(QMainWindow):
     import_dialog = property(lambda self: self.imports.dialog)        # the import in progress, if any
     duplicate_box = property(lambda self: self.imports.duplicate_box)   # "already imported", the last said
 
-    def open_settings(self) -> None:
-        from .dialogs.settings_dialog import SettingsDialog  # noqa: PLC0415
-
-        dlg = SettingsDialog(self.settings, self.home, parent=self, server=self.api_server(), tools=self.tools)
-        dlg.clearCacheRequested.connect(self.clear_cache)
-        self.settings_dialog = dlg
-        if self._settings_at_api and dlg.server_panel is not None:
-            dlg.server_panel.enabled.setFocus()
-        self._settings_at_api = False
-        if dlg.exec():
-            old = self.settings
-            self.settings = dlg.result_settings()
-            # the API server's switch acts at once, not on OK: keep what it stored meanwhile
-            self.settings.api_server, self.settings.api_port, self.settings.api_key = \
-                old.api_server, old.api_port, old.api_key
-            self.save_settings()
-            if old.theme != self.settings.theme:
-                apply_theme_choice(self.settings.theme)
-            if old.mcp_tools != self.settings.mcp_tools:
-                self.tool_binding.update_state()
-            if _engine_options(old) != _engine_options(self.settings):
-                self.stop()
-                self.load_engine()
-
-    def _toolbox(self) -> Any:
-        """The MCP tools the next turn offers the loaded model (None: none, or it takes none)."""
-        engine = self.engines.engine
-        return self.tools.toolbox(engine.capabilities.tool_format) if engine is not None else None
-
-    def open_api_settings(self) -> None:
-        """The settings, at the API server's switch (the status bar's indicator)."""
-        self._settings_at_api = True
-        self.open_settings()
-
-    @property
-    def api_server_started(self) -> Any:
-        """The API server's control if it was ever made, else None (nothing to tell)."""
-        return self._api_server
-
-    def api_server(self) -> Any:
-        """The local API server's control (app/gui/server_control.py), made on first use."""
-        if self._api_server is None:
-            from .server_control import ServerControl  # noqa: PLC0415
-            control = ServerControl(lambda: self.engine, self.home / "state", parent=self,
-                                    runner=self.tasks.run_task)
-            control.port, control.api_key = self.settings.api_port, self.settings.api_key
-            control.switched.connect(self._on_api_switched)
-            control.changed.connect(self.status.set_api)
-            control.failed.connect(lambda why: self.status.set_message(f"API server: {why}"))
-            self._api_server = control
-        return self._api_server
-
-    def _on_api_switched(self, on: bool, port: int, key: str) -> None:
-        """The user turned the API server on or off: it starts again on the next launch."""
-        s = self.settings
-        if (s.api_server, s.api_port, s.api_key) != (on, port, key):
-            s.api_server, s.api_port, s.api_key = on, port, key
-            self.save_settings()
-
-    def _serve_new_engine(self) -> None:
-        if self.api_server_started is not None:   # it serves the new engine now
-            self.api_server_started.engine_replaced()
-        self.restore_api_server()
-
-    def restore_api_server(self) -> None:
-        """Start the API server if it was on when Amber last ran (the model is loaded now)."""
-        if not self.settings.api_server or self.shutdown_started:
-            return
-        control = self.api_server()
-        if not control.running and not control.busy:
-            control.start(self.settings.api_port, self.settings.api_key)
-
-    def open_chat_settings(self) -> None:
-        chat_id, store = self.current_id, self.store
-        if chat_id is None or self.chats.is_temporary(chat_id) or store is None:
-            return
-        from .dialogs.settings_dialog import ChatSettingsDialog  # noqa: PLC0415
-
-        def loaded(detail: Any) -> None:
-            dlg = ChatSettingsDialog(detail, self.settings, parent=self)
-            self.chat_settings_dialog = dlg
-            if dlg.exec():
-                prompt, overrides = dlg.values()
-                self.tasks.run_task(lambda: store.update_settings(
-                    chat_id, system_prompt=prompt, settings=overrides), None, self._report_error)
-
-        self.tasks.run_task(lambda: store.get_conversation(chat_id), loaded, self._report_error)
-
-    def clear_cache(self) -> None:
-        pinned = {r.id for r in self.chat_model.all_chats() if r.pinned}
-        self.engines.clear_cache(pinned, self._report_error)
-
-    def save_settings(self) -> None:
-        try:
-            self.settings.save(self.settings_path)
-        except OSError as exc:
-            self.status.set_message(f"Could not save settings: {exc}")
+    # --- the settings, the API server ------------------------------------------------------
+    settings = property(lambda self: self.prefs.settings,
+                        lambda self, value: setattr(self.prefs, "settings", value))
+    settings_path = property(lambda self: self.prefs.path)
+    api_server_started = property(lambda self: self.api.started)   # the API server's control, if made
+    settings_dialog = property(lambda self: self.settings_ctl.dialog)
+    chat_settings_dialog = property(lambda self: self.settings_ctl.chat_dialog)
+    confirm_box = property(lambda self: self.questions.confirm_box)
 
     # --- geometry, errors --------------------------------------------------------------------
     def _restore_geometry(self) -> None:
@@ -646,24 +575,6 @@ class MainWindow(QMainWindow):
         log.error("background task failed: %r", exc)
         self.status.set_message(f"Error: {in_words(exc)}")
 
-    def _ask_switch(self, title: str, text: str) -> bool:
-        box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.Cancel, self)
-        switch = box.addButton("Switch", QMessageBox.ButtonRole.AcceptRole)
-        box.setDefaultButton(switch)
-        box.exec()
-        return box.clickedButton() is switch
-
-    def _ask_confirm(self, title: str, text: str) -> bool:
-        """A destructive step, asked: the title's first word names its button (“Discard
-        temporary chat?” → Discard); Cancel is the default."""
-        box = QMessageBox(QMessageBox.Icon.Warning, title, text,
-                          QMessageBox.StandardButton.Cancel, self)
-        self.confirm_box = box
-        go = box.addButton(title.split(" ")[0] or "OK", QMessageBox.ButtonRole.DestructiveRole)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        return box.clickedButton() is go
-
     def open_data_folder(self) -> None:
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.home)))
 
@@ -674,60 +585,14 @@ class MainWindow(QMainWindow):
 
     # --- quit --------------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
-        if self.shutdown_complete:
+        if self.shutdown.complete:
             event.accept()
             return
         event.ignore()
-        if self.shutdown_started:
+        if self.shutdown.started:
             return
-        self.begin_shutdown()
+        self.shutdown.begin()
 
-    def begin_shutdown(self) -> None:
-        """Stop generation now, commit pending deletes, discard temporary chats, then wait
-        (bounded, visibly) for the engine's pending KV saves."""
-        self.shutdown_started = True
-        self.replies.closed = True
-        self.auto_titles.stop()
-        self.stop()
-        self.deletions.commit_all()
-        for row in [r for r in self.chat_model.all_chats() if r.temporary]:
-            self.chats.discard_temporary(row.id)
-        self._remember_geometry()
-        if self.current_id and self.chats.is_temporary(self.current_id):
-            self.settings.last_chat_id = None
-        self.save_settings()
-        work = quit_work(server=self._api_server, streams=self.replies.stream_runner.pool,
-                         tasks=self.tasks, engine=self.engine, store=self.store,
-                         started=time.monotonic(), close_temp=self.chats.close_temp)
-        self.hide()
-        self._quit_dialog: QProgressDialog | None = None
-
-        def show_wait() -> None:
-            if self.shutdown_complete or not shiboken_valid(self):
-                return
-            dlg = QProgressDialog("Saving pinned chats…", "Quit now", 0, 0)
-            dlg.setWindowTitle("Amber")
-            dlg.setMinimumDuration(0)
-            dlg.canceled.connect(finish)
-            dlg.show()
-            self._quit_dialog = dlg
-
-        def finish(*_: Any) -> None:
-            if self.shutdown_complete or not shiboken_valid(self):
-                return
-            self.shutdown_complete = True
-            if self._quit_dialog is not None:
-                self._quit_dialog.close()
-            self.shutdownFinished.emit()
-            self.close()
-
-        # a separate, long-lived runner: the bounded wait never waits for itself, and a stuck
-        # engine cannot take the window down with it
-        shutdown_runner().run_task(work, finish, lambda exc: finish())
-        QTimer.singleShot(300, show_wait)
-        QTimer.singleShot(int(engine_mod.QUIT_WAIT_S * 1000) + 1000, finish)  # the wait is bounded
-
-
-def _engine_options(s: Settings) -> tuple[Any, ...]:
-    """The settings that take a new engine to apply."""
-    return (s.provider, s.memory_budget_mb, s.disk_budget_mb, s.cache_max_age_days, s.kv_store)
+    shutdown_started = property(lambda self: self.shutdown.started)
+    shutdown_complete = property(lambda self: self.shutdown.complete)
+    _quit_dialog = property(lambda self: self.shutdown.dialog)   # “Saving pinned chats…”

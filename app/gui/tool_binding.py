@@ -93,6 +93,11 @@ class ToolBinding:
         for approval in self.asking.get(chat_id, []):
             self._ask(chat_id, approval)
 
+    def toolbox(self) -> Any:
+        """The MCP tools the next turn offers the loaded model (None: none, or it takes none)."""
+        engine = self.engines.engine
+        return self.tools.toolbox(engine.capabilities.tool_format) if engine is not None else None
+
     def update_state(self) -> None:
         tools, composer = self.tools, self.composer
         engine = self.engines.engine
