@@ -225,7 +225,7 @@ def test_ctrl_w_asks_before_discarding_a_temporary_chat(window, qtbot):
     w.new_chat(temporary=True)
     send(qtbot, w, "a secret", timeout=30000)
     cid = w.current_id
-    w.confirm = w._ask_confirm                                      # the real dialog
+    w.confirm = w.questions.ask_confirm                             # the real dialog
 
     def answer(button: str) -> None:
         def click() -> None:
