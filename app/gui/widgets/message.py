@@ -1,6 +1,7 @@
-"""One message on screen: `MessageItem` (a plain value built off the UI thread), its
-auto-sized `MessageBrowser`, the throttled `StreamRenderer` of a streaming reply, and the
-`MessageWidget` bubble with its tools (copy, edit, regenerate, branch, siblings)."""
+"""One message on screen: its auto-sized `MessageBrowser`, the `StreamRenderer` that puts a
+streaming reply's incremental HTML (`models.stream_markup`) into it, and the `MessageWidget`
+bubble with its tools (copy, edit, regenerate, branch, siblings). What it shows is a
+`models.message.MessageItem`, built off the UI thread."""
 from __future__ import annotations
 
 import math
