@@ -6,19 +6,20 @@ from __future__ import annotations
 import re
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMenu
+from PySide6.QtWidgets import QFileDialog, QMainWindow, QMenu
 
 from app.chat import transfer
 from app.store.titles import chat_title
 
-from .sidebar_model import ChatRow
-
-if TYPE_CHECKING:
-    from .main_window import MainWindow
+from .controllers.chats import ChatsController
+from .models.chat_list import ChatRow
+from .settings import Settings
+from .tasks import TaskRunner
+from .widgets.status import StatusBar
 
 FILTERS = {
     "markdown": "Markdown (*.md)",
@@ -35,7 +36,7 @@ def file_stem(title: str) -> str:
     return stem or "Amber chat"
 
 
-def file_menu(w: "MainWindow") -> QMenu:
+def file_menu(w: QMainWindow) -> QMenu:
     """The window's File menu (made on first use; shared with whoever else adds to it)."""
     bar = w.menuBar()
     for action in bar.actions():
@@ -50,12 +51,16 @@ class ChatFiles(QObject):
     imported = Signal(str)             # the new chat's id
     failed = Signal(str)               # why, in one line
 
-    def __init__(self, w: "MainWindow"):
-        super().__init__(w)
-        self.w = w
+    def __init__(self, window: QMainWindow, chats: ChatsController, status: StatusBar, tasks: TaskRunner, *,
+                 settings: Callable[[], Settings], save_settings: Callable[[], Any],
+                 open_chat: Callable[[str], Any]):
+        """The menu and its shortcuts go on `window`; `open_chat` shows an imported chat."""
+        super().__init__(window)
+        self.window, self.chats, self.status, self.tasks = window, chats, status, tasks
+        self.settings, self.save_settings, self.open_chat = settings, save_settings, open_chat
         self.pick_save: Callable[[str, str, str], str] = self._ask_save
         self.pick_open: Callable[[str, str], str] = self._ask_open
-        menu = file_menu(w)
+        menu = file_menu(window)
         self.act_import = self._action("Import chat…", "Ctrl+O", self.import_dialog)
         menu.addAction(self.act_import)
         self.export_menu = menu.addMenu("Export chat as")
@@ -69,28 +74,27 @@ class ChatFiles(QObject):
         menu.aboutToShow.connect(self._update)
 
     def _action(self, text: str, shortcut: str | None, slot: Callable[[], Any]) -> QAction:
-        act = QAction(text, self.w)
+        act = QAction(text, self.window)
         if shortcut:
             act.setShortcut(QKeySequence(shortcut))
             act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
         act.triggered.connect(slot)
-        self.w.addAction(act)
+        self.window.addAction(act)
         return act
 
     def _update(self) -> None:
         """Export needs a chat with messages on screen (a draft has nothing to write)."""
-        can = self.w.current_id is not None
+        can = self.chats.current_id is not None
         for act in self.act_export.values():
             act.setEnabled(can)
 
     # --- export ------------------------------------------------------------------------------
     def export_dialog(self, fmt: str, *_checked: Any) -> None:
-        w = self.w
-        chat_id = w.current_id
+        chat_id = self.chats.current_id
         if chat_id is None:
-            w.status.set_message("Nothing to export yet: send a message first")
+            self.status.set_message("Nothing to export yet: send a message first")
             return
-        row = w.chat_model.chat(chat_id)
+        row = self.chats.model.chat(chat_id)
         title = row.title if row is not None else "Amber chat"
         suggested = str(Path(self._start_dir()) / (file_stem(title) + transfer.FORMATS[fmt]))
         chosen = self.pick_save(f"Export “{chat_title(title, 40)}”", suggested, FILTERS[fmt])
@@ -104,15 +108,15 @@ class ChatFiles(QObject):
 
     def export_to(self, chat_id: str, fmt: str, path: Path) -> None:
         """Write the chat to `path` in the background; the status bar says how it went."""
-        store = self.w.chats.store_for(chat_id)
+        store = self.chats.store_for(chat_id)
         if store is None:
             return
 
         def done(written: Path) -> None:
-            self.w.status.set_message(f"Exported to {written}")
+            self.status.set_message(f"Exported to {written}")
             self.exported.emit(chat_id, str(written))
 
-        self.w.tasks.run_task(lambda: transfer.export_chat(store, chat_id, fmt, path), done,
+        self.tasks.run_task(lambda: transfer.export_chat(store, chat_id, fmt, path), done,
                               lambda exc: self._fail("Could not export the chat", exc))
 
     # --- import ------------------------------------------------------------------------------
@@ -124,18 +128,18 @@ class ChatFiles(QObject):
 
     def import_from(self, path: Path) -> None:
         """Make a new chat from an exported JSON file, list it and open it."""
-        store = self.w.store
+        store = self.chats.store
         if store is None:
             self._fail("Could not import the chat", RuntimeError("the chat history is not open"))
             return
 
         def done(detail: Any) -> None:
-            self.w.chat_model.upsert(ChatRow.from_store(detail))
-            self.w.open_chat(detail.id)
-            self.w.status.set_message(f"Imported “{chat_title(detail.title, 40)}”")
+            self.chats.model.upsert(ChatRow.from_store(detail))
+            self.open_chat(detail.id)
+            self.status.set_message(f"Imported “{chat_title(detail.title, 40)}”")
             self.imported.emit(detail.id)
 
-        self.w.tasks.run_task(lambda: transfer.import_chat(store, path), done,
+        self.tasks.run_task(lambda: transfer.import_chat(store, path), done,
                               lambda exc: self._fail("Could not import the chat", exc))
 
     # --- helpers -----------------------------------------------------------------------------
@@ -143,21 +147,21 @@ class ChatFiles(QObject):
         why = str(exc) if isinstance(exc, (transfer.TransferError, ValueError)) else \
             f"{type(exc).__name__}: {exc}"
         line = " ".join(f"{what}: {why}".split())
-        self.w.status.set_message(line)
+        self.status.set_message(line)
         self.failed.emit(line)
 
     def _start_dir(self) -> str:
-        last = self.w.settings.last_dir
+        last = self.settings().last_dir
         return last if last and Path(last).is_dir() else str(Path.home())
 
     def _remember(self, folder: Path) -> None:
-        self.w.settings.last_dir = str(folder)
-        self.w.save_settings()
+        self.settings().last_dir = str(folder)
+        self.save_settings()
 
     def _ask_save(self, title: str, suggested: str, filters: str) -> str:
-        path, _ = QFileDialog.getSaveFileName(self.w, title, suggested, filters)
+        path, _ = QFileDialog.getSaveFileName(self.window, title, suggested, filters)
         return path
 
     def _ask_open(self, title: str, filters: str) -> str:
-        path, _ = QFileDialog.getOpenFileName(self.w, title, self._start_dir(), filters)
+        path, _ = QFileDialog.getOpenFileName(self.window, title, self._start_dir(), filters)
         return path

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from . import theme
-from .markdown_render import render
+from .models.markdown_render import render
 from .tasks import TaskRunner
 
 

@@ -1,44 +1,53 @@
-"""Amber's main window: it builds the widgets, wires them to the controllers, and keeps the
-shortcuts, the dialogs, the geometry and quitting. The chat state and all work live in
-app/gui/controllers (off the UI thread); what the chat area shows follows their signals
-(app/gui/bindings.py)."""
+"""Amber's main window, wiring only: it makes the controllers (app/gui/controllers: the chat
+state and all work, off the UI thread), the widgets, and the bindings that join them, each with
+one job and given the widgets and controllers it drives: what the chat area shows
+(bindings.py), the header and composer (header_binding.py), the chat actions (chat_actions.py),
+replies (reply_actions.py), the model choice (model_choice.py), the tools (tool_binding.py), the
+settings and the API server (settings_binding.py, api_binding.py), importing, files, the draft's
+size, starting and quitting. What the window itself offers (`w.open_chat`, `w.settings`, …) is the
+bindings' own, named here for the dialogs and the tests."""
 from __future__ import annotations
 
-import base64
 import logging
-import time
 from pathlib import Path
 from typing import Any, Callable
 
-from PySide6.QtCore import QByteArray, QUrl, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressDialog, QSplitter
+from PySide6.QtCore import QUrl, QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QDesktopServices, QKeySequence
+from PySide6.QtWidgets import QMainWindow, QProgressDialog, QSplitter
 
-from app.store.titles import chat_title
 from engine.base import paths
 
-from . import lifecycle, model_switch, theme
+from . import geometry, theme
+from .api_binding import ApiBinding
 from .backend import Backend
 from .bindings import ChatBinding, EngineBinding
+from .chat_actions import ChatActions
 from .chat_files import ChatFiles
-from .draft_tokens import DraftTokens
-from .controllers import deletions as deletions_mod
 from .controllers.auto_titles import AutoTitles
-from .controllers import engine as engine_mod
 from .controllers.chats import ChatsController, Draft  # noqa: F401 - Draft: where it was
 from .controllers.deletions import Deletions
-from .controllers.engine import EngineController, quit_work
+from .controllers.engine import EngineController
 from .controllers.replies import RepliesController
 from .controllers.tools import ToolsController
-from .error_words import in_words
 from .dialogs import import_dialog
-from .lifecycle import freeze_heap, shiboken_valid, shutdown_runner, warm_up_rendering
+from .draft_tokens import DraftTokens
+from .error_words import in_words
+from .header_binding import HeaderBinding
+from .lifecycle import freeze_heap
+from .model_choice import ModelChoice
+from .preferences import Preferences
+from .questions import Questions
+from .reply_actions import ReplyActions
 from .settings import Settings
+from .settings_binding import SettingsBinding
+from .shortcuts import shortcut
+from .shutdown import Shutdown
+from .startup import Startup
 from .tasks import TaskRunner
 from .tool_binding import ToolBinding
 from .widgets.chat_area import ChatArea
-from .widgets.chat_view import MessageItem, copy_to_clipboard
-from .widgets.hover_pause import HoverPause
+from .widgets.chat_view import copy_to_clipboard
 from .widgets.sidebar import Sidebar
 from .widgets.status import StatusBar
 from .window_view import ViewController, apply_theme_choice
@@ -57,53 +66,38 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.home = home or paths.amber_home()
         self.backend = backend or Backend()
-        self.settings_path = paths.settings_path() if home is None else self.home / "settings.json"
-        self.settings = settings or Settings.load(self.settings_path)
-        self.tasks = TaskRunner(max_threads=4, parent=self)
-        self.engines = EngineController(self.backend, self.home, self.tasks, self)
-        self.chats = ChatsController(self.engines, self.tasks, self._itemizer, self)
-        self.deletions = Deletions(self.chats, self.engines, self)
-        self.replies = RepliesController(self.chats, self.engines, self.deletions,
-                                         lambda: self.settings, self.tasks, self._itemizer, self)
-        self.auto_titles = AutoTitles(self.chats, self.engines, self.replies, self)
+        settings_path = paths.settings_path() if home is None else self.home / "settings.json"
+        self.prefs = Preferences(settings_path, settings or Settings.load(settings_path))
+        self.save_settings = self.prefs.save
         self.mcp_path = paths.mcp_config_path() if home is None else self.home / "mcp.json"
-        self.tools = ToolsController(self.mcp_path, self.tasks, lambda: self.settings.mcp_tools, parent=self)
-        self.replies.toolbox = self._toolbox
-        self.chat_model = self.chats.model
-        self.shutdown_started = False
-        self.shutdown_complete = False
-        self._api_server: Any = None
-        self._settings_at_api = False     # the next settings dialog opens at the API server
-        self.import_dialog: QProgressDialog | None = None   # the import in progress, if any
-        self.duplicate_box: QMessageBox | None = None     # "already imported", the last one said
-        self.confirm: Callable[[str, str], bool] = self._ask_confirm
-        self.confirm_switch: Callable[[str, str], bool] = self._ask_switch   # a model switch's cost
-        self.chat_models: dict[str, str | None] = {}   # each chat's model (`Settings.model` values)
-        self.kept_model: dict[str, str] = {}   # chat -> the loaded model it was told to go on with
+        self._controllers()
+        self.questions = Questions(self)
+        self.confirm: Callable[[str, str], bool] = self.questions.ask_confirm
+        self.confirm_switch: Callable[[str, str], bool] = self.questions.ask_switch   # a model switch's cost
 
         self.setWindowTitle("Amber")
         self.setWindowIcon(theme.app_icon())
         screen = self.screen().availableGeometry()   # a 1366×768 laptop: the window fits it
         self.resize(min(1180, screen.width() - 40), min(780, screen.height() - 48))
         self.setMinimumSize(640, 480)
-        self._build()
-        self.binding = ChatBinding(self)
-        self.engine_binding = EngineBinding(self)
-        self.tool_binding = ToolBinding(self)
+        self._widgets()
+        self._bindings()
         self.tools.load()
         self._connect()
-        self._make_shortcuts()
-        self.chat_files = ChatFiles(self)      # File ▸ Import chat…, Export chat as
-        self.draft_tokens = DraftTokens(self)  # “1,234 tokens” under the composer
+        self._shortcuts()
+        self._extras()
         self.view_ctl = ViewController(self)   # sidebar toggle, small windows, keyboard
         if self.settings.theme != theme.choice() or self.settings.theme != "system":
             apply_theme_choice(self.settings.theme)
-        self._restore_geometry()
+        geometry.restore(self, self.splitter, self.settings)
         freeze_heap()
         if autostart:
             QTimer.singleShot(0, self.start)
 
-    # --- the controllers' state, as the window's (tests and the dialogs read it) --------------
+    # --- what the window offers: its parts' state and actions (the dialogs and tests use them) ---
+    settings = property(lambda self: self.prefs.settings,
+                        lambda self, value: setattr(self.prefs, "settings", value))
+    settings_path = property(lambda self: self.prefs.path)
     engine = property(lambda self: self.engines.engine)
     engine_error = property(lambda self: self.engines.error)
     provider_fallback = property(lambda self: self.engines.provider_fallback)
@@ -115,6 +109,15 @@ class MainWindow(QMainWindow):
     queued = property(lambda self: self.replies.queue)
     pending_deletes = property(lambda self: self.deletions.pending)
     last_figures = property(lambda self: self.binding.last_figures)
+    api_server_started = property(lambda self: self.api.started)   # the API server's control, if made
+    settings_dialog = property(lambda self: self.settings_ctl.dialog)
+    chat_settings_dialog = property(lambda self: self.settings_ctl.chat_dialog)
+    confirm_box = property(lambda self: self.questions.confirm_box)
+    import_dialog = property(lambda self: self.imports.dialog)        # the import in progress, if any
+    duplicate_box = property(lambda self: self.imports.duplicate_box)   # "already imported", the last said
+    shutdown_started = property(lambda self: self.shutdown.started)
+    shutdown_complete = property(lambda self: self.shutdown.complete)
+    _quit_dialog = property(lambda self: self.shutdown.dialog)   # “Saving pinned chats…”
 
     @property
     def store(self) -> Any:
@@ -124,13 +127,19 @@ class MainWindow(QMainWindow):
     def store(self, value: Any) -> None:
         self.chats.store = value
 
-    @staticmethod
-    def _itemizer() -> Callable[[Any], MessageItem]:
-        th = theme.current()     # read on the UI thread; the items are rendered on a worker
-        return lambda row: MessageItem.from_row(row, th)
-
     # --- construction ------------------------------------------------------------------------
-    def _build(self) -> None:
+    def _controllers(self) -> None:
+        self.tasks = TaskRunner(max_threads=4, parent=self)
+        self.engines = EngineController(self.backend, self.home, self.tasks, self)
+        self.chats = ChatsController(self.engines, self.tasks, self)
+        self.deletions = Deletions(self.chats, self.engines, self)
+        self.replies = RepliesController(self.chats, self.engines, self.deletions,
+                                         lambda: self.settings, self.tasks, self)
+        self.auto_titles = AutoTitles(self.chats, self.engines, self.replies, self)
+        self.tools = ToolsController(self.mcp_path, self.tasks, lambda: self.settings.mcp_tools, parent=self)
+        self.chat_model = self.chats.model
+
+    def _widgets(self) -> None:
         self.sidebar = Sidebar(self.chat_model)
         self.area = right = ChatArea()
         h = self.header = right.header
@@ -158,20 +167,75 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.splitter)
         self.status = StatusBar()
         self.setStatusBar(self.status)
-        self._toast_timer = QTimer(self)
-        self._toast_timer.setSingleShot(True)
-        self._toast_timer.timeout.connect(self.toast.hide)
-        self.toast_pause = HoverPause(self.toast, self)   # the countdown waits while hovered
-        self.toast_pause.watch(self._toast_timer)
-        self.import_clear = QTimer(self)   # an import's last word leaves the status bar
-        self.import_clear.setSingleShot(True)
-        self.import_clear.setInterval(4000)
-        self.import_clear.timeout.connect(lambda: import_dialog.clear_message(self.status))
+        self.prefs.status = self.status
+        self.heading = HeaderBinding(self.chats, self.engines, self.replies, self.area,
+                                     window_title=self.setWindowTitle)
+        self.update_header, self.update_composer = self.heading.update, self.heading.update_composer
+        self._update_header = self.update_header
+        self.chat_actions = ChatActions(
+            self.chats, self.deletions, self.replies, self.sidebar, self.chat_view, self.toast, self.status,
+            self.prefs, confirm=lambda title, text: self.confirm(title, text),
+            sidebar_shown=lambda: self.view_ctl.sidebar_shown(), header=self.update_header, parent=self)
+        a = self.chat_actions
+        self._toast_timer, self.toast_pause = a.toast_timer, a.toast_pause
+        self.new_chat, self.open_chat, self.close_chat, self.delete_chat = a.new, a.open, a.close, a.delete
+        self.toggle_pin, self.duplicate_chat, self.branch_from = a.toggle_pin, a.duplicate, a.branch_from
+        self.flip_sibling, self.undo_delete, self.rename_chat = a.flip_sibling, a.undo_delete, a.rename
+        self.chat_target = a.target
+        self.shutdown = Shutdown(self, self.engines, self.chats, self.replies, self.deletions, self.auto_titles,
+                                 self.tasks, self.prefs, api_server=lambda: self.api.started,
+                                 remember_geometry=lambda: geometry.remember(self, self.splitter, self.settings),
+                                 finished=self.shutdownFinished.emit)
+        self.begin_shutdown = self.shutdown.begin
+        self.api = ApiBinding(self.engines, self.tasks, self.status, self.prefs, self.home / "state",
+                              closing=lambda: self.shutdown.started, parent=self)
+        self.api_server, self.restore_api_server = self.api.server, self.api.restore
+        self.imports = import_dialog.ModelImports(
+            self, self.engines, self.status, settings=lambda: self.settings, save_settings=self.save_settings,
+            load_engine=self.load_engine, refresh_models=self.refresh_models,
+            pick_model=lambda choice: self.pick_model(choice))
+        self.import_clear = self.imports.clear   # an import's last word leaves the status bar
         self.composer.set_ready(False, "Loading the model…")
         self.update_header()
 
+    def _bindings(self) -> None:
+        self.binding = ChatBinding(self.chats, self.replies, self.engines, self.area, self.sidebar, self.status,
+                                   loaded=self.chatLoaded.emit, replied=self.replyFinished.emit,
+                                   header=self.update_header)
+        self.engine_binding = EngineBinding(
+            self.engines, self.chats, self.deletions, self.replies, self.area, self.status, self.backend,
+            settings=lambda: self.settings, figures=lambda: self.binding.last_figures,
+            composer=self.update_composer, model_notice=lambda: self.update_model_notice(),
+            api=self.api.serve_new_engine, refresh_models=self.refresh_models, ready=self.engineReady.emit)
+        self.tool_binding = ToolBinding(self.replies, self.chats, self.engines, self.tools, self.chat_view,
+                                        self.composer, self.status, lambda: self.settings)
+        self.replies.toolbox = self.tool_binding.toolbox
+        self.settings_ctl = SettingsBinding(
+            self, self.prefs, self.home, self.api, self.tools, self.engines, self.chats, self.tasks,
+            tools_changed=self.tool_binding.update_state, reload_engine=self._reload_engine,
+            report=self._report_error)
+        s = self.settings_ctl
+        self.open_settings, self.open_api_settings = s.open, s.open_at_api
+        self.open_chat_settings, self.clear_cache = s.open_chat, s.clear_cache
+
     def _connect(self) -> None:
-        sb, c, r = self.sidebar, self.chats, self.replies
+        self.model_choice = mc = ModelChoice(
+            self.engines, self.chats, self.replies, self.header, self.model_notice,
+            settings=lambda: self.settings, save_settings=self.save_settings, load_engine=self.load_engine,
+            confirm_switch=lambda title, text: self.confirm_switch(title, text), engine_ready=self.engineReady)
+        self.pick_model, self.switch_model, self._on_model_picked = mc.pick, mc.switch, mc.on_picked
+        self.model_name, self.switch_cost, self.update_model_notice = mc.name, mc.cost, mc.update_notice
+        self.chat_models, self.kept_model = mc.chat_models, mc.kept_model
+        self.reply_actions = ra = ReplyActions(self.replies, mc, self.chat_view, self.composer)
+        self.send, self.stop, self.regenerate, self.edit_message = ra.send, ra.stop, ra.regenerate, ra.edit
+        self.startup = Startup(self.chats, self.engines, self.deletions, self.tasks, self.sidebar, self.status,
+                               self.prefs, self.home, self.backend, open_chat=self.open_chat,
+                               new_chat=self.new_chat, load_engine=self.load_engine,
+                               refresh_models=self.refresh_models, closing=lambda: self.shutdown.started,
+                               parent=self)
+        self.start, self.load_chats = self.startup.start, self.startup.load_chats
+
+        a, sb, c, r = self.chat_actions, self.sidebar, self.chats, self.replies
         sb.chatSelected.connect(self.open_chat)
         sb.newChatRequested.connect(self.new_chat)
         sb.newTemporaryRequested.connect(lambda: self.new_chat(temporary=True))
@@ -181,21 +245,18 @@ class MainWindow(QMainWindow):
         sb.closeRequested.connect(self.close_chat)
         sb.searchChanged.connect(c.search)
         h = self.header
-        h.modelPicked.connect(self._on_model_picked)
         h.getModelsRequested.connect(self.open_model_library)
         h.importGgufRequested.connect(self.import_gguf_dialog)
         h.importFolderRequested.connect(self.import_folder_dialog)
         h.connectRemoteRequested.connect(self.connect_remote_dialog)
         h.chatSettingsRequested.connect(self.open_chat_settings)
         h.settingsRequested.connect(self.open_settings)
-        h.pinClicked.connect(lambda: self._on_current(self.toggle_pin))
-        h.temporaryToggled.connect(self._on_temporary_toggled)
+        h.pinClicked.connect(lambda: a.on_current(self.toggle_pin))
+        h.temporaryToggled.connect(a.on_temporary_toggled)
         self.banner.retry.connect(self.load_engine)
         self.empty.importGgufRequested.connect(self.import_gguf_dialog)
         self.empty.getModelsRequested.connect(self.open_model_library)
         self.empty.connectRemoteRequested.connect(self.connect_remote_dialog)
-        self.model_notice.switchRequested.connect(self.switch_model)
-        self.model_notice.keepRequested.connect(self._keep_model)
         self.status.apiClicked.connect(self.open_api_settings)
         self.toast.undo.connect(self.undo_delete)
         cv = self.chat_view
@@ -207,402 +268,73 @@ class MainWindow(QMainWindow):
         self.composer.sendRequested.connect(self.send)
         self.composer.stopRequested.connect(self.stop)
 
-        c.listLoaded.connect(self._on_chats_loaded)
-        c.listFailed.connect(self._on_chats_failed)
-        c.draftStarted.connect(self._on_draft)
-        c.chatOpening.connect(self._on_chat_shown)
+        def on_draft() -> None:                 # a new chat: what is said around it
+            self.update_model_notice()
+            self.update_header()
+            self.update_composer()
+            self.composer.focus()
+
+        def on_opening(chat_id: str) -> None:   # another chat on screen
+            self.update_header()
+            self.update_composer()
+            self.update_model_notice()
+            mc.learn(chat_id, c.store_for(chat_id), self.tasks)
+
+        c.draftStarted.connect(on_draft)
+        c.chatOpening.connect(on_opening)
         c.openRequested.connect(self.open_chat)
         c.headerChanged.connect(self.update_header)
-        c.listChanged.connect(self._on_list_changed)
+        c.listChanged.connect(a.on_list_changed)
         c.errorOccurred.connect(self._report_error)
-        r.chatCreated.connect(self._on_chat_created)
-        r.turnStarted.connect(self._on_turn_started)
+        r.chatCreated.connect(a.on_created)
         r.composerChanged.connect(self.update_composer)
-        self.deletions.deleted.connect(self._on_deleted)
-        self.deletions.restored.connect(self._on_restored)
 
-    def _make_shortcuts(self) -> None:
-        def add(seq: Any, slot: Callable[[], Any], name: str) -> QAction:
-            a = QAction(name, self)
-            a.setShortcut(QKeySequence(seq))
-            a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-            a.triggered.connect(slot)
-            self.addAction(a)
-            return a
+    def _extras(self) -> None:
+        self.chat_files = ChatFiles(     # File ▸ Import chat…, Export chat as
+            self, self.chats, self.status, self.tasks, settings=lambda: self.settings,
+            save_settings=self.save_settings, open_chat=self.open_chat)
+        self.draft_tokens = DraftTokens(  # “1,234 tokens” under the composer
+            self.composer, self.engines, self.tasks,
+            figures=lambda: self.binding.last_figures if self.current_id else None,
+            chat_loaded=self.chatLoaded, reply_finished=self.replyFinished, parent=self)
+
+    def _shortcuts(self) -> None:
+        a, ra = self.chat_actions, self.reply_actions
+
+        def add(seq: Any, slot: Callable[[], Any], name: str) -> Any:
+            return shortcut(self, seq, slot, name)
 
         self.act_new = add("Ctrl+N", self.new_chat, "New chat")
-        self.act_new_temp = add("Ctrl+Shift+N", lambda: self.new_chat(temporary=True),
-                                "New temporary chat")
+        self.act_new_temp = add("Ctrl+Shift+N", lambda: self.new_chat(temporary=True), "New temporary chat")
         self.act_search = add("Ctrl+K", self._focus_search, "Search chats")
         self.act_find = add(QKeySequence.StandardKey.Find, self._focus_search, "Find")
-        self.act_close_chat = add("Ctrl+W", lambda: self.close_chat(self.chat_target(), ask=True),
-                                  "Close chat")
+        self.act_close_chat = add("Ctrl+W", lambda: self.close_chat(a.target(), ask=True), "Close chat")
         # the chat actions, window-wide: on the row focused in the chat list while it has the
         # focus, else on the chat on screen
-        self.act_pin = add("Ctrl+P", lambda: self._on_target(self.toggle_pin), "Pin or unpin chat")
-        self.act_rename = add("F2", lambda: self._on_target(self.rename_chat), "Rename chat")
-        self.act_duplicate = add("Ctrl+D", lambda: self._on_target(self.duplicate_chat), "Duplicate chat")
-        self.act_delete = add("Ctrl+Shift+Backspace", lambda: self._on_target(self.delete_chat),
-                              "Delete chat")
+        self.act_pin = add("Ctrl+P", lambda: a.on_target(self.toggle_pin), "Pin or unpin chat")
+        self.act_rename = add("F2", lambda: a.on_target(self.rename_chat), "Rename chat")
+        self.act_duplicate = add("Ctrl+D", lambda: a.on_target(self.duplicate_chat), "Duplicate chat")
+        self.act_delete = add("Ctrl+Shift+Backspace", lambda: a.on_target(self.delete_chat), "Delete chat")
         self.act_undo_delete = add(QKeySequence.StandardKey.Undo, self.undo_delete, "Undo delete")
         self.act_settings = add("Ctrl+,", self.open_settings, "Settings")
-        self.act_regen = add("Ctrl+R", self._regenerate_last, "Regenerate")
+        self.act_regen = add("Ctrl+R", ra.regenerate_last, "Regenerate")
         self.act_stop = add("Ctrl+.", self.stop, "Stop")
         self.act_quit = add(QKeySequence.StandardKey.Quit, self.close, "Quit")
-
-    def chat_target(self) -> str | None:
-        """The chat a chat action from the keyboard acts on: the row focused in the chat list
-        while the list has the focus, else the chat on screen."""
-        if self.sidebar.view.hasFocus():
-            return self.sidebar.current_id()
-        return self.current_id
-
-    def _on_target(self, act: Callable[[str], Any]) -> None:
-        target = self.chat_target()
-        if target is not None:
-            act(target)
-
-    def _on_current(self, act: Callable[[str], Any]) -> None:
-        if self.current_id is not None:
-            act(self.current_id)
-
-    def rename_chat(self, chat_id: str) -> None:
-        """Rename in place in the chat list (or, with the list folded away, in a small dialog)."""
-        row = self.chat_model.chat(chat_id)
-        if row is None:
-            return
-        if self.view_ctl.sidebar_shown():
-            self.sidebar.select(chat_id)
-            self.sidebar.view.setFocus()
-            self.sidebar.rename_current()
-            return
-        from PySide6.QtWidgets import QInputDialog  # noqa: PLC0415
-
-        title, ok = QInputDialog.getText(self, "Rename chat", "Title", text=row.title)
-        if ok:
-            self.chat_model.setData(self.chat_model.index_of(chat_id), title)
 
     def _focus_search(self) -> None:
         self.sidebar.search.setFocus()
         self.sidebar.search.selectAll()
 
-    # --- startup -----------------------------------------------------------------------------
-    def start(self) -> None:
-        self.load_chats()
-        self.load_engine()
-        self.refresh_models()
-        QTimer.singleShot(1500, self, self._warm_up)   # cancelled if the window goes first
-
-    def _warm_up(self) -> None:
-        """Compile the Pygments lexers off the UI thread (once): the first code block of a
-        streaming reply would otherwise compile its lexer on the UI thread (~70 ms)."""
-        if not self.shutdown_started and lifecycle.claim_warm_up():   # once per process
-            # a window task: it holds the GIL in turns with the UI thread, so it should be done
-            # before a reply starts streaming (it is when the window counts as started)
-            self.tasks.run_task(warm_up_rendering)
-
-    def load_chats(self) -> None:
-        self.sidebar.set_loading(True)
-        self.chats.load(self.home / "amber.sqlite3", self.backend.make_store)
-
-    def _on_chats_loaded(self) -> None:
-        self.sidebar.set_loading(False)
-        freeze_heap()   # the chat rows live as long as the window
-        self._warm_up()  # now rather than later: a reply may start at once
-        last = self.settings.last_chat_id
-        if self.current_id is None and self.draft is None and last and self.chat_model.chat(last):
-            self.open_chat(last)
-        elif self.current_id is None and self.draft is None:
-            self.new_chat()
-        self.engines.retry_deletes(self.store, self.deletions.is_pending)
-
-    def _on_chats_failed(self, error: str) -> None:
-        self.sidebar.set_loading(True, f"Could not open the chat history:\n{error}")
-        self.status.set_message(f"Chat history unavailable: {error}")
-
+    # --- the model, the dialogs that open from the window -------------------------------------
     def load_engine(self) -> None:
-        self.engines.load(self.settings.copy(), self._api_server)
+        self.engines.load(self.settings.copy(), self.api.started)
 
-    # --- chats (the work is ChatsController's; closing and deleting also stop a reply) -------
-    def new_chat(self, temporary: bool = False) -> None:
-        self.chats.new(temporary)
+    def _reload_engine(self) -> None:
+        self.stop()
+        self.load_engine()
 
-    def _on_draft(self) -> None:
-        self.update_model_notice()
-        self.update_header()
-        self.update_composer()
-        self.composer.focus()
-
-    def open_chat(self, chat_id: str) -> None:
-        if chat_id == self.current_id and self.chat_view.message_ids():
-            return
-        row = self.chat_model.chat(chat_id)
-        if row is not None and not row.temporary:
-            self.settings.last_chat_id = chat_id
-        self.chats.open(chat_id)
-
-    def _on_chat_shown(self, chat_id: str) -> None:
-        self.update_header()
-        self.update_composer()
-        self.update_model_notice()
-        store = self.chats.store_for(chat_id)
-        if store is not None and chat_id not in self.chat_models:
-
-            def known(detail: Any) -> None:
-                self.chat_models[chat_id] = model_switch.recorded_choice(detail.model_choice, detail.model_id)
-                self.update_model_notice()
-            self.tasks.run_task(lambda: store.get_conversation(chat_id), known, lambda exc: None)
-
-    def _on_chat_created(self, chat_id: str) -> None:
-        self.sidebar.select(chat_id)
-        self.update_header()
-
-    def _on_list_changed(self) -> None:
-        self.sidebar.view.doItemsLayout()   # search hits are two-line rows, others one
-        self.sidebar.select(self.current_id)
-
-    def toggle_pin(self, chat_id: str) -> None:
-        self.chats.toggle_pin(chat_id)
-
-    def duplicate_chat(self, chat_id: str, upto_message_id: Any = None) -> None:
-        self.chats.duplicate(chat_id, upto_message_id)
-
-    def branch_from(self, message_id: Any) -> None:
-        if self.current_id is not None:
-            self.chats.duplicate(self.current_id, message_id)
-
-    def flip_sibling(self, message_id: Any, delta: int) -> None:
-        if self.stream is None and self.chat_view.widget_for(message_id) is not None:
-            self.chats.flip_sibling(message_id, delta)
-
-    def close_chat(self, chat_id: str | None, *, ask: bool = False) -> None:
-        """Close a chat: a temporary one is discarded entirely (with `ask`, after the user said
-        so: it cannot be undone); others just leave the view."""
-        if chat_id is None:
-            if self.draft is not None:
-                self.new_chat()
-            return
-        row = self.chat_model.chat(chat_id)
-        if ask and row is not None and row.temporary and not self.confirm(
-                "Discard temporary chat?",
-                f"“{chat_title(row.title, 40)}” is temporary: closing it discards it for good."):
-            return
-        if self.stream is not None and self.stream.chat_id == chat_id:
-            self.stop()
-        if self.chats.is_temporary(chat_id):
-            self.chats.discard_temporary(chat_id)
-        else:
-            self.chats.close_in_engine(chat_id)
-        if chat_id == self.current_id:
-            self.settings.last_chat_id = None
-            self.new_chat()
-
-    def delete_chat(self, chat_id: str) -> None:
-        """One gesture: no confirmation, an undo toast instead (10 s, paused while hovered)."""
-        row = self.chat_model.chat(chat_id)
-        if row is None:
-            return
-        if row.temporary:
-            self.close_chat(chat_id, ask=True)
-            return
-        if self.stream is not None and self.stream.chat_id == chat_id:
-            self.stop()
-        neighbour = self.chats.neighbour(chat_id)
-        self.deletions.hide(chat_id, row.title)
-        if chat_id == self.current_id:
-            if neighbour is not None:
-                self.open_chat(neighbour)
-            else:
-                self.new_chat()
-
-    def _on_deleted(self, chat_id: str, title: str) -> None:
-        self.toast.popup(f"Deleted “{chat_title(title, 40)}”")
-        self._toast_timer.start(deletions_mod.UNDO_MS)
-        if self.toast_pause.paused:   # the pointer already rests on the toast
-            self.toast_pause.pause()
-
-    def undo_delete(self) -> None:
-        """Bring back the last deleted chat (Ctrl+Z, Undo on the toast): any time until Amber
-        closes, one chat per press, the last deleted first."""
-        if self.deletions.undo() is None:
-            self.status.set_message("Nothing to undo")
-
-    def _on_restored(self, chat_id: str) -> None:
-        self.toast.hide()
-        self.open_chat(chat_id)
-
-    def update_header(self) -> None:
-        cur, draft = self.current_id, self.draft
-        temporary = self.chats.is_temporary(cur) or bool(draft and draft.temporary)
-        row = self.chat_model.chat(cur) if cur else None
-        title = row.title if row is not None else ("New temporary chat" if temporary else "New chat")
-        sub = ("Temporary chat" if row.temporary else ("Pinned" if row.pinned else "")) if row else ""
-        self.header.show_chat(title, sub, settings_enabled=row is not None and not row.temporary)
-        self.header.show_state(pinned=bool(row and row.pinned), temporary=temporary,
-                               can_pin=row is not None and not row.temporary,
-                               can_switch_temporary=row is None and draft is not None)
-        self.temp_notice.setVisible(temporary)
-        self.save_notice.show_for(cur)
-        self.empty.set_temporary(temporary)
-        self.setWindowTitle(f"{title} — Amber")
-
-    _update_header = update_header
-
-    def _on_temporary_toggled(self, temporary: bool) -> None:
-        """The header's temporary switch: a new, empty chat becomes temporary (or regular)."""
-        if self.current_id is None and self.draft is not None and self.draft.temporary != temporary:
-            self.new_chat(temporary=temporary)
-        else:
-            self.update_header()   # nothing to change: the button shows the chat as it is
-
-    def update_composer(self) -> None:
-        if self.engine is None:
-            reason = self.engine_error and f"No model: {self.engine_error}" or "Loading the model…"
-            self.composer.set_ready(False, reason)
-        elif self.stream is not None and not self.stream.stopped and \
-                self.stream.chat_id != self.chats.target_id:
-            self.composer.set_ready(True)
-            self.composer.send_btn.setToolTip("Send (Enter) — queued until the reply in the other "
-                                              "chat is done")
-        else:
-            self.composer.set_ready(True)
-        self.composer.set_generating(self.replies.streaming(self.chats.target_id))
-
-    # --- replies (RepliesController) ---------------------------------------------------------
-    def send(self, text: str) -> None:
-        choice = self._pinned_elsewhere()
-        if choice is None:
-            self.replies.send(text)
-        elif self._switch_for_pinned(choice):
-            self.replies.enqueue(text)     # sent once the chat's model is loaded
-        else:
-            self.composer.set_text(text)
-
-    def _switch_for_pinned(self, choice: str) -> bool:
-        """A pinned chat's saved KV is valid for its own model only (a turn with another would
-        replace it): switch to that model, if the user agrees to what it costs."""
-        name = self.model_name(choice)
-        if not self.confirm_switch(f"Switch to {name}?", (
-                f"This pinned chat was made with {name}; its saved context is valid only for "
-                f"that model. {self.switch_cost(choice)}")):
-            return False
-        self.switch_model(choice)
-        return True
-
-    def _on_own_model(self, action: Callable[[], None]) -> None:
-        """Run `action` (a turn in the chat on screen) now, or, in a pinned chat made with another
-        model, once that model is loaded (asked first)."""
-        choice = self._pinned_elsewhere()
-        if choice is None:
-            action()
-            return
-        chat_id = self.current_id
-
-        def done(*_: Any) -> None:     # once, on the next load's outcome (failed: nothing runs)
-            self.engineReady.disconnect(done)
-            self.engines.failed.disconnect(done)
-            if self.engine is not None and self.current_id == chat_id and self.engines.choice == choice:
-                action()
-        self.engineReady.connect(done)
-        self.engines.failed.connect(done)
-        if not self._switch_for_pinned(choice):
-            done()
-
-    def stop(self) -> None:
-        self.replies.stop()
-
-    def regenerate(self, message_id: Any) -> None:
-        def run() -> None:
-            w = self.chat_view.widget_for(message_id)
-            self.replies.regenerate(w.item if w is not None else None)
-        self._on_own_model(run)
-
-    def _regenerate_last(self) -> None:
-        ws = self.chat_view.widgets
-        if ws and ws[-1].item.role == "assistant":
-            self.regenerate(ws[-1].item.id)
-
-    def edit_message(self, message_id: Any, text: str) -> None:
-        def run() -> None:
-            w = self.chat_view.widget_for(message_id)
-            self.replies.edit(w.item if w is not None else None, text)
-        self._on_own_model(run)
-
-    # --- models and settings -----------------------------------------------------------------
     def refresh_models(self) -> None:
         self.engines.refresh_models(self._report_error)
-
-    def pick_model(self, choice: str) -> None:
-        """As if `choice` were picked in the picker: say what switching costs, then switch."""
-        self._on_model_picked(self.model_picker.findData(choice))
-
-    def _on_model_picked(self, index: int) -> None:
-        name = self.model_picker.itemData(index) or ""
-        if index < 0 or name == self.settings.model:
-            return
-        if self.engine is not None and not self.confirm_switch(
-                f"Switch to {self.model_name(name)}?", self.switch_cost(name)):
-            self.model_picker.setCurrentIndex(max(0, self.model_picker.findData(self.settings.model)))
-            return
-        self.switch_model(name)
-
-    def switch_model(self, choice: str) -> None:
-        """Load another model (a `Settings.model` value); the one loaded is unloaded."""
-        if choice == self.settings.model and (self.engine is not None or self.engines.loading):
-            return
-        self.stop()
-        self.settings.model = choice
-        self.save_settings()
-        self.model_picker.setCurrentIndex(max(0, self.model_picker.findData(choice)))
-        self.model_notice.hide()
-        self.load_engine()
-
-    def model_name(self, choice: str) -> str:
-        i = self.model_picker.findData(choice)
-        return model_switch.model_label(choice, self.model_picker.itemText(i) if i >= 0 else None)
-
-    def switch_cost(self, choice: str) -> str:
-        """What switching to `choice` costs, in words (said before switching)."""
-        in_memory = sum(1 for r in self.chat_model.all_chats() if r.kv_state == "memory" and not r.pinned)
-        loaded = self.engines.choice if self.engines.choice is not None else self.settings.model
-        replying = self.stream is not None and not self.stream.stopped
-        return model_switch.switch_cost(self.model_name(choice), self.model_name(loaded), in_memory,
-                                        replying=replying)
-
-    def _chat_elsewhere(self) -> str | None:
-        """The model the chat on screen was made with, if another (available) one is loaded."""
-        cid, loaded = self.current_id, self.engines.choice
-        choice = self.chat_models.get(cid) if cid else None
-        if cid is None or choice is None or loaded is None or choice == loaded \
-                or self.kept_model.get(cid) == loaded or self.model_picker.findData(choice) < 0:
-            return None
-        return choice
-
-    def _pinned_elsewhere(self) -> str | None:
-        row = self.chat_model.chat(self.current_id) if self.current_id else None
-        return self._chat_elsewhere() if row is not None and row.pinned else None
-
-    def update_model_notice(self) -> None:
-        """Offer the chat's own model when another is loaded (saying what switching costs)."""
-        choice = self._chat_elsewhere()
-        if choice is None or self.current_id is None:
-            self.model_notice.hide()
-            return
-        row = self.chat_model.chat(self.current_id)
-        loaded = self.model_name(self.engines.choice or "")
-        name = self.model_name(choice)
-        self.model_notice.show_for(self.current_id, choice, model_switch.chat_notice(
-            name, loaded, self.switch_cost(choice), pinned=bool(row and row.pinned)), name, loaded)
-
-    def _keep_model(self, chat_id: str) -> None:
-        if self.engines.choice is not None:
-            self.kept_model[chat_id] = self.engines.choice
-        self.update_model_notice()
-
-    def _on_turn_started(self, chat_id: str, *_: Any) -> None:
-        if self.engines.choice is not None:
-            self.chat_models[chat_id] = self.engines.choice     # the chat goes on with this model
-        self.update_model_notice()
 
     def open_model_library(self) -> Any:
         """Hugging Face search, download and conversion (app/gui/dialogs/model_library.py)."""
@@ -615,209 +347,34 @@ class MainWindow(QMainWindow):
         return open_connect_dialog(self)
 
     def import_gguf_dialog(self) -> None:
-        import_dialog.choose_gguf(self)
+        import_dialog.choose_gguf(self, self.settings, self.save_settings,
+                                  lambda src, gguf: self.import_model(src, gguf=gguf))
 
     def import_folder_dialog(self) -> None:
-        import_dialog.choose_folder(self)
+        import_dialog.choose_folder(self, self.settings, self.save_settings,
+                                    lambda src, gguf: self.import_model(src, gguf=gguf))
 
     def import_model(self, src: Path, *, gguf: bool) -> QProgressDialog:
         """Import with a progress dialog (app/gui/dialogs/import_dialog.py)."""
-        return import_dialog.import_model(self, src, gguf=gguf)
+        return self.imports.import_model(src, gguf=gguf)
 
-    def open_settings(self) -> None:
-        from .dialogs.settings_dialog import SettingsDialog  # noqa: PLC0415
-
-        dlg = SettingsDialog(self.settings, self.home, parent=self, server=self.api_server(), tools=self.tools)
-        dlg.clearCacheRequested.connect(self.clear_cache)
-        self.settings_dialog = dlg
-        if self._settings_at_api and dlg.server_panel is not None:
-            dlg.server_panel.enabled.setFocus()
-        self._settings_at_api = False
-        if dlg.exec():
-            old = self.settings
-            self.settings = dlg.result_settings()
-            # the API server's switch acts at once, not on OK: keep what it stored meanwhile
-            self.settings.api_server, self.settings.api_port, self.settings.api_key = \
-                old.api_server, old.api_port, old.api_key
-            self.save_settings()
-            if old.theme != self.settings.theme:
-                apply_theme_choice(self.settings.theme)
-            if old.mcp_tools != self.settings.mcp_tools:
-                self.tool_binding.update_state()
-            if _engine_options(old) != _engine_options(self.settings):
-                self.stop()
-                self.load_engine()
-
-    def _toolbox(self) -> Any:
-        """The MCP tools the next turn offers the loaded model (None: none, or it takes none)."""
-        engine = self.engines.engine
-        return self.tools.toolbox(engine.capabilities.tool_format) if engine is not None else None
-
-    def open_api_settings(self) -> None:
-        """The settings, at the API server's switch (the status bar's indicator)."""
-        self._settings_at_api = True
-        self.open_settings()
-
-    @property
-    def api_server_started(self) -> Any:
-        """The API server's control if it was ever made, else None (nothing to tell)."""
-        return self._api_server
-
-    def api_server(self) -> Any:
-        """The local API server's control (app/gui/server_control.py), made on first use."""
-        if self._api_server is None:
-            from .server_control import ServerControl  # noqa: PLC0415
-            control = ServerControl(lambda: self.engine, self.home / "state", parent=self,
-                                    runner=self.tasks.run_task)
-            control.port, control.api_key = self.settings.api_port, self.settings.api_key
-            control.switched.connect(self._on_api_switched)
-            control.changed.connect(self.status.set_api)
-            control.failed.connect(lambda why: self.status.set_message(f"API server: {why}"))
-            self._api_server = control
-        return self._api_server
-
-    def _on_api_switched(self, on: bool, port: int, key: str) -> None:
-        """The user turned the API server on or off: it starts again on the next launch."""
-        s = self.settings
-        if (s.api_server, s.api_port, s.api_key) != (on, port, key):
-            s.api_server, s.api_port, s.api_key = on, port, key
-            self.save_settings()
-
-    def restore_api_server(self) -> None:
-        """Start the API server if it was on when Amber last ran (the model is loaded now)."""
-        if not self.settings.api_server or self.shutdown_started:
-            return
-        control = self.api_server()
-        if not control.running and not control.busy:
-            control.start(self.settings.api_port, self.settings.api_key)
-
-    def open_chat_settings(self) -> None:
-        chat_id, store = self.current_id, self.store
-        if chat_id is None or self.chats.is_temporary(chat_id) or store is None:
-            return
-        from .dialogs.settings_dialog import ChatSettingsDialog  # noqa: PLC0415
-
-        def loaded(detail: Any) -> None:
-            dlg = ChatSettingsDialog(detail, self.settings, parent=self)
-            self.chat_settings_dialog = dlg
-            if dlg.exec():
-                prompt, overrides = dlg.values()
-                self.tasks.run_task(lambda: store.update_settings(
-                    chat_id, system_prompt=prompt, settings=overrides), None, self._report_error)
-
-        self.tasks.run_task(lambda: store.get_conversation(chat_id), loaded, self._report_error)
-
-    def clear_cache(self) -> None:
-        pinned = {r.id for r in self.chat_model.all_chats() if r.pinned}
-        self.engines.clear_cache(pinned, self._report_error)
-
-    def save_settings(self) -> None:
-        try:
-            self.settings.save(self.settings_path)
-        except OSError as exc:
-            self.status.set_message(f"Could not save settings: {exc}")
-
-    # --- geometry, errors --------------------------------------------------------------------
-    def _restore_geometry(self) -> None:
-        s = self.settings
-        try:
-            if s.window_geometry:
-                self.restoreGeometry(QByteArray(base64.b64decode(s.window_geometry)))
-            if s.splitter_state:
-                self.splitter.restoreState(QByteArray(base64.b64decode(s.splitter_state)))
-        except (ValueError, TypeError):
-            pass
-
-    def _remember_geometry(self) -> None:
-        self.settings.window_geometry = base64.b64encode(bytes(self.saveGeometry().data())).decode()
-        self.settings.splitter_state = base64.b64encode(bytes(self.splitter.saveState().data())).decode()
+    def open_data_folder(self) -> None:
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.home)))
 
     def _report_error(self, exc: BaseException) -> None:
         log.error("background task failed: %r", exc)
         self.status.set_message(f"Error: {in_words(exc)}")
 
-    def _ask_switch(self, title: str, text: str) -> bool:
-        box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.Cancel, self)
-        switch = box.addButton("Switch", QMessageBox.ButtonRole.AcceptRole)
-        box.setDefaultButton(switch)
-        box.exec()
-        return box.clickedButton() is switch
-
-    def _ask_confirm(self, title: str, text: str) -> bool:
-        """A destructive step, asked: the title's first word names its button (“Discard
-        temporary chat?” → Discard); Cancel is the default."""
-        box = QMessageBox(QMessageBox.Icon.Warning, title, text,
-                          QMessageBox.StandardButton.Cancel, self)
-        self.confirm_box = box
-        go = box.addButton(title.split(" ")[0] or "OK", QMessageBox.ButtonRole.DestructiveRole)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        return box.clickedButton() is go
-
-    def open_data_folder(self) -> None:
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.home)))
-
+    # --- Qt's events ---------------------------------------------------------------------------
     def resizeEvent(self, event: Any) -> None:  # noqa: N802
         super().resizeEvent(event)
         if self.toast.isVisible():
             self.toast.place()
 
-    # --- quit --------------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
-        if self.shutdown_complete:
+        if self.shutdown.complete:
             event.accept()
             return
         event.ignore()
-        if self.shutdown_started:
-            return
-        self.begin_shutdown()
-
-    def begin_shutdown(self) -> None:
-        """Stop generation now, commit pending deletes, discard temporary chats, then wait
-        (bounded, visibly) for the engine's pending KV saves."""
-        self.shutdown_started = True
-        self.replies.closed = True
-        self.auto_titles.stop()
-        self.stop()
-        self.deletions.commit_all()
-        for row in [r for r in self.chat_model.all_chats() if r.temporary]:
-            self.chats.discard_temporary(row.id)
-        self._remember_geometry()
-        if self.current_id and self.chats.is_temporary(self.current_id):
-            self.settings.last_chat_id = None
-        self.save_settings()
-        work = quit_work(server=self._api_server, streams=self.replies.stream_runner.pool,
-                         tasks=self.tasks, engine=self.engine, store=self.store,
-                         started=time.monotonic(), close_temp=self.chats.close_temp)
-        self.hide()
-        self._quit_dialog: QProgressDialog | None = None
-
-        def show_wait() -> None:
-            if self.shutdown_complete or not shiboken_valid(self):
-                return
-            dlg = QProgressDialog("Saving pinned chats…", "Quit now", 0, 0)
-            dlg.setWindowTitle("Amber")
-            dlg.setMinimumDuration(0)
-            dlg.canceled.connect(finish)
-            dlg.show()
-            self._quit_dialog = dlg
-
-        def finish(*_: Any) -> None:
-            if self.shutdown_complete or not shiboken_valid(self):
-                return
-            self.shutdown_complete = True
-            if self._quit_dialog is not None:
-                self._quit_dialog.close()
-            self.shutdownFinished.emit()
-            self.close()
-
-        # a separate, long-lived runner: the bounded wait never waits for itself, and a stuck
-        # engine cannot take the window down with it
-        shutdown_runner().run_task(work, finish, lambda exc: finish())
-        QTimer.singleShot(300, show_wait)
-        QTimer.singleShot(int(engine_mod.QUIT_WAIT_S * 1000) + 1000, finish)  # the wait is bounded
-
-
-def _engine_options(s: Settings) -> tuple[Any, ...]:
-    """The settings that take a new engine to apply."""
-    return (s.provider, s.memory_budget_mb, s.disk_budget_mb, s.cache_max_age_days, s.kv_store)
+        if not self.shutdown.started:
+            self.shutdown.begin()

@@ -6,7 +6,6 @@ text colour (or any colour), cached.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -16,6 +15,9 @@ from PySide6.QtWidgets import QApplication
 
 from engine.config import settings
 
+from .models import palette
+from .models.palette import DARK, LIGHT, Theme, current  # noqa: F401 - the themes, where they were
+
 
 def resources_dir() -> Path:
     override = settings().resources
@@ -23,42 +25,6 @@ def resources_dir() -> Path:
         return override
     base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[2]))
     return base / "resources"
-
-
-@dataclass(frozen=True)
-class Theme:
-    name: str
-    window: str
-    base: str           # chat background
-    sidebar: str
-    surface: str        # assistant bubble / cards
-    user_bubble: str
-    text: str
-    muted: str
-    accent: str
-    accent_text: str
-    border: str
-    code_bg: str
-    selection: str
-    danger: str
-    pygments_style: str
-
-    @property
-    def dark(self) -> bool:
-        return self.name == "dark"
-
-
-# Text colours meet WCAG AA (4.5:1) on every background they are drawn on, selection included
-# (tests/gui/test_accessibility.py computes it from the style sheet and the palette): hence the
-# darker light accent (white button text on it; links) and muted/danger, and the darker dark selection.
-LIGHT = Theme("light", window="#f6f5f3", base="#ffffff", sidebar="#f1efec", surface="#f7f6f4",
-              user_bubble="#fdf0dc", text="#1f1d1a", muted="#67625b", accent="#ad4f08",
-              accent_text="#ffffff", border="#e3dfd9", code_bg="#f6f8fa", selection="#fbe3bd",
-              danger="#b13a0a", pygments_style="friendly")
-DARK = Theme("dark", window="#1b1a18", base="#201f1d", sidebar="#171614", surface="#2a2826",
-             user_bubble="#3a2f20", text="#ece9e4", muted="#b0a99f", accent="#f59e0b",
-             accent_text="#1b1a18", border="#34312d", code_bg="#161514", selection="#4a3719",
-             danger="#fb923c", pygments_style="monokai")
 
 
 def system_prefers_dark() -> bool:
@@ -76,16 +42,11 @@ def system_prefers_dark() -> bool:
     return QGuiApplication.palette().color(QPalette.ColorRole.Window).lightness() < 128
 
 
-def current() -> Theme:
-    return _state.theme
-
-
 class _State(QObject):
     changed = Signal(object)
 
     def __init__(self) -> None:
         super().__init__()
-        self.theme = LIGHT
         self.connected = False
         self.choice = "system"     # the theme setting: system | light | dark
 
@@ -151,7 +112,7 @@ def apply(app: QApplication, t: Theme | None = None) -> Theme:
         app.setStyle("Fusion")
     app.setPalette(palette_for(t))
     app.setStyleSheet(stylesheet(t))
-    _state.theme = t
+    palette.set_current(t)
     icon.cache_clear()
     if not _state.connected:
         _state.connected = True

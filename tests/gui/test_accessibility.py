@@ -190,7 +190,7 @@ def test_text_contrast_is_at_least_aa_in_both_themes(t):
         pairs.append(a11y.Pair(f"palette {fg.name} on {bg.name}", p.color(fg).name(), p.color(bg).name()))
     # each message's document style sheet (markdown_render.document_css): its text sits on the
     # chat background, a user bubble, a code block or a table header — the backgrounds it sets
-    from app.gui.markdown_render import document_css
+    from app.gui.models.markdown_render import document_css
     css = document_css(t)
     surfaces = [t.base, t.user_bubble] + [r_bg for r in a11y.parse_qss(css)
                                          if (r_bg := r.decls.get("background-color"))]

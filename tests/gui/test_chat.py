@@ -196,7 +196,7 @@ def test_links_open_in_the_browser_and_code_is_copied(make_window, engine, qtbot
 
 
 def test_markdown_rendering_is_safe_and_handles_open_fences():
-    from app.gui.markdown_render import render
+    from app.gui.models.markdown_render import render
     from app.gui.theme import DARK, LIGHT
 
     r = render("# Title\n\n<script>alert(1)</script>\n\n![x](file:///etc/passwd)\n\n```py\nx = 1", LIGHT)

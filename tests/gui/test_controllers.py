@@ -17,7 +17,7 @@ from app.gui.tasks import TaskRunner
 
 
 class Rig:
-    """The four controllers wired as MainWindow wires them, items are plain (id, role, text)."""
+    """The four controllers wired as the window wires them."""
 
     def __init__(self, qtbot: Any, home: Path, engine: Any):
         self.qtbot, self.settings = qtbot, Settings()
@@ -25,12 +25,11 @@ class Rig:
         backend = Backend(engine_factory=lambda md, sd, s: engine,
                           model_preparer=lambda name, progress: home / "models" / "Fake",
                           model_lister=lambda: ["Other-Model"])
-        itemizer = lambda: (lambda row: _Item(row.id, row.role, row.content, row.parent_id))  # noqa: E731
         self.engines = EngineController(backend, home, self.tasks)
-        self.chats = ChatsController(self.engines, self.tasks, itemizer)
+        self.chats = ChatsController(self.engines, self.tasks)
         self.deletions = Deletions(self.chats, self.engines)
         self.replies = RepliesController(self.chats, self.engines, self.deletions,
-                                         lambda: self.settings, self.tasks, itemizer)
+                                         lambda: self.settings, self.tasks)
         self.events: list[tuple[str, Any]] = []
         for name in ("chunk", "turnStarted", "userStored", "turnFinished", "replyEnded",
                      "queued", "dequeued", "stopped"):
@@ -52,12 +51,6 @@ class Rig:
         self.replies.stream_runner.pool.waitForDone(5000)
         if self.chats.store is not None:
             self.chats.store.close()
-
-
-class _Item:
-    def __init__(self, id: Any, role: str, content: str, parent_id: Any):  # noqa: A002
-        self.id, self.role, self.content, self.parent_id = id, role, content, parent_id
-        self.error: str | None = None
 
 
 @pytest.fixture

@@ -36,3 +36,14 @@ def test_no_module_the_controllers_reach_imports_qt_widgets() -> None:
 def test_the_check_itself_sees_a_widget_module() -> None:
     assert _imports_qtwidgets("app.gui.widgets.chat_view")
     assert not _imports_qtwidgets("app.gui.controllers.chats")
+
+
+def test_no_module_the_view_models_reach_imports_qt_widgets() -> None:
+    graph = grimp.build_graph("app", "engine")
+    models = {m for m in graph.modules if m.startswith("app.gui.models")}
+    assert {"app.gui.models.message", "app.gui.models.chat_list"} <= models
+    reached = set(models)
+    for m in models:
+        reached |= graph.find_upstream_modules(m)
+    offenders = sorted(m for m in reached if m.startswith("app") and _imports_qtwidgets(m))
+    assert offenders == []

@@ -6,7 +6,7 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 from PySide6.QtCore import QPersistentModelIndex, Qt
 
-from app.gui.sidebar_model import (ChatListModel, ChatRow, Header, IdRole, IsHeaderRole,
+from app.gui.models.chat_list import (ChatListModel, ChatRow, Header, IdRole, IsHeaderRole,
                                    KvStateRole, PinnedRole, TemporaryRole, build_items,
                                    group_label)
 

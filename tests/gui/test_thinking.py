@@ -11,7 +11,9 @@ from PySide6.QtCore import Qt
 
 import pytest
 
-from app.gui.widgets.thinking import Reply, ThinkingPanel, estimated_seconds, seconds_text, split_reasoning
+from app.gui.widgets.thinking import ThinkingPanel, estimated_seconds, seconds_text
+from app.gui.models.message import reply_of
+from engine.text.reasoning import Reply, split_reasoning
 from engine.text import reasoning as engine_reasoning
 from tests.support.gui import open_chat, send, wait_idle
 
@@ -107,7 +109,7 @@ def test_a_bubble_splits_as_the_engine_does(qtbot, text, reasoning, content, thi
     assert (reply.reasoning, reply.content, reply.thinking) == (reasoning, content, thinking)
     panel = ThinkingPanel()
     qtbot.addWidget(panel)
-    panel.set_reply(split_reasoning(text), streaming=thinking)
+    panel.set_reply(reply_of("assistant", text), streaming=thinking)
     assert panel.isHidden() is (reasoning is None)
     if reasoning is not None:
         assert panel.text.text() == reasoning

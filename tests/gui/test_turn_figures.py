@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.support.fake_engine import FakeEngine
 from tests.support.gui import open_chat, send, wait_idle
 
-from app.gui import chat_figures
+from app.gui.models import chat_figures
 from app.gui.widgets.turn import LiveTurn, overflow_notice, prefill_text
 
 
@@ -248,7 +248,7 @@ def test_live_turn_and_texts() -> None:
 
 
 def test_counts_are_singular_for_one():
-    from app.gui.turn_figures import count, overflow_notice, short_figures
+    from app.gui.models.turn_figures import count, overflow_notice, short_figures
     from app.gui.widgets.status import how_started
 
     assert how_started({"prefilled_tokens": 1, "prefill_ms": 3}) == "prefilled 1 token in 3 ms"

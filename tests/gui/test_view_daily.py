@@ -7,7 +7,7 @@ from PySide6.QtGui import QEnterEvent
 from PySide6.QtWidgets import QApplication
 
 import app.gui.controllers.deletions as mw_mod   # UNDO_MS
-from app.gui.titles import derived_title
+from app.gui.models.titles import derived_title
 from tests.support.gui import bubble_texts, open_chat, send, wait_idle
 
 

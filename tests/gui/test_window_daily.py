@@ -225,7 +225,7 @@ def test_ctrl_w_asks_before_discarding_a_temporary_chat(window, qtbot):
     w.new_chat(temporary=True)
     send(qtbot, w, "a secret", timeout=30000)
     cid = w.current_id
-    w.confirm = w._ask_confirm                                      # the real dialog
+    w.confirm = w.questions.ask_confirm                             # the real dialog
 
     def answer(button: str) -> None:
         def click() -> None:
@@ -365,7 +365,7 @@ def test_without_a_model_the_empty_window_offers_import(make_window, home, qtbot
     write_tiny_gguf(tmp_path / "tiny.gguf", TinyConfig(seed=5))
     chosen = []
     monkeypatch.setattr(import_dialog, "choose_gguf",
-                        lambda window: chosen.append(window.import_model(tmp_path / "tiny.gguf", gguf=True)))
+                        lambda *_: chosen.append(w.import_model(tmp_path / "tiny.gguf", gguf=True)))
     qtbot.mouseClick(w.empty.import_btn, Qt.MouseButton.LeftButton)
     assert chosen
     qtbot.waitUntil(lambda: w.engine is not None, timeout=120000)

@@ -1,6 +1,6 @@
 """The window's controllers: QObjects that own the chat state and do the work off the UI thread
 (through `TaskRunner.run_task`), and say what changed through signals that the widgets' side
-(app/gui/main_window.py, app/gui/bindings.py) subscribes to. No `QtWidgets` here (a contract in
+(app/gui/bindings.py and the other bindings main_window.py wires) subscribes to. No `QtWidgets` here (a contract in
 pyproject.toml): a controller never touches a widget.
 
 * `engine.EngineController`: the engine's life cycle (load, model list, import, clear cache,

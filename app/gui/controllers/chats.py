@@ -16,16 +16,16 @@ from PySide6.QtCore import QObject, Signal
 from engine.api import ChatEngine, SessionInfo, SessionKind, SessionNotOpen
 
 from ...chat.kv import chat_salt, kv_state_of
-from .. import chat_figures
-from ..sidebar_model import ChatListModel, ChatRow, build_items
+from ..models import chat_figures
+from ..models.chat_list import ChatListModel, ChatRow, build_items
+from ..models.message import items_of
 from ..tasks import TaskRunner
-from ..titles import derived_title
+from ..models.titles import derived_title
 from .engine import EngineController
 
 log = logging.getLogger(__name__)
 
 PIN_POLL_S = 0.05
-Itemizer = Callable[[], Callable[[Any], Any]]   # on the UI thread: a row -> view item function
 
 
 @dataclass
@@ -49,10 +49,10 @@ class ChatsController(QObject):
     listChanged = Signal()                          # the list re-sorted or its search changed
     errorOccurred = Signal(object)
 
-    def __init__(self, engines: EngineController, tasks: TaskRunner, itemizer: Itemizer,
+    def __init__(self, engines: EngineController, tasks: TaskRunner,
                  parent: QObject | None = None):
         super().__init__(parent)
-        self.engines, self.tasks, self.itemizer = engines, tasks, itemizer
+        self.engines, self.tasks = engines, tasks
         self.model = ChatListModel(self)
         self.store: Any = None
         self._temp: Any = None                # the temporary chats' store, made on first use
@@ -205,7 +205,7 @@ class ChatsController(QObject):
         query = self.search_query if self.model.searching else ""   # opened from a search hit
         if store is None:
             return True
-        item = self.itemizer()
+        item = items_of()
 
         def work() -> list[Any]:
             store.get_conversation(chat_id)   # a chat that is gone fails here (reported)
@@ -414,7 +414,7 @@ class ChatsController(QObject):
         if store is None:
             return
         seq = self.load_seq
-        item = self.itemizer()
+        item = items_of()
 
         def work() -> list[Any]:
             ids = [s.id for s in store.siblings(message_id)]

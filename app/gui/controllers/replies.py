@@ -18,8 +18,9 @@ from ...tools.toolbox import Toolbox
 from ..error_words import in_words
 from ..settings import Settings
 from ..tasks import GeneratorWorker, TaskRunner
-from ..turn_figures import LiveTurn
-from .chats import ChatsController, Draft, Itemizer
+from ..models.message import items_of
+from ..models.turn_figures import LiveTurn
+from .chats import ChatsController, Draft
 from .deletions import Deletions
 from .engine import EngineController
 
@@ -84,11 +85,11 @@ class RepliesController(QObject):
     toolRan = Signal(str, object)           # chat id, the call's record (as stored with the reply)
 
     def __init__(self, chats: ChatsController, engines: EngineController, deletions: Deletions,
-                 settings: Callable[[], Settings], tasks: TaskRunner, itemizer: Itemizer,
+                 settings: Callable[[], Settings], tasks: TaskRunner,
                  parent: QObject | None = None):
         super().__init__(parent)
         self.chats, self.engines, self.deletions, self.settings = chats, engines, deletions, settings
-        self.tasks, self.itemizer = tasks, itemizer
+        self.tasks = tasks
         self.stream_runner = TaskRunner(max_threads=1, parent=self)   # the token stream
         self.stream: StreamState | None = None
         self.queue = SendQueue()
@@ -214,7 +215,7 @@ class RepliesController(QObject):
                           parent_id=parent_id, kind=kind, create=create, open_session=need_open,
                           temporary=temporary, model_name=self.engines.model_name or None,
                           model_choice=self.engines.choice, tools=self.toolbox())
-        item = self.itemizer()    # rows -> view items, rendered on the worker
+        item = items_of()    # rows -> view items, rendered on the worker
 
         def factory(cancel: Any) -> Any:
             gen = run_turn(req, store, engine, cancel)

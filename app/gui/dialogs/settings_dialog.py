@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
                                QPushButton, QScrollArea, QSpinBox, QTabWidget, QVBoxLayout, QWidget)
 
-from ..chat_figures import OVERFLOW_CHOICES, OVERFLOW_VALUES
+from ..models.chat_figures import OVERFLOW_CHOICES, OVERFLOW_VALUES
 from ..settings import Sampling, Settings
 
 THEME_CHOICES = [("Follow the system", "system"), ("Light", "light"), ("Dark", "dark")]

@@ -17,9 +17,9 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QScrollArea, QSizePolicy, QVB
 from PySide6.QtCore import Qt
 
 from .. import theme
-from ..markdown_render import Rendered, render_message
-from .message import (RENDER_MS, MessageBrowser, MessageItem, MessageWidget, StreamRenderer,  # noqa: F401
-                      is_pending)
+from ..models.markdown_render import Rendered
+from ..models.message import MessageItem
+from .message import RENDER_MS, MessageBrowser, MessageWidget, StreamRenderer  # noqa: F401
 
 BATCH_BUDGET_S = 0.005  # UI time per batch when filling the view with a loaded chat (the
                         # layout, polish and paint of the new widgets follow in the same turn)
@@ -309,7 +309,7 @@ class ChatView(QScrollArea):
                 w.update_chrome()
             else:
                 w.item = final
-                w.refresh(final.rendered or render_message(final.role, final.content, theme.current()))
+                w.refresh()   # `final` as rendered, or rendered now
         elif renderer.started:
             w.item.rendered = renderer.update(w.item.content, final=True)
         if final is not None:

@@ -1,10 +1,10 @@
-"""One message on screen: `MessageItem` (a plain value built off the UI thread), its
-auto-sized `MessageBrowser`, the throttled `StreamRenderer` of a streaming reply, and the
-`MessageWidget` bubble with its tools (copy, edit, regenerate, branch, siblings)."""
+"""One message on screen: its auto-sized `MessageBrowser`, the `StreamRenderer` that puts a
+streaming reply's incremental HTML (`models.stream_markup`) into it, and the `MessageWidget`
+bubble with its tools (copy, edit, regenerate, branch, siblings). What it shows is a
+`models.message.MessageItem`, built off the UI thread."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from PySide6.QtCore import QEvent, QSize, Qt, QUrl, Signal
@@ -15,56 +15,15 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPus
                                QVBoxLayout, QWidget)
 
 from .. import theme
-from ..markdown_render import Rendered, document_css, render, render_message
+from ..models.markdown_render import Rendered, document_css
+from ..models.message import MessageItem, reply_of
+from ..models.stream_markup import CURSOR, StreamMarkup
 from .status import short_figures
 from .turn import PrefillIndicator, overflow_notice
-from .thinking import ThinkingPanel, split_reasoning
+from .thinking import ThinkingPanel
 from .tool_calls import ToolCallsPanel
 
 RENDER_MS = 80          # re-render a streaming reply at most this often
-
-
-@dataclass
-class MessageItem:
-    """What the view shows for one message (a plain value, built off the UI thread)."""
-    id: Any          # the store's message id (int), or "pending:…" until it is known
-    role: str
-    content: str
-    rendered: Rendered | None = None
-    sibling_index: int = 0
-    sibling_count: int = 1
-    figures: dict | None = None
-    error: str | None = None
-    parent_id: int | None = None   # the store's id of the message it follows
-    extra: dict = field(default_factory=dict)
-    model_name: str | None = None   # the model that wrote it (stored with the message)
-    tool_steps: list[dict] | None = None   # the tools a reply called (rounds of calls and results)
-
-    @property
-    def pending(self) -> bool:
-        return is_pending(self.id)
-
-    @classmethod
-    def from_row(cls, row: Any, th: theme.Theme | None = None) -> "MessageItem":
-        item = cls(id=row.id, role=row.role, content=row.content,
-                   sibling_index=getattr(row, "sibling_index", 0),
-                   sibling_count=getattr(row, "sibling_count", 1),
-                   figures=getattr(row, "figures", None), parent_id=getattr(row, "parent_id", None),
-                   model_name=getattr(row, "model_name", None) or None,
-                   tool_steps=getattr(row, "tool_steps", None))
-        if th is not None:
-            item.rendered = render_message(row.role, answer_text(row.role, row.content), th)
-        return item
-
-
-def answer_text(role: str, content: str) -> str:
-    """What the message body shows: a reply's answer without its `<think>` reasoning."""
-    return split_reasoning(content).content if role == "assistant" else content
-
-
-def is_pending(message_id: Any) -> bool:
-    """Ids of messages shown before the store has given them their real id."""
-    return isinstance(message_id, str) and message_id.startswith("pending:")
 
 
 class MessageBrowser(QTextBrowser):
@@ -142,60 +101,41 @@ class MessageBrowser(QTextBrowser):
 
 
 class StreamRenderer:
-    """Renders a growing Markdown text into a `MessageBrowser` incrementally.
+    """Puts a growing Markdown text into a `MessageBrowser` incrementally: the finished blocks
+    `StreamMarkup` renders are appended once; only the unfinished tail is replaced."""
 
-    Finished blocks (see `markdown_render.stable_prefix`) are rendered once and appended; only
-    the unfinished tail is re-rendered on each update, so the cost of an update does not grow
-    with the length of the reply.
-    """
-
-    CURSOR = " ▍"
+    CURSOR = CURSOR
 
     def __init__(self, browser: "MessageBrowser", th: theme.Theme):
         self.browser = browser
         self.theme = th
-        self.stable_len = 0          # characters of the text rendered as finished blocks
+        self.markup = StreamMarkup(th)
         self.tail_pos = 0            # document position where the tail starts
-        self.code_blocks: list[str] = []
-        self.html_parts: list[str] = []
-        self._tail_codes: tuple[str, ...] = ()
-        self._tail_html = ""
         self.started = False
 
-    def update(self, text: str, *, final: bool = False) -> Rendered:
-        from ..markdown_render import stable_prefix  # noqa: PLC0415
+    @property
+    def stable_len(self) -> int:
+        """Characters of the text rendered as finished blocks."""
+        return self.markup.stable_len
 
-        reply = split_reasoning(text)         # the reasoning goes to the bubble's ThinkingPanel
-        sink = getattr(self.browser, "reasoning_sink", None)
+    def update(self, text: str, *, final: bool = False) -> Rendered:
+        step = self.markup.update(text, final=final)
+        sink = getattr(self.browser, "reasoning_sink", None)   # the reasoning: the ThinkingPanel's
         if sink is not None:
-            sink(reply, not final)
-        text = reply.content
+            sink(step.reply, not final)
         doc = self.browser.document()
         if not self.started:
             doc.setDefaultStyleSheet(document_css(self.theme))
             doc.setHtml("")
             self.started = True
         cursor = QTextCursor(doc)
-        split = len(text) if final else stable_prefix(text)
-        if split > self.stable_len:
-            part = render(text[self.stable_len:split], self.theme, len(self.code_blocks))
-            self._replace_tail(cursor, part.html)
-            self.code_blocks.extend(part.code_blocks)
-            self.html_parts.append(part.html)
-            self.stable_len = split
+        if step.finished is not None:
+            self._replace_tail(cursor, step.finished)
             self.tail_pos = self._end(doc)
-        tail = text[self.stable_len:]
-        if tail.strip() and not final:
-            part = render(tail + self.CURSOR, self.theme, len(self.code_blocks))
-            self._replace_tail(cursor, part.html)
-            self._tail_codes = part.code_blocks
-            self._tail_html = part.html
-        elif final:
-            self._replace_tail(cursor, "")
-            self._tail_codes, self._tail_html = (), ""
+        if step.tail is not None:
+            self._replace_tail(cursor, step.tail)
         self.browser.fit()
-        return Rendered("".join(self.html_parts) + self._tail_html,
-                        tuple(self.code_blocks) + self._tail_codes)
+        return step.rendered
 
     @staticmethod
     def _end(doc: Any) -> int:
@@ -323,13 +263,13 @@ class MessageWidget(QFrame):
         t = theme.current()
         if rendered is not None:
             self.item.rendered = rendered
-        reply = split_reasoning(self.item.content) if self.item.role == "assistant" else None
+        reply = reply_of(self.item.role, self.item.content)
         if self.item.rendered is None or (reply is not None and reply.reasoning is not None):
             # a reply with reasoning: its body is the answer alone, whatever a caller rendered
-            self.item.rendered = render_message(self.item.role, reply.content if reply is not None
-                                                else self.item.content, t)
+            self.item.render(t)
         if reply is not None:
             self.thinking.set_reply(reply, streaming=self.streaming, figures=self.item.figures)
+        assert self.item.rendered is not None
         self.body.set_html(self.item.rendered.html, document_css(t))
         self.tool_calls.set_steps(self.item.tool_steps)
         self.update_chrome()

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFrame, QHBoxLayout, QLabel, Q
                                QStyleOptionViewItem, QToolButton, QVBoxLayout, QWidget)
 
 from .. import theme
-from ..sidebar_model import ChatListModel, Header, IdRole, IsHeaderRole, RowRole
+from ..models.chat_list import ChatListModel, Header, IdRole, IsHeaderRole, RowRole
 
 ROW_HEIGHT = 34
 SEARCH_ROW_HEIGHT = 50   # while searching: the title, and the snippet with the matches marked

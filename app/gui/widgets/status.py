@@ -7,8 +7,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar,
                                QToolButton, QWidget)
 
-from ..turn_figures import count
-from ..turn_figures import short_figures  # noqa: F401 - the bubbles use it from here too
+from ..models.turn_figures import count
+from ..models.turn_figures import short_figures  # noqa: F401 - the bubbles use it from here too
 
 PROVIDER_NAMES = {
     "CPUExecutionProvider": "CPU", "CUDAExecutionProvider": "CUDA",

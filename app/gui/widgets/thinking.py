@@ -2,7 +2,7 @@
 
 Qwen3 and the DeepSeek-R1 distills write `<think>…</think>` before the answer; the engine's one
 rule, `engine.text.reasoning.split_reasoning` (plain text in, a `Reply` out), splits it for display
-(the one engine module widgets may import, see pyproject.toml). The reply bubble shows one line —
+where the message's body is made (app/gui/models/message.py). The reply bubble shows one line —
 “Thinking…” while the reasoning streams, then “Thought for N s” — that expands to the reasoning
 text on a click. N is measured while the reply streams; for a reply loaded from the store it is
 estimated from the turn's figures (the reasoning's share of the reply's characters times its
@@ -16,9 +16,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
-from engine.text.reasoning import Reply, split_reasoning
-
-__all__ = ["Reply", "ThinkingPanel", "estimated_seconds", "seconds_text", "split_reasoning"]
+from ..models.message import Reply
 
 
 def seconds_text(seconds: float) -> str:

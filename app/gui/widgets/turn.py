@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
-from ..turn_figures import LiveTurn, overflow_notice, prefill_text  # noqa: F401 - used from here
+from ..models.turn_figures import LiveTurn, overflow_notice, prefill_text  # noqa: F401 - used from here
 
 
 class PrefillIndicator(QWidget):

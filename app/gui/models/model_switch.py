@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine.base import paths
 
-from .remote_config import is_remote_choice
+from ..remote_config import is_remote_choice
 
 
 def model_label(choice: str, picker_label: str | None = None) -> str:

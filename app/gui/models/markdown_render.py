@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import markdown
 
-from .theme import Theme
+from .palette import Theme
 
 FENCE_RE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+#.-]*)[^\n]*$",
                       re.MULTILINE)
