@@ -9,7 +9,6 @@ Runtime's own ops), unless AMBER_REQUIRE_KERNELS=1: then the build fails.
 """
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import sys
 from pathlib import Path
@@ -18,16 +17,9 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-
-
-def _native_build():
-    """engine/native/build.py loaded on its own (stdlib only): the engine package is not importable
-    while it is being built."""
-    spec = importlib.util.spec_from_file_location("amber_native_build", ROOT / "engine" / "native" / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# engine/native/build.py from this source tree (it and engine.config need the stdlib only)
+sys.path.insert(0, str(ROOT))
+from engine.native import build as nb  # noqa: E402
 
 
 class BuildPyWithKernels(build_py):
@@ -37,7 +29,6 @@ class BuildPyWithKernels(build_py):
         super().run()
         if getattr(self, "editable_mode", False):
             return   # the in-tree engine/native/_build is the one an editable install loads
-        nb = _native_build()
         out = Path(self.build_lib) / "engine" / "native" / "_build"
         lib = out / nb.library_name()
         in_tree = nb.BUILD_DIR / lib.name

@@ -35,6 +35,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine import config
+
 SRC_DIR = Path(__file__).resolve().parent / "src"
 BUILD_DIR = Path(__file__).resolve().parent / "_build"
 LIB_STEM = "libamber_kernels"
@@ -54,12 +56,12 @@ WINDOWS_FLAGS = ("-Wa,-muse-unaligned-vector-move", "-static-libgcc")
 
 # "1": a missing C compiler is an error (exit 2, a failed wheel build) instead of a note: installers
 # and release wheels must carry the kernels.
-REQUIRE_ENV = "AMBER_REQUIRE_KERNELS"
+REQUIRE_ENV = config.REQUIRE_KERNELS
 
 
 def kernels_required() -> bool:
     """AMBER_REQUIRE_KERNELS=1: building without a C compiler fails."""
-    return os.environ.get(REQUIRE_ENV, "").strip() == "1"
+    return config.settings().require_kernels
 
 
 class BuildError(Exception):
