@@ -69,7 +69,7 @@ default-model: $(STAMP)
 # ruff, mypy and import-linter: their settings are in pyproject.toml ([tool.ruff], [tool.mypy],
 # [tool.importlinter]); the tools come from the pinned `test` extra.
 lint: $(STAMP)
-	$(BIN)/ruff check app engine tests bench packaging
+	$(BIN)/ruff check app engine tests bench packaging setup.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 HOME = "AMBER_HOME"
 BUNDLED_MODELS = "AMBER_BUNDLED_MODELS"
 KERNELS = "AMBER_KERNELS"
+REQUIRE_KERNELS = "AMBER_REQUIRE_KERNELS"          # building: no C compiler is an error (installers, wheels)
 NATIVE_ATTENTION = "AMBER_NATIVE_ATTENTION"
 NATIVE_SWIGLU = "AMBER_NATIVE_SWIGLU"
 BATCH_DECODE = "AMBER_BATCH_DECODE"
@@ -96,6 +97,12 @@ class Settings:
             log.warning("%s=%r is not one of %s; using auto", KERNELS, value, "/".join(KERNEL_MODES))
             return "auto"
         return value
+
+    @property
+    def require_kernels(self) -> bool:
+        """AMBER_REQUIRE_KERNELS: "1" makes building the native kernels without a C compiler an error
+        (engine/native/build.py exits 2, a wheel build fails), not a note: installers ship them."""
+        return self._text(REQUIRE_KERNELS).strip() == "1"
 
     @property
     def native_attention(self) -> bool:

@@ -69,8 +69,11 @@ if [ "$OS" = windows ]; then
   "$PYTHON" packaging/windows/version_info.py "$VERSION" "$BUILD/icons/version_info.txt"
 fi
 
-# 3. the onedir bundle, with the native kernels built first (a no-op when up to date)
-"$PYTHON" -m engine.native.build
+# 3. the onedir bundle, with the native kernels built first (a no-op when up to date): an
+#    installer without this platform's kernels is an error (no compiler, or a library that does
+#    not load), never a bundle that quietly runs on ONNX Runtime's ops
+AMBER_REQUIRE_KERNELS=1 "$PYTHON" -m engine.native.build
+"$PYTHON" packaging/check_kernels.py
 echo "== PyInstaller ($VARIANT)"
 T0=$(date +%s)
 AMBER_VARIANT=$VARIANT AMBER_VERSION=$VERSION AMBER_BUNDLE_MODEL=$BUILD/model/$MODEL_NAME AMBER_ICONS=$BUILD/icons \

@@ -1,4 +1,4 @@
-"""Single-thread speed of Amber's K-quant kernels (engine/native/src/qk*.c) against the memory
+"""Single-thread speed of Amber's K-quant kernels (engine/native/src/*/qk*.c) against the memory
 roofline and ONNX Runtime's MatMulNBits: `python -m bench.experiments.kquant_kernels [--quick]`.
 
 Per type (Q4_K Q5_K Q6_K) and shape (K=2048,N=8192 and K=8192,N=2048):

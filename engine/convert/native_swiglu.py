@@ -3,9 +3,9 @@
 graph.py emits, per SwiGLU layer whose gate and up share a GGUF type, `gu = GgufMatMul(x, W)`
 (W: the gate's F rows then the up's F rows), `gate, up = Split(gu, [F, F], axis=-1)` and
 `Mul(Mul(gate, Sigmoid(gate)), up)` (graph_blocks.activation). The op's SwiGLU epilogue
-(engine/native/src/ort_op.c) computes silu(x Wg) * (x Wu) per output tile, so the chunk x 2F
+(engine/native/src/ort/ort_op.c) computes silu(x Wg) * (x Wu) per output tile, so the chunk x 2F
 product, the Split and the three elementwise passes never exist in memory; its bits are the split
-graph's under ONNX Runtime (MLAS's own SiLU kernel, engine/native/src/swiglu.c). GeGLU and anything that
+graph's under ONNX Runtime (MLAS's own SiLU kernel, engine/native/src/generic/swiglu.c). GeGLU and anything that
 does not match exactly is left alone. AMBER_NATIVE_SWIGLU=0 keeps the unfused graph in new
 conversions (A/B benches).
 """

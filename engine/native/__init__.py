@@ -1,6 +1,6 @@
 """Amber's native kernels: matmuls over GGUF's own quantized blocks, as an ONNX Runtime custom op.
 
-The C sources are in src/ (amber_kernels.h is the kernels' API; ort_op.c the ONNX Runtime op
+The C sources are in src/ (generic/amber_kernels.h is the kernels' API; ort/ort_op.c the ONNX Runtime op
 ai.amber.GgufMatMul); `python -m engine.native.build` compiles them into _build/. Everything here
 degrades to "not available" when the library is missing or fails to load: Amber then uses ONNX
 Runtime's own ops. AMBER_KERNELS picks: "ort" (never the native op), "native" (the op for every

@@ -1,4 +1,4 @@
-"""ai.amber.Attention (engine/native/src/attn*.c): GroupQueryAttention's contract over float16 KV.
+"""ai.amber.Attention (engine/native/src: generic/attn.c, x86/ and arm/ attn_*.c, ort/attn_op.c): GQA over float16 KV.
 
 Native-form conversions (engine/convert/native_form.py) emit it in place of ONNX Runtime's
 com.microsoft.GroupQueryAttention when the library is available and the layer's attributes are

@@ -1,10 +1,16 @@
 """Compiles Amber's native kernels: `python -m engine.native.build [--force] [--out DIR]`.
 
-All of src/*.c go into one shared library, _build/libamber_kernels-<hash>.<so|dylib|dll>, where
-<hash> covers the sources and the flags: a library built from other sources is never loaded. No
--march: the kernels pick their instruction set at run time (target attributes + dispatch.c), so
-one build runs on every x86-64 CPU. Without a C compiler this prints a note and exits 0 (Amber
-then uses ONNX Runtime's own ops); a compile error prints the compiler's message and exits 2.
+All of src/**/*.c go into one shared library, _build/libamber_kernels-<hash>.<so|dylib|dll>, where
+<hash> covers the sources (their paths under src/ and bytes) and the flags: a library built from
+other sources is never loaded. src/ is laid out by architecture: generic/ (portable C, the scalar
+reference kernels, the headers every file shares and the one dispatch table, kernel_table.h +
+dispatch.c), x86/ (AVX2, AVX-VNNI, AVX-512 kernels), arm/ (NEON, dotprod, i8mm kernels and the
+arm64 feature probe), ort/ (the ONNX Runtime ops' glue); each folder is on the include path, and
+a file of another architecture compiles to nothing. No -march: the kernels pick their instruction
+set at run time (target attributes + the dispatch table), so one build runs on every x86-64 CPU.
+Without a C compiler this prints a note and exits 0 (Amber then uses ONNX Runtime's own ops; with
+AMBER_REQUIRE_KERNELS=1 it exits 2); a compile error prints the compiler's message and exits 2.
+`pip install .` / `pip wheel .` run the same compile into the wheel (setup.py's build_py hook).
 
 `--target aarch64-linux` cross-compiles the same sources for arm64 Linux with aarch64-linux-gnu-gcc
 into _build/aarch64-linux/libamber_kernels-<hash>-aarch64-linux.so (a folder of its own: a
@@ -29,6 +35,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine import config
+
 SRC_DIR = Path(__file__).resolve().parent / "src"
 BUILD_DIR = Path(__file__).resolve().parent / "_build"
 LIB_STEM = "libamber_kernels"
@@ -44,6 +52,16 @@ CROSS_COMPILERS = {"aarch64-linux": "aarch64-linux-gnu-gcc", "windows-x86_64": "
 # unaligned one. libgcc (the CPU probe behind __builtin_cpu_supports) goes into the DLL, so it
 # needs no MinGW DLL next to it.
 WINDOWS_FLAGS = ("-Wa,-muse-unaligned-vector-move", "-static-libgcc")
+
+
+# "1": a missing C compiler is an error (exit 2, a failed wheel build) instead of a note: installers
+# and release wheels must carry the kernels.
+REQUIRE_ENV = config.REQUIRE_KERNELS
+
+
+def kernels_required() -> bool:
+    """AMBER_REQUIRE_KERNELS=1: building without a C compiler fails."""
+    return config.settings().require_kernels
 
 
 class BuildError(Exception):
@@ -74,14 +92,33 @@ def _link_flags(target: str | None = None) -> tuple[str, ...]:
 
 
 def sources(src_dir: Path = SRC_DIR) -> list[Path]:
-    """The C sources and headers that make up the library, in a stable order."""
-    return sorted(p for p in src_dir.iterdir() if p.suffix in (".c", ".h") and p.is_file())
+    """The C sources and headers that make up the library (src_dir and its folders), in a stable
+    order."""
+    found = [p for p in src_dir.rglob("*") if p.suffix in (".c", ".h") and p.is_file()]
+    return sorted(found, key=lambda p: p.relative_to(src_dir).as_posix())
+
+
+def c_sources(src_dir: Path = SRC_DIR) -> list[Path]:
+    """The files the compiler is given (every .c of sources())."""
+    return [p for p in sources(src_dir) if p.suffix == ".c"]
+
+
+def include_dirs(src_dir: Path = SRC_DIR) -> list[Path]:
+    """The folders that hold the headers (generic/, x86/, arm/, ort/), each one `-I` of the build."""
+    return sorted({p.parent for p in sources(src_dir) if p.suffix == ".h"},
+                  key=lambda d: d.relative_to(src_dir).as_posix())
+
+
+def include_flags(src_dir: Path = SRC_DIR) -> list[str]:
+    """`-I DIR` for each of include_dirs()."""
+    return [f for d in include_dirs(src_dir) for f in ("-I", str(d))]
 
 
 def source_hash(src_dir: Path = SRC_DIR, target: str | None = None) -> str:
     """16 hex digits over the sources' names and bytes, the flags and the platform (or target)."""
     # Keyed by the files' sizes and times, so asking again (every session creation) reads nothing.
-    key = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sources(src_dir))
+    key = tuple((p.relative_to(src_dir).as_posix(), p.stat().st_mtime_ns, p.stat().st_size)
+                for p in sources(src_dir))
     return _hash_of(src_dir, key, target)
 
 
@@ -91,7 +128,7 @@ def _hash_of(src_dir: Path, key: tuple[tuple[str, int, int], ...], target: str |
     h = hashlib.sha256()
     h.update(f"{BUILD_FORMAT}|{' '.join(CFLAGS + _link_flags(target))}|{target or sys.platform}\n".encode())
     for p in sources(src_dir):
-        h.update(p.name.encode() + b"\0")
+        h.update(p.relative_to(src_dir).as_posix().encode() + b"\0")
         h.update(p.read_bytes())
         h.update(b"\0")
     return h.hexdigest()[:16]
@@ -140,7 +177,7 @@ def build(out_dir: Path = BUILD_DIR, *, force: bool = False, src_dir: Path = SRC
     # its own file name, which programs linked against it look for), then it moves into place.
     with tempfile.TemporaryDirectory(prefix=f".{LIB_STEM}-", dir=out_dir) as scratch:
         tmp = Path(scratch) / lib.name
-        cmd = [cc, *CFLAGS, "-o", str(tmp), *(str(p) for p in sources(src_dir) if p.suffix == ".c"),
+        cmd = [cc, *CFLAGS, *include_flags(src_dir), "-o", str(tmp), *(str(p) for p in c_sources(src_dir)),
                *_link_flags(target)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
@@ -192,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.target is not None:
             print(f"native kernels: {CROSS_COMPILERS[args.target]} not found "
                   "(packaging/linux/install-sysdeps.sh installs it)", file=sys.stderr)
+            return 2
+        if kernels_required():
+            print(f"native kernels: no C compiler found (set CC or install gcc) and {REQUIRE_ENV}=1",
+                  file=sys.stderr)
             return 2
         print("native kernels: no C compiler found (set CC or install gcc); Amber uses ONNX Runtime's ops")
         return 0

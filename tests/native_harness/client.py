@@ -41,8 +41,8 @@ def build_harness(out_dir: Path) -> Path:
         raise HarnessError(f"{native_build.CROSS_COMPILERS[TARGET]} not found")
     exe = out_dir / "amber-native-harness"
     flags = [f for f in native_build.CFLAGS if f not in ("-shared", "-fPIC")]
-    srcs = [str(p) for p in native_build.sources() if p.suffix == ".c"]
-    cmd = [cc, *flags, "-static", "-I", str(native_build.SRC_DIR), "-o", str(exe), str(HARNESS_C),
+    srcs = [str(p) for p in native_build.c_sources()]
+    cmd = [cc, *flags, "-static", *native_build.include_flags(), "-o", str(exe), str(HARNESS_C),
            *srcs, "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
                           timeout=native_build.COMPILE_TIMEOUT_S)

@@ -74,7 +74,7 @@ def compile_exe(c_file: Path, out_dir: Path, *link: str) -> Path:
     if cc is None:
         raise HarnessError(f"{native_build.CROSS_COMPILERS[TARGET]} not found")
     exe = out_dir / f"{c_file.stem}.exe"
-    cmd = [cc, "-O2", "-std=c11", "-Wall", "-Werror", "-I", str(native_build.SRC_DIR), "-o", str(exe),
+    cmd = [cc, "-O2", "-std=c11", "-Wall", "-Werror", *native_build.include_flags(), "-o", str(exe),
            str(c_file), *link]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
                           timeout=native_build.COMPILE_TIMEOUT_S)

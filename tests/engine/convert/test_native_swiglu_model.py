@@ -23,7 +23,7 @@ CFGS = [BASE, variant(BASE, wtype="Q4_0", seed=91), variant(BASE, wtype="Q4_K", 
         variant(BASE, wtype="Q4_1", arch="qwen2", bias=True, seed=93)]
 IDS = [f"{c.arch}-{c.wtype}" for c in CFGS]
 # Both forms run the same int8 dot products and the op's silu is ONNX Runtime's own (MLAS's SiLU
-# kernel, engine/native/src/swiglu.c): the logits are equal bit for bit.
+# kernel, engine/native/src/generic/swiglu.c): the logits are equal bit for bit.
 
 
 @pytest.fixture(scope="module")

@@ -29,10 +29,13 @@ def compile_q32_strict(out_dir: Path, *defines: str) -> None:
     """Compiles the q32 family and the dispatch alone with every warning an error (CI's gcc)."""
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     assert cc is not None
-    files = [SRC / "dispatch.c", *sorted(SRC.glob("q32*.c"))]
+    from engine.native import build as native_build
+
+    files = [SRC / "generic" / "dispatch.c", *sorted(SRC.glob("*/q32*.c"))]
     for f in files:
         subprocess.run([cc, "-O2", "-std=c11", "-fPIC", "-Wall", "-Wextra", "-Werror", "-pedantic",
-                        *defines, "-I", str(SRC), "-c", str(f), "-o", str(out_dir / (f.stem + ".o"))],
+                        *defines, *native_build.include_flags(SRC), "-c", str(f),
+                        "-o", str(out_dir / (f.stem + ".o"))],
                        check=True, capture_output=True, text=True)
 
 

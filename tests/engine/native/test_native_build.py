@@ -44,7 +44,8 @@ def test_rebuilds_only_when_sources_change(native_lib, src_copy, tmp_path):
     proc = _cli("--out", str(out), "--src", str(src_copy))
     assert proc.returncode == 0 and "up to date" in proc.stdout
     # A changed source: a new name, and the stale library is gone.
-    (src_copy / "dispatch.c").write_text((src_copy / "dispatch.c").read_text() + "\n/* changed */\n")
+    dispatch = src_copy / "generic" / "dispatch.c"
+    dispatch.write_text(dispatch.read_text() + "\n/* changed */\n")
     second = build.build(out, src_dir=src_copy)
     assert second is not None and second != first and second.is_file()
     assert not first.exists()
@@ -137,3 +138,24 @@ def test_the_one_loader_binds_what_the_engine_tests_and_benches_call(native_lib,
     bogus.write_bytes(b"\x7fELF but not really")
     with pytest.raises(OSError):
         native.open_library(bogus)
+
+
+def test_sources_are_laid_out_by_architecture_with_one_dispatch_table():
+    """Every source sits in generic/, x86/, arm/ or ort/; only the dispatch table (generic/dispatch.c,
+    with arm/cpu_arm.c's probe) asks the CPU what it has and which ISA is current, and each op picks
+    its kernel through the table, never through a switch of its own."""
+    src = build.SRC_DIR
+    files = {p.relative_to(src).as_posix(): p.read_text() for p in build.sources()}
+    assert {f.split("/")[0] for f in files} == {"generic", "x86", "arm", "ort"}
+    assert all(f.count("/") == 1 for f in files), sorted(files)
+    assert {"generic/dispatch.c", "generic/kernel_table.h", "ort/ort_abi.h", "ort/ort_op.c"} <= set(files)
+    probes = {f for f, text in files.items() if "__builtin_cpu_supports" in text or "getauxval" in text}
+    assert probes == {"generic/dispatch.c", "arm/cpu_arm.c"}
+    isa_callers = {f for f, text in files.items() if f.endswith(".c") and "amber_current_isa(" in text}
+    assert isa_callers == {"generic/dispatch.c"}
+    intrinsics = {f for f, text in files.items() if "immintrin.h" in text or "arm_neon.h" in text}
+    assert intrinsics and all(f.startswith(("x86/", "arm/")) for f in intrinsics), sorted(intrinsics)
+    for family in ("generic/q32.c", "generic/qk.c", "generic/attn.c", "generic/swiglu.c"):
+        text = files[family]
+        assert "amber_kernels_now()" in text or "amber_silu_kernel()" in text, family
+        assert "ISA_AVX2" not in text and "ISA_NEON" not in text, family

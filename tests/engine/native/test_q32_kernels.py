@@ -1,4 +1,4 @@
-"""The Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 kernels (engine/native/src/q32*.c) on every ISA this CPU has.
+"""The Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 kernels (engine/native/src/*/q32*.c) on every ISA this CPU has.
 
 The library is compiled from the sources into a temporary folder and called through ctypes. The
 oracle is gguf-py's numpy dequantizer of the same raw blocks, dotted in float64 with the

@@ -1,4 +1,4 @@
-"""The q32 family's packed prefill paths (m >= 16: engine/native/src/q32_pack512.c on AVX-512 VNNI,
+"""The q32 family's packed prefill paths (m >= 16: engine/native/src/x86/q32_pack512.c on AVX-512 VNNI,
 q32_pack256.c on AVX-VNNI and AVX2; each ISA this CPU has is forced in turn)
 at shapes the op's tiles and a long prompt give it: many rows, K over several packed segments
 with a lone last block, N not a multiple of 16, and row/column splits at multiples of 16.

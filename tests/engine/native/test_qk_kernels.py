@@ -1,4 +1,4 @@
-"""The K-quant kernels (engine/native/src/qk*.c) through the library's C API, on every ISA this CPU has.
+"""The K-quant kernels (engine/native/src/*/qk*.c) through the library's C API, on every ISA this CPU has.
 
 The oracle is gguf-py's own numpy dequantizer (gguf.quants.dequantize) of the raw super-blocks,
 dotted in float64 with the activations as the library quantized them (its Q8_K buffer decoded

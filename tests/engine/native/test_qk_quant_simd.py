@@ -1,4 +1,4 @@
-"""The Q8_K activation quantizer's SIMD path (engine/native/src/qk_quant_x86.c) writes the bytes
+"""The Q8_K activation quantizer's SIMD path (engine/native/src/x86/qk_quant_x86.c) writes the bytes
 of the portable one (qk.c, forced with amber_set_isa("scalar")) for every value kind a prompt can
 hold: ordinary, huge and tiny magnitudes, exact .5 ties, zero blocks, NaN and infinities. The
 prefill kernels for m >= 16 read these bytes, so the same bytes keep the default model's output."""

@@ -1,5 +1,6 @@
 /* Q4_K Q5_K Q6_K (super-blocks of 256) against Q8_K activations: the activation quantizer, the
- * portable scalar kernels, and the routing to the ISA kernels (qk_avx2.c, qk_avx512.c).
+ * portable scalar kernels; the ISA kernels (qk_avx2.c, qk_avx512.c, qk_arm.c) come from the
+ * dispatch table (kernel_table.h).
  *
  * Numerics are llama.cpp's: per super-block the integer dot products of the 4/5/6-bit levels with
  * the int8 activations, times the six-bit (Q4_K/Q5_K) or int8 (Q6_K) sub-block scales, exact in
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "family.h"
+#include "kernel_table.h"
 #include "qk_impl.h"
 
 int qk_handles(int type) { return type == QK_Q4_K || type == QK_Q5_K || type == QK_Q6_K; }
@@ -22,13 +24,10 @@ int64_t qk_act_bytes(int type, int64_t k) {
 
 void qk_quantize_act(int type, const float *x, int64_t k, void *out) {
     (void)type;
-    uint8_t *o = out;
-#ifdef QK_X86
-    if (amber_current_isa() != ISA_SCALAR) {   /* the same bytes (qk_quant_x86.c) */
-        qk_quantize_act_avx2(x, k, o);
-        return;
-    }
-#endif
+    amber_kernels_now()->qk_quant(x, k, out);   /* every ISA's: the scalar bytes (qk_quant_x86.c) */
+}
+
+void qk_quantize_act_scalar(const float *x, int64_t k, uint8_t *o) {
     for (int64_t b = 0; b < k / QK_BLOCK; b++, x += QK_BLOCK, o += Q8K_BYTES) {
         float amax = 0.f;
         for (int i = 0; i < QK_BLOCK; i++) {
@@ -145,22 +144,5 @@ void qk_gemm_scalar(int type, const uint8_t *act, int64_t m, const uint8_t *w, i
 
 void qk_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64_t k,
                   int64_t n0, int64_t n1, float *y, int64_t ldy) {
-    qk_gemm_fn fn = qk_gemm_scalar;
-#ifdef QK_X86
-    switch (amber_current_isa()) {
-    case ISA_AVX512VNNI: fn = qk_gemm_avx512vnni; break;
-    case ISA_AVXVNNI: fn = qk_gemm_avxvnni; break;
-    case ISA_AVX2: fn = qk_gemm_avx2; break;
-    default: break;
-    }
-#endif
-#ifdef QK_ARM64
-    switch (amber_current_isa()) {
-    case ISA_I8MM: fn = qk_gemm_i8mm; break;
-    case ISA_DOTPROD: fn = qk_gemm_dotprod; break;
-    case ISA_NEON: fn = qk_gemm_neon; break;
-    default: break;
-    }
-#endif
-    fn(type, (const uint8_t *)act, m, w, k, n0, n1, y, ldy);
+    amber_kernels_now()->qk_gemm(type, (const uint8_t *)act, m, w, k, n0, n1, y, ldy);
 }

@@ -26,10 +26,11 @@ void q32_quant_block_scalar(const float *x, int8_t *q, float *d, int32_t *s);
 #if !defined(Q32_HAVE_X86) && (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define Q32_HAVE_X86 1
 #endif
-#if Q32_HAVE_X86
-/* Prefill with m >= Q32_PACK_MIN_M on AVX512-VNNI (q32_pack512.c): whole groups of 16 weight
- * rows from n0; returns the first row it did not compute. Not bit-identical to the tile path. */
+/* Prefill with m >= Q32_PACK_MIN_M where the ISA has a packed path (the dispatch table's q32_packed). */
 #define Q32_PACK_MIN_M 16
+#if Q32_HAVE_X86
+/* AVX512-VNNI (q32_pack512.c): whole groups of 16 weight rows from n0; returns the first row it
+ * did not compute. Not bit-identical to the tile path. */
 int64_t q32_packed_avx512vnni(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t nb,
                               int64_t n0, int64_t n1, float *y, int64_t ldy);
 /* The same at 256-bit width (q32_pack256.c): whole groups of 8 weight rows; the same bits as the

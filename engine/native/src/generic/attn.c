@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "family.h"
+#include "kernel_table.h"
 
 /* Keys per block of the online softmax: scores and converted keys/values stay in L1. */
 #define KB 64
@@ -103,15 +104,11 @@ float attn_exp_sum_scalar(float *s, int64_t n, float m) {
 
 static const attn_ops SCALAR = {to_float_c, to_half_c, dots_c, accum_c, attn_exp_sum_scalar, NULL, NULL, NULL};
 
+const attn_ops *attn_ops_scalar(void) { return &SCALAR; }
+
 const attn_ops *attn_ops_now(void) {
-    enum amber_isa isa = amber_current_isa();
-    const attn_ops *ops = NULL;
-    if (isa == ISA_AVX512VNNI)
-        ops = attn_ops_avx512();
-    else if (isa == ISA_NEON || isa == ISA_DOTPROD || isa == ISA_I8MM)
-        ops = attn_ops_neon();
-    else if (isa != ISA_SCALAR)
-        ops = attn_ops_avx2();
+    const attn_ops *(*pick)(void) = amber_kernels_now()->attn;
+    const attn_ops *ops = pick != NULL ? pick() : NULL;
     return ops != NULL ? ops : &SCALAR;
 }
 

@@ -1,10 +1,12 @@
 /* Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 (blocks of 32): the activation quantizer, the scalar kernel, and the
- * loop that tiles a call and hands tiles to the SIMD kernel of the current ISA (q32_x86.c).
+ * loop that tiles a call and hands tiles to the kernel of the current ISA (the dispatch table,
+ * kernel_table.h: q32_x86.c, q32_avx512.c, q32_arm.c).
  * Layouts: q32_layout.h. Numerics are llama.cpp's: int8 activations per block of 32 (d = amax/127,
  * round to nearest), integer dot products per block, float32 accumulation. */
 #include <string.h>
 
 #include "family.h"
+#include "kernel_table.h"
 #include "q32_layout.h"
 #include "q32_tile.h"
 
@@ -46,11 +48,7 @@ void q32_quantize_act(int type, const float *x, int64_t k, void *out) {
     uint8_t *o = out;
     uint8_t *dsec = o + q32_act_d_off(nb), *ssec = o + q32_act_s_off(nb), *xsec = o + q32_act_x_off(nb);
     int off = q32_offset(type), has_min = q32_has_min(type);
-    q32_quant_fn quant = q32_quant_block_scalar;
-#if Q32_HAVE_X86
-    if (amber_current_isa() != ISA_SCALAR)
-        quant = q32_quant_block_avx2;   /* the same bytes, 8 lanes at a time */
-#endif
+    q32_quant_fn quant = amber_kernels_now()->q32_quant;   /* every ISA's: the scalar bytes */
     for (int64_t b = 0; b < nb; b++, x += 32) {
         int8_t q[32];
         float d;
@@ -137,8 +135,8 @@ static inline void tile_scalar_t(const int type, const uint8_t *act, int64_t ab,
     }
 }
 
-/* The portable path (arm64 and CPUs without AVX2), one instance per type. */
-static void tile_scalar(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
+/* The portable path (CPUs without a SIMD path), one instance per type. */
+void q32_tile_scalar(int type, const uint8_t *act, int64_t ab, int mt, const uint8_t *w,
                         int64_t nb, int64_t n0, int64_t n1, int64_t s0, int64_t s1, float *y,
                         int64_t ldy) {
     switch (type) {
@@ -150,31 +148,11 @@ static void tile_scalar(int type, const uint8_t *act, int64_t ab, int mt, const 
     }
 }
 
-static q32_tile_fn pick_tile(void) {
-#if Q32_HAVE_X86
-    switch (amber_current_isa()) {
-    case ISA_AVX512VNNI: return q32_tile_avx512vnni;
-    case ISA_AVXVNNI: return q32_tile_avxvnni;
-    case ISA_AVX2: return q32_tile_avx2;
-    default: break;
-    }
-#endif
-#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
-    switch (amber_current_isa()) {
-    case ISA_I8MM: return q32_tile_i8mm;
-    case ISA_DOTPROD: return q32_tile_dotprod;
-    case ISA_NEON: return q32_tile_neon;
-    default: break;
-    }
-#endif
-    return tile_scalar;
-}
-
 /* The tile path over rows [0, m) x [n0, n1): a row's bits depend on neither m nor the range. */
 static void gemm_tiled(int type, const uint8_t *a, int64_t m, const uint8_t *w, int64_t nb,
                        int64_t n0, int64_t n1, float *y, int64_t ldy) {
     int64_t ab = q32_act_row_bytes(type, nb), nseg = Q32_NSEG(nb);
-    q32_tile_fn tile = pick_tile();
+    q32_tile_fn tile = amber_kernels_now()->q32_tile;
     if (m <= Q32_MT) {
         tile(type, a, ab, (int)m, w, nb, n0, n1, 0, nseg, y, ldy);
         return;
@@ -198,21 +176,17 @@ void q32_gemm_rows(int type, const void *act, int64_t m, const uint8_t *w, int64
                    int64_t n0, int64_t n1, float *y, int64_t ldy) {
     int64_t nb = k / 32, ab = q32_act_bytes(type, k), mp = 0;
     const uint8_t *a = act;
-#if Q32_HAVE_X86
-    const int isa = amber_current_isa();
-    if (m >= Q32_PACK_MIN_M && (isa == ISA_AVX512VNNI || isa == ISA_AVXVNNI || isa == ISA_AVX2)) {
+    q32_packed_fn packed = amber_kernels_now()->q32_packed;
+    if (m >= Q32_PACK_MIN_M && packed != NULL) {
         /* The packed path takes the first 16*floor(m/16) rows and whole groups of 16 (AVX-512)
          * or 8 (256-bit) columns from n0; the rest is tiled. So which arithmetic an output gets depends only on its row
          * and column positions modulo 16 and the call's bounds: splitting a call into row and
          * column tiles that are multiples of 16 (the op's 64 x 64) gives the same bits. */
         mp = m / Q32_PACK_MIN_M * Q32_PACK_MIN_M;
-        int64_t nd = isa == ISA_AVX512VNNI ? q32_packed_avx512vnni(type, a, mp, w, nb, n0, n1, y, ldy)
-                     : isa == ISA_AVXVNNI  ? q32_packed_avxvnni(type, a, mp, w, nb, n0, n1, y, ldy)
-                                           : q32_packed_avx2(type, a, mp, w, nb, n0, n1, y, ldy);
+        int64_t nd = packed(type, a, mp, w, nb, n0, n1, y, ldy);
         if (nd < n1)
             gemm_tiled(type, a, mp, w, nb, nd, n1, y, ldy);
     }
-#endif
     if (mp < m)
         gemm_tiled(type, a + mp * ab, m - mp, w, nb, n0, n1, y + mp * ldy, ldy);
 }
