@@ -76,8 +76,8 @@ lint: $(STAMP)
 # AMBER_ORT_COMPAT / AMBER_TEMPLATE_SWEEP=required: the cross-release test and the chat-template sweep
 # fail (never skip) without their venvs; the arm64 (qemu) and Windows (wine) kernel tests likewise on
 # x86-64 Linux, where sysdeps installs their cross compilers and emulators.
-test: $(STAMP) native default-model lint install-ort-compat install-hf-templates sysdeps-arm64 sysdeps-windows ort-windows
-	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) AMBER_ORT_COMPAT=required AMBER_TEMPLATE_SWEEP=required \
+test: $(STAMP) native default-model lint install-ort-compat install-hf-templates install-wheel-backend sysdeps-arm64 sysdeps-windows ort-windows
+	QT_QPA_PLATFORM=offscreen AMBER_TEST_HOME=$(DEV_HOME) AMBER_ORT_COMPAT=required AMBER_TEMPLATE_SWEEP=required AMBER_WHEEL_TEST=required \
 	  AMBER_ARM64_TESTS=$(ARM64_TESTS) AMBER_WINDOWS_TESTS=$(WINDOWS_TESTS) $(BIN)/python -m pytest -q
 
 # Tests that do not need the real default model.
@@ -152,6 +152,12 @@ install-ort-compat: $(STAMP)
 .PHONY: install-hf-templates
 install-hf-templates: $(STAMP)
 	$(BIN)/python packaging/hf_templates.py --install-only
+
+# setuptools as pyproject.toml's [build-system] pins it, in build/wheel-backend/venv, for
+# tests/test_wheel.py (`pip wheel .` without build isolation, so no network in the test). PyPI once.
+.PHONY: install-wheel-backend
+install-wheel-backend: $(STAMP)
+	$(BIN)/python packaging/wheel_backend.py --install-only
 
 clean:
 	rm -rf $(VENV) $(DEV_HOME) build dist *.egg-info
