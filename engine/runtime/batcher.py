@@ -9,6 +9,9 @@ last run if longer, when one is slow: its consumer has not pulled the next token
 no core), one of the waiting threads runs the batch for everyone queued and each thread gets its
 row's logits back. Sampling stays in each session's thread. A batch of one is an ordinary solo
 step. Prefill stays solo. The KV of a batch: engine.runtime.kvpool.
+
+One thread may queue several rows at once (`step_rows`: a request's `n` choices, copies of one
+prefilled prompt): they count as that thread's one queued step and always run in the same batch.
 """
 from __future__ import annotations
 
