@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,40 @@ from bench.suites.batch import PROMPT_WORDS, cpu_features, measure
 TARGET = 3.0
 
 
-def _window(stamps: list[list[tuple[float, int]]]) -> dict[str, float]:
-    """Tokens per second over the window in which every stream was decoding."""
+class _CpuClock:
+    """The process's CPU seconds, sampled every ~5 ms on a thread of its own while in use."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []     # (perf_counter, process CPU seconds)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.samples.append((time.perf_counter(), time.process_time()))
+            self._done.wait(0.005)
+
+    def __enter__(self) -> "_CpuClock":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def _window(stamps: list[list[tuple[float, int]]], clock: _CpuClock | None = None) -> dict[str, float]:
+    """Tokens per second over the window in which every stream was decoding (and the process's CPU
+    ms per token there)."""
     lo = max(s[0][0] for s in stamps)
     hi = min(s[-1][0] for s in stamps)
     count = sum(n for s in stamps for t, n in s if lo < t <= hi)
-    return {"tok_s": count / (hi - lo) if hi > lo and count else float("nan"), "window_s": hi - lo}
+    out = {"tok_s": count / (hi - lo) if hi > lo and count else float("nan"), "window_s": hi - lo}
+    if clock is not None:
+        inside = [c for t, c in clock.samples if lo <= t <= hi]
+        out["cpu_ms_per_token"] = (1000 * (inside[-1] - inside[0]) / count if len(inside) > 1 and count
+                                   else float("nan"))
+    return out
 
 
 def measure_choices(mgr: Any, prompt: list[int], n: int, n_new: int) -> dict[str, Any]:
@@ -43,14 +72,15 @@ def measure_choices(mgr: Any, prompt: list[int], n: int, n_new: int) -> dict[str
     tokens = [0] * n
     sampling = SamplingParams(greedy=True, repetition_penalty=1.0, max_new_tokens=n_new)
     try:
-        for index, event in mgr.generate_choices(sid, prompt, [sampling] * n):
-            if isinstance(event, TextChunk) and event.token_ids:
-                stamps[index].append((time.perf_counter(), len(event.token_ids)))
-            elif isinstance(event, GenerationResult):
-                tokens[index] = len(event.token_ids)
+        with _CpuClock() as clock:
+            for index, event in mgr.generate_choices(sid, prompt, [sampling] * n):
+                if isinstance(event, TextChunk) and event.token_ids:
+                    stamps[index].append((time.perf_counter(), len(event.token_ids)))
+                elif isinstance(event, GenerationResult):
+                    tokens[index] = len(event.token_ids)
     finally:
         mgr.close(sid)
-    res: dict[str, Any] = {**_window(stamps), "tokens": tokens,
+    res: dict[str, Any] = {**_window(stamps, clock), "tokens": tokens,
                            "prefilled": mgr.stats()["prefilled_tokens"] - prefilled0}
     if batcher is not None:
         steps, rows = batcher.batched_steps - steps0, batcher.batched_rows - rows0
@@ -59,16 +89,18 @@ def measure_choices(mgr: Any, prompt: list[int], n: int, n_new: int) -> dict[str
 
 
 def measure_server(url: str, model: str, prompt: str, n: int, n_new: int) -> dict[str, Any]:
-    """One streaming `completions` request of `n` greedy choices: the aggregate streamed tok/s."""
+    """One streaming `completions` request of `n` greedy choices: the aggregate streamed tok/s
+    (the CPU figure counts the client's work too: it runs in the same process)."""
     import openai
     client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
     stamps: list[list[tuple[float, int]]] = [[] for _ in range(n)]
-    for chunk in client.completions.create(model=model, prompt=prompt, max_tokens=n_new, temperature=0, n=n,
-                                           stream=True):
-        for choice in chunk.choices:
-            if choice.text:
-                stamps[choice.index].append((time.perf_counter(), 1))
-    return _window(stamps)
+    with _CpuClock() as clock:
+        for chunk in client.completions.create(model=model, prompt=prompt, max_tokens=n_new, temperature=0, n=n,
+                                               stream=True):
+            for choice in chunk.choices:
+                if choice.text:
+                    stamps[choice.index].append((time.perf_counter(), 1))
+    return _window(stamps, clock)
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -77,13 +109,14 @@ def run(quick: bool = False) -> dict[str, Any]:
     from engine.server import serve_in_thread
     from engine.sessions.manager import SessionManager
     load_before = common.load_average()
-    reps, n_new = (1, 16) if quick else (3, 48)
+    reps, n_new = (1, 16) if quick else (5, 48)
     folder = model_dir()
     model = load_model(folder, "cpu", common.THREADS)
     state = Path(tempfile.mkdtemp(prefix="amber-bench-choices-"))
     mgr = SessionManager(model, state)
     handle = serve_in_thread(mgr, "127.0.0.1", 0)
     runs: dict[str, list[dict[str, Any]]] = {}
+    pairs: dict[str, list[dict[str, float]]] = {}
     try:
         text = common.pseudo_text(PROMPT_WORDS, seed=100)
         prompt = mgr.generator.encode_prompt(text)
@@ -96,22 +129,32 @@ def run(quick: bool = False) -> dict[str, Any]:
                  "chats_4": lambda: measure(mgr, chats, n_new, True),
                  "server_n1": lambda: measure_server(handle.url, folder.name, text, 1, n_new),
                  "server_n4": lambda: measure_server(handle.url, folder.name, text, 4, n_new)}
+        # Each 1 and its 4 run back to back (in alternating order): a pair's ratio sees one load.
         for rep in range(reps):
-            for name in (list(kinds) if rep % 2 == 0 else list(reversed(kinds))):
-                r = kinds[name]()
-                runs.setdefault(name, []).append(r)
-                extra = "".join(f", {k} {r[k]:.2f}" if isinstance(r[k], float) else f", {k} {r[k]}"
-                                for k in ("rows_per_batch", "prefilled") if k in r)
-                print(f"choices: {name}: {r['tok_s']:.1f} tok/s aggregate (window {r['window_s']:.2f} s{extra}, "
-                      f"load {common.load_average():.2f})", flush=True)
+            for pair in ("choices", "chats", "server"):
+                names = [k for k in kinds if k.startswith(pair)]
+                pair_runs = {}
+                for name in (names if rep % 2 == 0 else names[::-1]):
+                    r = kinds[name]()
+                    pair_runs[name] = r
+                    runs.setdefault(name, []).append(r)
+                    extra = "".join(f", {k} {r[k]:.2f}" if isinstance(r[k], float) else f", {k} {r[k]}"
+                                    for k in ("cpu_ms_per_token", "rows_per_batch", "prefilled") if k in r)
+                    print(f"choices: {name}: {r['tok_s']:.1f} tok/s aggregate (window {r['window_s']:.2f} s"
+                          f"{extra}, load {common.load_average():.2f})", flush=True)
+                one, four = (pair_runs[n] for n in names)
+                pairs.setdefault(pair, []).append({"tok_s": four["tok_s"] / one["tok_s"],
+                                                   "cpu": one["cpu_ms_per_token"] / four["cpu_ms_per_token"]})
     finally:
         handle.stop()
         mgr.shutdown()
         shutil.rmtree(state, ignore_errors=True)
     med = {k: statistics.median(r["tok_s"] for r in rs) for k, rs in runs.items()}
-    ratios = {"choices": med["choices_4"] / med["choices_1"], "chats": med["chats_4"] / med["chats_1"],
-              "server": med["server_n4"] / med["server_n1"]}
-    return {"median_tok_s": med, "ratios": ratios, "runs": runs, "reps": reps, "n_new": n_new,
+    cpu = {k: statistics.median(r["cpu_ms_per_token"] for r in rs) for k, rs in runs.items()}
+    ratios = {k: statistics.median(p["tok_s"] for p in ps) for k, ps in pairs.items()}
+    cpu_ratios = {k: statistics.median(p["cpu"] for p in ps) for k, ps in pairs.items()}
+    return {"median_tok_s": med, "ratios": ratios, "cpu_ms_per_token": cpu, "cpu_ratios": cpu_ratios,
+            "pairs": pairs, "runs": runs, "reps": reps, "n_new": n_new,
             "prefilled": {k: [r["prefilled"] for r in rs] for k, rs in runs.items() if k.startswith("choices")},
             "prompt_tokens": len(prompt), "features": cpu_features(), "threads": common.THREADS,
             "facts": common.machine_facts(), "load_before": load_before, "quick": quick,
@@ -119,23 +162,28 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def section(res: dict[str, Any]) -> Section:
-    med, ratios = res["median_tok_s"], res["ratios"]
-    rows = [["n = 4 choices of one prompt (engine)", f"{med['choices_1']:.1f}", f"{med['choices_4']:.1f}",
-             f"{ratios['choices']:.2f}×"],
-            ["4 chats at once (engine, a thread each)", f"{med['chats_1']:.1f}", f"{med['chats_4']:.1f}",
-             f"{ratios['chats']:.2f}×"],
-            ["n = 4 through the API server (streaming completions)", f"{med['server_n1']:.1f}",
-             f"{med['server_n4']:.1f}", f"{ratios['server']:.2f}×"]]
+    med, ratios, cpu, cpu_ratios = res["median_tok_s"], res["ratios"], res["cpu_ms_per_token"], res["cpu_ratios"]
+    labels = {"choices": ("n = 4 choices of one prompt (engine)", "choices_1", "choices_4"),
+              "chats": ("4 chats at once (engine, a thread each)", "chats_1", "chats_4"),
+              "server": ("n = 4 through the API server (streaming completions)", "server_n1", "server_n4")}
+    rows = [[label, f"{med[one]:.1f}", f"{med[four]:.1f}", f"{ratios[key]:.2f}×",
+             f"{cpu[one]:.1f} / {cpu[four]:.1f}", f"{cpu_ratios[key]:.2f}×"]
+            for key, (label, one, four) in labels.items()]
     facts = res["facts"]
     body = "\n".join([
         "`python -m bench choices` (bench/suites/choices.py): the default model, greedy, a ~50-token prompt, "
-        f"{res['n_new']} new tokens per reply, medians of {res['reps']} rounds with the kinds alternating in one "
-        "process. *Aggregate decode tok/s*: every reply's streamed tokens while all of them were decoding, over "
-        "that window. A request's `n` choices prefill the prompt once "
-        f"(prefilled tokens per n = 4 request: {sorted(set(res['prefilled'].get('choices_4', [])))}, the prompt "
-        f"is {res['prompt_tokens']} tokens) and decode as one batch of rows.",
+        f"{res['n_new']} new tokens per reply, {res['reps']} rounds; in each round every 1 and its 4 run back "
+        "to back (alternating which first), and the ratios are the medians of those pairs' ratios. "
+        "*Aggregate decode tok/s*: every reply's streamed tokens while all of them were decoding, over that "
+        "window (medians). *CPU ms/token*: the process's CPU time per streamed token in that window (the "
+        "server row's includes the in-process client); 1 ÷ 4 of it is the work a batch saves per token, "
+        "which an oversubscribed machine's scheduler does not blur as much as tok/s. A request's `n` "
+        "choices prefill the prompt once (prefilled tokens per n = 4 request: "
+        f"{sorted(set(res['prefilled'].get('choices_4', [])))}; the prompt is {res['prompt_tokens']} tokens) "
+        "and decode as one batch of rows.",
         "",
-        table(["Workload", "1: tok/s", "4: tok/s", f"4 ÷ 1 (target ≥ {TARGET:g}×)"], rows),
+        table(["Workload", "1: tok/s", "4: tok/s", f"4 ÷ 1, tok/s (target ≥ {TARGET:g}×)",
+               "CPU ms/token, 1 / 4", "CPU: 1 ÷ 4"], rows),
         "",
         common.facts_line(facts, res.get("load_before"),
                           f"CPU features: {res.get('features') or 'unknown'}."
