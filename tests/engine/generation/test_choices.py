@@ -95,6 +95,28 @@ def test_each_choice_ends_on_its_own(generator, patient):
     assert [r.figures.generated_tokens for r in results] == [len(r.token_ids) for r in results]
 
 
+def test_choices_left_after_one_ends_still_step_as_one_run(generator, patient, monkeypatch):
+    """A choice that ends early leaves a hole in the batch pool's slots; the ones still decoding move
+    down into it, so every later step is still ONE ONNX Runtime run."""
+    prompt = generator.encode_chat(CHAT)
+    batcher = generator.runner.batcher
+    runs = []
+    real = batcher.session.run_with_iobinding
+
+    def counted(binding, *a, **k):
+        runs.append(binding)
+        return real(binding, *a, **k)
+    monkeypatch.setattr(batcher.session, "run_with_iobinding", counted)
+    alone = collect(generator.stream(generator.new_cache(), prompt, greedy(20)))
+    assert alone.figures.finish_reason == "length"
+    runs.clear()
+    _, results, _ = run_choices(generator, prompt, [greedy(20), greedy(5), greedy(20), greedy(9)])
+    assert [len(r.token_ids) for r in results] == [20, 5, 20, 9]
+    assert all(r.token_ids == alone.token_ids[:len(r.token_ids)] for r in results)
+    # One prefill run, then one run per decode step (19 steps for the longest choice).
+    assert len(runs) == 1 + 19
+
+
 def test_seeded_choices_are_reproducible_and_each_its_own(generator, patient):
     prompt = generator.encode_chat(CHAT)
     seeds = [11, 12, 13, 14]
