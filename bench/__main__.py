@@ -87,7 +87,11 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
         mod = importlib.import_module("bench.suites.batch")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
-    elif name in ("engine", "compare", "sessions", "server", "defaults", "choices"):
+    elif name == "choices":     # n choices vs concurrent chats; `--shapes 0.5b` adds that shape (engine only)
+        mod = importlib.import_module("bench.suites.choices")
+        res = mod.run(quick=quick, shapes=shapes.split(","))
+        section = mod.section(res)
+    elif name in ("engine", "compare", "sessions", "server", "defaults"):
         mod = importlib.import_module(f"bench.suites.{name}")
         res = mod.run(quick=quick)
         if name == "compare":

@@ -103,18 +103,15 @@ def measure_server(url: str, model: str, prompt: str, n: int, n_new: int) -> dic
     return _window(stamps, clock)
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    from bench.suites.engine import model_dir
+def bench_model(folder: Path, label: str, reps: int, n_new: int, server: bool) -> dict[str, Any]:
+    """The 1-vs-4 pairs on one model folder (and through an in-process API server if `server`)."""
     from engine.runtime.model import load_model
     from engine.server import serve_in_thread
     from engine.sessions.manager import SessionManager
-    load_before = common.load_average()
-    reps, n_new = (1, 16) if quick else (5, 48)
-    folder = model_dir()
     model = load_model(folder, "cpu", common.THREADS)
     state = Path(tempfile.mkdtemp(prefix="amber-bench-choices-"))
     mgr = SessionManager(model, state)
-    handle = serve_in_thread(mgr, "127.0.0.1", 0)
+    handle = serve_in_thread(mgr, "127.0.0.1", 0) if server else None
     runs: dict[str, list[dict[str, Any]]] = {}
     pairs: dict[str, list[dict[str, float]]] = {}
     try:
@@ -122,16 +119,18 @@ def run(quick: bool = False) -> dict[str, Any]:
         prompt = mgr.generator.encode_prompt(text)
         chats = [mgr.generator.encode_prompt(common.pseudo_text(PROMPT_WORDS, seed=100 + i)) for i in range(4)]
         measure_choices(mgr, prompt, 4, 8)           # warm-up: ORT's first runs, batch shapes
-        measure_server(handle.url, folder.name, text, 2, 8)
         kinds = {"choices_1": lambda: measure_choices(mgr, prompt, 1, n_new),
                  "choices_4": lambda: measure_choices(mgr, prompt, 4, n_new),
                  "chats_1": lambda: measure(mgr, chats[:1], n_new, True),
-                 "chats_4": lambda: measure(mgr, chats, n_new, True),
-                 "server_n1": lambda: measure_server(handle.url, folder.name, text, 1, n_new),
-                 "server_n4": lambda: measure_server(handle.url, folder.name, text, 4, n_new)}
+                 "chats_4": lambda: measure(mgr, chats, n_new, True)}
+        if handle is not None:
+            url = handle.url
+            measure_server(url, folder.name, text, 2, 8)
+            kinds.update({"server_n1": lambda: measure_server(url, folder.name, text, 1, n_new),
+                          "server_n4": lambda: measure_server(url, folder.name, text, 4, n_new)})
         # Each 1 and its 4 run back to back (in alternating order): a pair's ratio sees one load.
         for rep in range(reps):
-            for pair in ("choices", "chats", "server"):
+            for pair in ("choices", "chats", "server")[:3 if handle is not None else 2]:
                 names = [k for k in kinds if k.startswith(pair)]
                 pair_runs = {}
                 for name in (names if rep % 2 == 0 else names[::-1]):
@@ -140,49 +139,71 @@ def run(quick: bool = False) -> dict[str, Any]:
                     runs.setdefault(name, []).append(r)
                     extra = "".join(f", {k} {r[k]:.2f}" if isinstance(r[k], float) else f", {k} {r[k]}"
                                     for k in ("cpu_ms_per_token", "rows_per_batch", "prefilled") if k in r)
-                    print(f"choices: {name}: {r['tok_s']:.1f} tok/s aggregate (window {r['window_s']:.2f} s"
+                    print(f"choices: {label}: {name}: {r['tok_s']:.1f} tok/s aggregate (window {r['window_s']:.2f} s"
                           f"{extra}, load {common.load_average():.2f})", flush=True)
                 one, four = (pair_runs[n] for n in names)
                 pairs.setdefault(pair, []).append({"tok_s": four["tok_s"] / one["tok_s"],
                                                    "cpu": one["cpu_ms_per_token"] / four["cpu_ms_per_token"]})
     finally:
-        handle.stop()
+        if handle is not None:
+            handle.stop()
         mgr.shutdown()
         shutil.rmtree(state, ignore_errors=True)
-    med = {k: statistics.median(r["tok_s"] for r in rs) for k, rs in runs.items()}
-    cpu = {k: statistics.median(r["cpu_ms_per_token"] for r in rs) for k, rs in runs.items()}
-    ratios = {k: statistics.median(p["tok_s"] for p in ps) for k, ps in pairs.items()}
-    cpu_ratios = {k: statistics.median(p["cpu"] for p in ps) for k, ps in pairs.items()}
-    return {"median_tok_s": med, "ratios": ratios, "cpu_ms_per_token": cpu, "cpu_ratios": cpu_ratios,
-            "pairs": pairs, "runs": runs, "reps": reps, "n_new": n_new,
-            "prefilled": {k: [r["prefilled"] for r in rs] for k, rs in runs.items() if k.startswith("choices")},
-            "prompt_tokens": len(prompt), "features": cpu_features(), "threads": common.THREADS,
+    return {"label": label, "median_tok_s": {k: statistics.median(r["tok_s"] for r in rs) for k, rs in runs.items()},
+            "cpu_ms_per_token": {k: statistics.median(r["cpu_ms_per_token"] for r in rs) for k, rs in runs.items()},
+            "ratios": {k: statistics.median(p["tok_s"] for p in ps) for k, ps in pairs.items()},
+            "cpu_ratios": {k: statistics.median(p["cpu"] for p in ps) for k, ps in pairs.items()},
+            "pairs": pairs, "runs": runs,
+            "prefilled": sorted({r["prefilled"] for r in runs["choices_4"]}), "prompt_tokens": len(prompt)}
+
+
+def run(quick: bool = False, shapes: list[str] | None = None) -> dict[str, Any]:
+    """The default model (and through the API server); `shapes` ("0.5b"): a random-weight shape in
+    Q4_0 too (bench.suites.batch's, made in a temporary folder and deleted after), engine only."""
+    import os
+
+    from bench.suites.batch import _make_shape
+    from bench.suites.engine import model_dir
+    load_before = common.load_average()
+    reps, n_new = (1, 16) if quick else (5, 48)
+    models = [bench_model(model_dir(), "SmolLM2-135M (default)", reps, n_new, server=True)]
+    for shape in [s for s in (shapes or []) if s not in ("tiny", "135m")]:
+        root = Path(tempfile.mkdtemp(prefix="amber-bench-choices-shape-",
+                                     dir=os.environ.get("AMBER_BENCH_SCRATCH")))
+        try:
+            folder, label = _make_shape(shape, root)
+            models.append(bench_model(folder, label, reps, max(12, n_new // 3), server=False))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return {"models": models, "reps": reps, "n_new": n_new, "features": cpu_features(), "threads": common.THREADS,
             "facts": common.machine_facts(), "load_before": load_before, "quick": quick,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def section(res: dict[str, Any]) -> Section:
-    med, ratios, cpu, cpu_ratios = res["median_tok_s"], res["ratios"], res["cpu_ms_per_token"], res["cpu_ratios"]
     labels = {"choices": ("n = 4 choices of one prompt (engine)", "choices_1", "choices_4"),
               "chats": ("4 chats at once (engine, a thread each)", "chats_1", "chats_4"),
               "server": ("n = 4 through the API server (streaming completions)", "server_n1", "server_n4")}
-    rows = [[label, f"{med[one]:.1f}", f"{med[four]:.1f}", f"{ratios[key]:.2f}×",
-             f"{cpu[one]:.1f} / {cpu[four]:.1f}", f"{cpu_ratios[key]:.2f}×"]
-            for key, (label, one, four) in labels.items()]
+    rows = []
+    for m in res["models"]:
+        med, ratios, cpu, cpu_ratios = m["median_tok_s"], m["ratios"], m["cpu_ms_per_token"], m["cpu_ratios"]
+        rows += [[m["label"], label, f"{med[one]:.1f}", f"{med[four]:.1f}", f"{ratios[key]:.2f}×",
+                  f"{cpu[one]:.1f} / {cpu[four]:.1f}", f"{cpu_ratios[key]:.2f}×"]
+                 for key, (label, one, four) in labels.items() if key in ratios]
+    first = res["models"][0]
     facts = res["facts"]
     body = "\n".join([
-        "`python -m bench choices` (bench/suites/choices.py): the default model, greedy, a ~50-token prompt, "
-        f"{res['n_new']} new tokens per reply, {res['reps']} rounds; in each round every 1 and its 4 run back "
-        "to back (alternating which first), and the ratios are the medians of those pairs' ratios. "
-        "*Aggregate decode tok/s*: every reply's streamed tokens while all of them were decoding, over that "
-        "window (medians). *CPU ms/token*: the process's CPU time per streamed token in that window (the "
-        "server row's includes the in-process client); 1 ÷ 4 of it is the work a batch saves per token, "
-        "which an oversubscribed machine's scheduler does not blur as much as tok/s. A request's `n` "
-        "choices prefill the prompt once (prefilled tokens per n = 4 request: "
-        f"{sorted(set(res['prefilled'].get('choices_4', [])))}; the prompt is {res['prompt_tokens']} tokens) "
-        "and decode as one batch of rows.",
+        "`python -m bench choices [--shapes 0.5b]` (bench/suites/choices.py): greedy, a ~50-token prompt, "
+        f"{res['n_new']} new tokens per reply (a third of that for a larger shape), {res['reps']} rounds; in each "
+        "round every 1 and its 4 run back to back (alternating which first), and the ratios are the medians of "
+        "those pairs' ratios. *Aggregate decode tok/s*: every reply's streamed tokens while all of them were "
+        "decoding, over that window (medians). *CPU ms/token*: the process's CPU time per streamed token in that "
+        "window (the server row's includes the in-process client); 1 ÷ 4 of it is the work a batch saves per "
+        "token, which an oversubscribed machine's scheduler does not blur as much as tok/s. A request's `n` "
+        f"choices prefill the prompt once (prefilled tokens per n = 4 request: {first['prefilled']}; the prompt "
+        f"is {first['prompt_tokens']} tokens) and decode as one batch of rows.",
         "",
-        table(["Workload", "1: tok/s", "4: tok/s", f"4 ÷ 1, tok/s (target ≥ {TARGET:g}×)",
+        table(["Model", "Workload", "1: tok/s", "4: tok/s", f"4 ÷ 1, tok/s (target ≥ {TARGET:g}×)",
                "CPU ms/token, 1 / 4", "CPU: 1 ÷ 4"], rows),
         "",
         common.facts_line(facts, res.get("load_before"),

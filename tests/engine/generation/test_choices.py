@@ -179,3 +179,21 @@ def test_session_manager_prefills_once_and_keeps_choice_zero(tiny_model, tmp_pat
             assert m.info(sid).kv_location.value == "disk" and m.info(sid).tokens == m.info(other).tokens
     finally:
         m.shutdown()
+
+
+def test_choices_on_device_caches_equal_the_cpu_ones(generator):
+    """KV kept on the device (`STAGED`: the CUDA code path, run for real on a CPU): the copies of
+    the prompt's KV are device caches too, stepped in turn (no batcher there), with the same tokens."""
+    from engine.runtime.kvcache import STAGED
+    prompt = generator.encode_chat(CHAT)
+    want = [greedy(12), greedy(5), sampled(8, 12)]
+    _, on_cpu, _ = run_choices(generator, prompt, want)
+    generator.runner.kv_device = STAGED
+    try:
+        cache = generator.new_cache()
+        assert cache.on_device
+        _, staged, _ = run_choices(generator, prompt, want, cache=cache)
+    finally:
+        generator.runner.kv_device = "cpu"
+    assert [r.token_ids for r in staged] == [r.token_ids for r in on_cpu]
+    assert staged[0].figures.prefilled_tokens == len(prompt)
