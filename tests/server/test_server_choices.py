@@ -104,3 +104,13 @@ def test_completion_choices_seeded_and_streamed(served):
     assert streamed == dict(enumerate(texts)) and sorted(finished) == [0, 1, 2]
     assert first.usage.completion_tokens == sum(
         client.completions.create(**{**kw, "n": 1, "seed": 21 + i}).usage.completion_tokens for i in range(3))
+
+
+def test_a_prompt_too_long_for_choices_is_a_400_and_nothing_is_left_open(served):
+    client, manager = served
+    before = prefilled(manager)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt=[5 + i % 400 for i in range(600)], n=3, max_tokens=4)
+    assert e.value.code == "context_length_exceeded"
+    assert prefilled(manager) == before and manager.stats()["open_sessions"] == 0
+
