@@ -1,4 +1,4 @@
-"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert|batch ...]
+"""`python -m bench [engine|compare|sessions|prefix|store|gui|server|defaults|convert|batch|choices ...]
 [--quick] [--write|--no-write]`
 
 Runs the chosen benches (all of them by default), printing each figure as it goes, and rewrites
@@ -26,6 +26,7 @@ from bench.harness.common import Section, ok, table
 BENCHES = ("engine", "compare", "sessions", "prefix", "store", "gui", "server", "defaults", "convert")
 BENCHES += ("memory",)     # RSS per stage of a generating process (135M by default)
 BENCHES += ("batch",)      # concurrent chats, batched decode
+BENCHES += ("choices",)    # a request's n choices as one batch, against concurrent chats (~1 minute)
 BENCHES += ("spin",)       # ORT thread spinning against competing processes
 # Targets of benches that have no section() of their own (the store's), used only for their section.
 STORE_TARGETS = {"store_list_10k_ms": ("Sidebar listing, 10,000 conversations", 50.0),
@@ -84,6 +85,10 @@ def _run_one(name: str, quick: bool, write: bool, shapes: str = "tiny",
         section = mod.section(res)
     elif name == "batch":       # concurrent chats, batched decode; big shapes under --shapes
         mod = importlib.import_module("bench.suites.batch")
+        res = mod.run(quick=quick, shapes=shapes.split(","))
+        section = mod.section(res)
+    elif name == "choices":     # n choices vs concurrent chats; `--shapes 0.5b` adds that shape (engine only)
+        mod = importlib.import_module("bench.suites.choices")
         res = mod.run(quick=quick, shapes=shapes.split(","))
         section = mod.section(res)
     elif name in ("engine", "compare", "sessions", "server", "defaults"):

@@ -341,3 +341,12 @@ class TokenEngine(ChatEngine, Protocol):
                         cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
         """As `generate`, for a prompt given as token ids; the same errors."""
         ...
+
+    def generate_choices(self, session_id: str, prompt_ids: Sequence[int], samplings: Sequence[SamplingParams],
+                         cancel: CancelToken | None = None) -> Iterator[tuple[int, StreamEvent]]:
+        """`len(samplings)` replies to one token prompt (the API's `n`), each sampled with its own
+        parameters, as (choice index, event): the prompt is computed once (its `PrefillProgress`
+        counts as choice 0's) and the replies are decoded together; each choice ends with its own
+        `GenerationResult` (choice 0's figures count the prefill, the others' the prompt as
+        reused). The session keeps choice 0's reply. The errors of `generate`."""
+        ...

@@ -1,6 +1,8 @@
 """The generation loop: prompt → reuse the cached prefix → prefill → stream sampled tokens."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import threading
 import time
@@ -9,16 +11,15 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from engine.api import (CancelToken, ChatMessage, FinishReason, GenerationFigures, GenerationResult,
-                  KVLocation, PrefillProgress, SamplingParams, StreamEvent, TextChunk, TokenLogprob)
+                        KVLocation, PrefillProgress, SamplingParams, StreamEvent)
 from engine.text.bos import BosPrefix, bos_prefix
 from engine.text.chat_template import ChatTemplate, load_chat_template
 from engine.text.constraints import ConstraintCompiler, ConstraintMatcher
-from engine.text.detokenize import IncrementalDecoder, StopStringMatcher
-from engine.text.logprobs import token_logprob
+from engine.generation.reply import Reply
 from engine.runtime.kvcache import KVCache
 from engine.runtime.model import LoadedModel
 from engine.runtime.runner import PREFILL_CHUNK, Runner
-from engine.text.sampling import Sampler, resolve_sampling
+from engine.text.sampling import resolve_sampling
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -92,43 +93,62 @@ class Generator:
         came from, for the figures. `started` (perf_counter) is when the caller began, so that time
         to first token includes loading saved KV.
         """
+        for _, event in self.stream_choices(cache, prompt_ids, [sampling or SamplingParams()], cancel,
+                                            origin=origin, figures=figures, started=started):
+            yield event
+
+    def stream_choices(self, cache: KVCache, prompt_ids: Sequence[int], samplings: Sequence[SamplingParams],
+                       cancel: CancelToken | None = None, *, origin: KVLocation = KVLocation.MEMORY,
+                       figures: GenerationFigures | None = None,
+                       started: float | None = None) -> Iterator[tuple[int, StreamEvent]]:
+        """`len(samplings)` replies to one prompt, as (choice index, event): the prompt is prefilled
+        once (its `PrefillProgress` reported as choice 0's), its KV copied for every further choice,
+        and the choices' one-token steps then run together (`Runner.forward_rows`: one batched run
+        where the runner batches decode steps). Each choice samples with its own parameters (its own
+        seed) and ends on its own conditions, with its own `GenerationResult`.
+
+        `cache` is choice 0's (as `stream`'s: it keeps the prompt and choice 0's reply); the
+        others' copies are dropped at the end. Choice 0's figures are `figures` and count the
+        prefill; the others' count the prompt as reused (they start from its copy)."""
         started = started if started is not None else time.perf_counter()
-        sampling = sampling or SamplingParams()
-        settings = resolve_sampling(sampling, self.model.generation_config)   # ValueError on bad values
+        if not samplings:
+            raise ValueError("no choices asked for")
+        # ValueError on bad values, before any work.
+        settings = [resolve_sampling(s, self.model.generation_config) for s in samplings]
         prompt = [int(t) for t in prompt_ids]
         window = self.model.context_window
         fig = figures or GenerationFigures()
         fig.prompt_tokens, fig.provider, fig.context_window = len(prompt), self.model.provider_short, window
 
-        def finish(reason: FinishReason, text: str, tokens: list[int],
-                   logprobs: list[TokenLogprob] | None = None) -> GenerationResult:
-            fig.finish_reason = reason.value
-            fig.generated_tokens = len(tokens)
-            fig.context_used = len(prompt) + len(tokens)
-            return GenerationResult(text=text, token_ids=tokens, figures=fig, logprobs=logprobs or [])
-
         if not prompt:
             raise ValueError("empty prompt")
         # Compiled before any work, so a format the model cannot follow fails before any output.
-        constraint: ConstraintMatcher | None = (None if sampling.constraint is None
-                                                else self.constraints.matcher(sampling.constraint))
+        constraints: list[ConstraintMatcher | None] = [None if s.constraint is None
+                                                       else self.constraints.matcher(s.constraint)
+                                                       for s in samplings]
+        replies = [Reply(self.model, prompt, s, st, c, fig if i == 0 else dataclasses.replace(fig), started)
+                   for i, (s, st, c) in enumerate(zip(samplings, settings, constraints, strict=True))]
         if len(prompt) >= window:
             # Nothing is cut from the history silently: the caller is told the context is full.
-            yield finish(FinishReason.CONTEXT_FULL, "", [])
+            for i, reply in enumerate(replies):
+                reply.reason = FinishReason.CONTEXT_FULL
+                yield i, reply.finish()[1]
             return
 
         reused = min(common_prefix(cache.tokens, prompt), len(prompt) - 1)   # logits need ≥ 1 new token
         cache.truncate(reused)
         # Room for the prompt and the whole reply now: growing mid-reply would copy the cache.
-        cache.reserve(min(window, len(prompt) + sampling.max_new_tokens))
+        longest = max(s.max_new_tokens for s in samplings)
+        cache.reserve(min(window, len(prompt) + longest))
         fig.reused_tokens = reused
         fig.resume = origin.value if reused else KVLocation.NONE.value
+
         def is_cancelled() -> bool:
             return cancel is not None and cancel.is_set()
         t_prefill = time.perf_counter()
         todo = prompt[reused:]
         logits = None
-        yield PrefillProgress(0, len(todo))
+        yield 0, PrefillProgress(0, len(todo))
         # Chunk by chunk here (not inside the runner) so that progress can be streamed between them.
         chunk = min(PREFILL_CHUNK, self.runner.chunk_len(cache, len(todo)))
         for start in range(0, len(todo), chunk):
@@ -136,87 +156,63 @@ class Generator:
                 if is_cancelled():
                     logits = None
                     break
-                yield PrefillProgress(start, len(todo))
+                yield 0, PrefillProgress(start, len(todo))
             logits = self.runner.forward(cache, todo[start:start + chunk])
         if logits is not None:
-            yield PrefillProgress(len(todo), len(todo))
+            yield 0, PrefillProgress(len(todo), len(todo))
         fig.prefill_ms = (time.perf_counter() - t_prefill) * 1000
         fig.prefilled_tokens = len(cache) - reused
         if logits is None:
-            yield finish(FinishReason.CANCELLED, "", [])
+            for i, reply in enumerate(replies):
+                reply.reason = FinishReason.CANCELLED
+                yield i, reply.finish()[1]
             return
+        for reply in replies[1:]:       # the others start from a copy of the prompt's KV
+            reply.figures.reused_tokens, reply.figures.prefilled_tokens = len(prompt), 0
+            reply.figures.resume = KVLocation.MEMORY.value
+            reply.figures.cache_tokens_memory = reply.figures.cache_tokens_disk = 0
+            reply.figures.prefill_ms = 0.0
+        caches = [cache] + [self._copy(cache, min(window, len(prompt) + longest)) for _ in replies[1:]]
+        rows = [logits] * len(replies)
+        live = list(range(len(replies)))
+        # Each row's decode loop (its steps may be batched with other sessions', and with each
+        # other's): a row that ends leaves it at once, so the others run without it.
+        loops = [contextlib.ExitStack() for _ in replies]
+        try:
+            for i in live:
+                loops[i].enter_context(self.runner.decoding(caches[i]))
+            while live:
+                stepping = []
+                for i in live:
+                    reply = replies[i]
+                    text = reply.take(rows[i], len(caches[i]), window)
+                    if text is not None:
+                        yield i, text
+                    if reply.reason is None and is_cancelled():     # seen within one step
+                        reply.reason = FinishReason.CANCELLED
+                    if reply.reason is None:
+                        stepping.append(i)
+                        continue
+                    loops[i].close()
+                    tail, result = reply.finish()
+                    if tail is not None:
+                        yield i, tail
+                    yield i, result
+                live = stepping
+                if live:
+                    out = self.runner.forward_rows([caches[i] for i in live], [replies[i].token for i in live])
+                    for i, row in zip(live, out, strict=True):
+                        rows[i] = row
+        finally:
+            for loop in loops:
+                loop.close()
 
-        sampler = Sampler(settings)
-        history = np.empty(len(prompt) + sampling.max_new_tokens + 1, dtype=np.int64)
-        history[:len(prompt)] = prompt
-        n_hist = len(prompt)
-        decoder = IncrementalDecoder(self.model.tokenizer, prompt_tail=prompt[-8:],
-                                     keep_special=sampling.keep_special)
-        matcher = StopStringMatcher(sampling.stop)
-        eos = set(self.model.eos_token_ids)
-        generated: list[int] = []
-        pieces: list[str] = []
-        # Log-probabilities travel with the text of their tokens: those whose text a stop string
-        # swallowed are dropped with it. EOS has none (it is no part of the reply).
-        top = sampling.logprobs
-        pending: list[TokenLogprob] = []
-        delivered: list[TokenLogprob] = []
-        reason = FinishReason.LENGTH
-        t_first = 0.0
-        # Other sessions decoding at the same time may share each step's run (engine.runtime.batcher).
-        with self.runner.decoding(cache):
-            while True:
-                # The grammar's mask first: logit_bias and penalties then act on the tokens it allows.
-                token = sampler.sample(logits if constraint is None else constraint.mask(logits), history[:n_hist])
-                if not generated:
-                    t_first = time.perf_counter()
-                    fig.ttft_ms = (t_first - started) * 1000
-                if constraint is not None:
-                    constraint.advance(token)      # EOS too: refused unless the reply is complete
-                if token in eos:
-                    reason = FinishReason.EOS
-                    break
-                generated.append(token)
-                history[n_hist] = token
-                n_hist += 1
-                if top is not None:
-                    pending.append(token_logprob(logits, token, top))
-                text, stopped = matcher.feed(decoder.push(token))
-                if text:
-                    pieces.append(text)
-                    delivered += pending
-                    yield TextChunk(text, [token], pending)
-                    pending = []
-                if stopped:
-                    reason = FinishReason.STOP
-                    break
-                if constraint is not None and constraint.done:
-                    reason = FinishReason.EOS      # the format is complete: only EOS could follow
-                    break
-                if len(generated) >= sampling.max_new_tokens:
-                    reason = FinishReason.LENGTH
-                    break
-                if len(cache) + 1 >= window:
-                    reason = FinishReason.CONTEXT_FULL
-                    break
-                if is_cancelled():
-                    reason = FinishReason.CANCELLED
-                    break
-                logits = self.runner.forward(cache, [token])
-                assert logits is not None     # without between_chunks it never stops early
-        if reason != FinishReason.STOP:
-            tail, stopped = matcher.feed(decoder.flush())
-            tail += "" if stopped else matcher.flush()
-            if stopped:
-                reason = FinishReason.STOP
-            if tail or pending:
-                pieces.append(tail)
-                delivered += pending
-                yield TextChunk(tail, [], pending)
-        decode_s = time.perf_counter() - t_first if t_first else 0.0
-        if len(generated) > 1 and decode_s > 0:
-            fig.decode_tokens_per_s = (len(generated) - 1) / decode_s
-        yield finish(reason, "".join(pieces), generated, delivered)
+    def _copy(self, cache: KVCache, capacity: int) -> KVCache:
+        """A new cache holding what `cache` holds, with room for `capacity` positions."""
+        copy = self.new_cache()
+        copy.reserve(capacity)
+        copy.append_block(cache.export(0, len(cache)), list(cache.tokens))
+        return copy
 
 
 def collect(events: Iterator[StreamEvent]) -> GenerationResult:

@@ -9,6 +9,9 @@ last run if longer, when one is slow: its consumer has not pulled the next token
 no core), one of the waiting threads runs the batch for everyone queued and each thread gets its
 row's logits back. Sampling stays in each session's thread. A batch of one is an ordinary solo
 step. Prefill stays solo. The KV of a batch: engine.runtime.kvpool.
+
+One thread may queue several rows at once (`step_rows`: a request's `n` choices, copies of one
+prefilled prompt): they count as that thread's one queued step and always run in the same batch.
 """
 from __future__ import annotations
 
@@ -38,10 +41,10 @@ GATHER_FRACTION = 0.25
 
 
 class _Request:
-    __slots__ = ("cache", "token", "logits", "error", "done")
+    __slots__ = ("cache", "token", "thread", "logits", "error", "done")
 
-    def __init__(self, cache: KVCache, token: int) -> None:
-        self.cache, self.token = cache, token
+    def __init__(self, cache: KVCache, token: int, thread: int) -> None:
+        self.cache, self.token, self.thread = cache, token, thread
         self.logits: np.ndarray | None = None
         self.error: BaseException | None = None
         self.done = False
@@ -98,29 +101,40 @@ class DecodeBatcher:
 
     def step(self, cache: KVCache, token: int) -> np.ndarray:
         """One decode step of `cache`, batched with whatever other sessions step now."""
-        req = _Request(cache, token)
+        return self.step_rows([cache], [token])[0]
+
+    def step_rows(self, caches: list[KVCache], tokens: list[int]) -> list[np.ndarray]:
+        """One decode step of each of `caches` (rows one thread steps together: a request's
+        choices), in one batch with each other and with whatever other sessions step now."""
+        me = threading.get_ident()
+        reqs = [_Request(cache, token, me) for cache, token in zip(caches, tokens, strict=True)]
+        head = reqs[0]
         with self._cv:
-            self._threads[id(cache)] = threading.get_ident()
+            for cache in caches:
+                self._threads[id(cache)] = me
             # No notify: queueing changes no other thread's condition. A step that completes the
             # gathering is led by the thread queueing it (the check below), and the others wait
             # for their rows (woken once, when the run ends: 1.0 wake-ups a token, not ~1.8).
-            self._pending.append(req)
+            self._pending.extend(reqs)
             queued = time.monotonic()
             batch: list[_Request] | None = None
-            while not req.done:
-                if not self._running and req in self._pending:
+            while not head.done:
+                if not self._running and head in self._pending:
                     # The wait counts from when a batch could start (the last run's end), not from
                     # queueing: a step queued during a run would otherwise lead alone right after it.
                     wait = max(GATHER_WAIT_S, GATHER_FRACTION * self._last_run_s)
                     left = max(queued, self._idle_since) + wait - time.monotonic()
-                    if len(self._pending) >= len(set(self._threads.values())) or left <= 0:
+                    # Every thread in a decode loop has queued its rows (a thread has one call
+                    # queued at a time, whatever its number of rows).
+                    ready = len({r.thread for r in self._pending}) >= len(set(self._threads.values()))
+                    if ready or left <= 0:
                         batch, self._pending = self._pending, []
                         self._running = True
                         break
                     # Only the oldest queued step keeps the deadline (it is the first to expire and
                     # takes every queued step with it); the others sleep until a run ends, instead
                     # of waking in the middle of it (a woken thread takes a core from that run).
-                    self._cv.wait(left if self._pending[0] is req else None)
+                    self._cv.wait(left if self._pending[0].thread == me else None)
                 else:
                     self._cv.wait()
         if batch is not None:
@@ -137,10 +151,14 @@ class DecodeBatcher:
                             r.error = RuntimeError("the batched decode step did not complete")
                         r.done = True
                     self._cv.notify_all()
-        if req.error is not None:
-            raise req.error
-        assert req.logits is not None
-        return req.logits
+        for r in reqs:
+            if r.error is not None:
+                raise r.error
+        out = []
+        for r in reqs:
+            assert r.logits is not None
+            out.append(r.logits)
+        return out
 
     # ---- the leader's side ---------------------------------------------------------------------
     def _run(self, batch: list[_Request]) -> None:

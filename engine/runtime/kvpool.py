@@ -66,7 +66,7 @@ class KVPool:
     def place(self, caches: list[KVCache]) -> list[int]:
         """Puts every cache in a slot (joining ones are copied in), with room for one more position
         each; returns their slots. Grows the arena (slots or capacity) when needed."""
-        members = self.members()
+        members = self._compact(self.members())
         joining = [c for c in caches if self.slot_of(c) is None]
         # Room for the next position of everyone in the pool (idle members get a harmless dummy
         # row there), and at least what each joining cache had reserved for its reply.
@@ -78,6 +78,27 @@ class KVPool:
         for cache, b in zip(joining, free, strict=False):
             self._take(b, cache)
         return [self._must_slot(c) for c in caches]
+
+    def _compact(self, members: list[tuple[int, KVCache]]) -> list[tuple[int, KVCache]]:
+        """Moves the members above a free slot down into it (their valid positions copied, once),
+        so that the sessions decoding together stay one range of consecutive slots: one run a step
+        instead of one per range (a chat that ended, a request's choice that stopped early, left a
+        hole). A moved-from slot that a pending snapshot still reads is retired, as in `_free`."""
+        members = sorted(members, key=lambda m: m[0])
+        free = sorted(b for b, ref in enumerate(self.slots) if ref is None and b not in self.retired)
+        while free and members and free[0] < members[-1][0]:
+            old, cache = members.pop()
+            new = free.pop(0)
+            given = self._given[old]
+            self._take(new, cache)      # copies its valid positions from the old slot
+            self.slots[old] = None
+            self._given[old] = None
+            if given is not None and cache.guarded(given):
+                self.retired.add(old)
+            else:
+                free = sorted(free + [old])
+            members = sorted(members + [(new, cache)], key=lambda m: m[0])
+        return members
 
     def _take(self, b: int, cache: KVCache) -> None:
         keys, values = self._views(b)

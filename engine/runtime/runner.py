@@ -225,6 +225,19 @@ class Runner:
         last: np.ndarray = out[0][0, -1]
         return last
 
+    def forward_rows(self, caches: list[KVCache], tokens: list[int]) -> list[np.ndarray]:
+        """One decode step of each cache (`tokens[i]` after what `caches[i]` holds): as one batched
+        run where their decode loops may be batched (engine.runtime.batcher), otherwise in turn."""
+        if (len(caches) > 1 and self.batcher is not None
+                and all(self.batcher.is_decoding(c) for c in caches)):
+            return self.batcher.step_rows(caches, [int(t) for t in tokens])
+        out = []
+        for cache, token in zip(caches, tokens, strict=True):
+            logits = self.forward(cache, [int(token)])
+            assert logits is not None     # without between_chunks it never stops early
+            out.append(logits)
+        return out
+
     def forward(self, cache: KVCache, ids: list[int],
                 between_chunks: Callable[[int], bool] | None = None) -> np.ndarray | None:
         """Runs `ids` after what the cache holds. `between_chunks(done)` returning True stops early

@@ -50,7 +50,7 @@ def stream_sse(choices: Choices, chunk: Callable[[int, TextChunk | None, str | N
                     results[index] = event
                     for item in chunk(index, None, finish_reason(event.figures.finish_reason)):
                         yield sse(item)
-                    if usage_chunk is not None and len(results) == len(choices.runs):
+                    if usage_chunk is not None and len(results) == choices.n:
                         yield sse(usage_chunk([results[i] for i in range(len(results))]))
         except ApiError as exc:
             yield sse_error(exc)
@@ -78,14 +78,16 @@ def router(service: Service) -> APIRouter:
                fmt: ToolFormat | None = None,
                constraint: OutputConstraint | None = None,
                output: OutputConstraint | None = None) -> list[Callable[[threading.Event], Iterator[Any]]]:
-        """`constraint`: a forced tool call's (it wins); `output`: response_format's."""
+        """`constraint`: a forced tool call's (it wins); `output`: response_format's. One start for
+        all `body.n` choices where the engine takes token prompts, one each otherwise."""
         service.check_options(body.top_logprobs_wanted(), body.bias())
         check_engine(service, output, "response_format")
         encode = computed_once(encode)
-        return [service.stateless(salt, encode, wanted, constrained(functools.partial(body.sampling, stop=stop,
-                                                                                      choice=i, constraint=output),
-                                                                    fmt, constraint), messages)
-                for i in range(body.n)]
+        samplings = [constrained(functools.partial(body.sampling, stop=stop, choice=i, constraint=output),
+                                 fmt, constraint) for i in range(body.n)]
+        if body.n > 1 and service.tokens is not None:      # one generation: the prompt prefilled once
+            return [service.stateless_choices(salt, encode, wanted, samplings)]
+        return [service.stateless(salt, encode, wanted, sampling, messages) for sampling in samplings]
 
     @r.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
@@ -100,7 +102,8 @@ def router(service: Service) -> APIRouter:
         encode = service.encode_chat(name_tool_results([m.to_template() for m in body.messages]), tooling.offered)
         choices = await Choices.submit(service, caller, starts(body, caller.salt(body.cache_salt), encode,
                                                                body.wanted_tokens(), stop, messages, fmt,
-                                                               tools.constraint(fmt, tooling), output), request)
+                                                               tools.constraint(fmt, tooling), output), request,
+                                       body.n)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         token_bytes = service.token_bytes if body.top_logprobs_wanted() is not None else None
 
@@ -151,7 +154,7 @@ def router(service: Service) -> APIRouter:
         prompt = body.prompt[0] if isinstance(body.prompt, list) and isinstance(body.prompt[0], str) else body.prompt
         choices = await Choices.submit(service, caller, starts(body, caller.salt(body.cache_salt),
                                                                service.encode_text(prompt), body.max_tokens, stop),
-                                       request)
+                                       request, body.n)
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         token_bytes = service.token_bytes if body.top_logprobs_wanted() is not None else None
         shapes = [None if token_bytes is None else LegacyLogprobs(token_bytes) for _ in range(body.n)]

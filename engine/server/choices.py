@@ -1,4 +1,5 @@
-"""A request's `n` choices: one generation each, submitted, awaited, streamed and cancelled together."""
+"""A request's `n` choices: one generation for all of them (or one each), submitted, awaited, streamed and
+cancelled together."""
 from __future__ import annotations
 
 import asyncio
@@ -13,22 +14,28 @@ from .service import Run, Service
 
 
 class Choices:
-    """The `n` generations of one request (each a `Run` of its own, so a batching engine decodes
-    them together), seen as one: started, awaited, streamed and cancelled together."""
+    """The `n` choices of one request, seen as one: started, awaited, streamed and cancelled
+    together. Either ONE run that generates them all (the prompt prefilled once, the choices
+    decoded as one batch: `Service.stateless_choices`), or a `Run` each (an engine without token
+    prompts)."""
 
-    def __init__(self, runs: list[Run]) -> None:
+    def __init__(self, runs: list[Run], n: int) -> None:
         self.runs = runs
+        self.n = n
 
     @classmethod
     async def submit(cls, service: Service, caller: Caller,
-                     starts: Sequence[Callable[[threading.Event], Iterator[Any]]], request: Request) -> "Choices":
-        """Submits every choice, then waits for the first one's first output: errors before any
-        output (a full queue, a prompt too long: the same for every choice) raise ApiError here,
-        with every choice cancelled. Not for the others': beyond `max_active` they wait for a place."""
-        self = cls([])
+                     starts: Sequence[Callable[[threading.Event], Iterator[Any]]], request: Request,
+                     n: int | None = None) -> "Choices":
+        """Submits every start (one for all `n` choices, or one each), then waits for the first
+        one's first output: errors before any output (a full queue, a prompt too long: the same
+        for every choice) raise ApiError here, with every choice cancelled. Not for the others':
+        beyond `max_active` they wait for a place."""
+        n = len(starts) if n is None else n
+        self = cls([], n)
         try:
             for start in starts:
-                self.runs.append(await service.submit(caller, start, request))
+                self.runs.append(await service.submit(caller, start, request, n if len(starts) == 1 else 1))
             await self.runs[0].first()
         except BaseException:
             self.cancel()
@@ -41,6 +48,8 @@ class Choices:
 
     async def collect(self) -> list[GenerationResult]:
         try:
+            if len(self.runs) == 1:
+                return await self.runs[0].collect_all()
             return list(await asyncio.gather(*(run.collect() for run in self.runs)))
         finally:
             self.cancel()
@@ -48,8 +57,11 @@ class Choices:
     async def events(self) -> AsyncIterator[tuple[int, TextChunk | GenerationResult]]:
         """(choice index, event) as they come from every choice; stops them all if left early."""
         if len(self.runs) == 1:
-            async for event in self.runs[0].events():
-                yield 0, event
+            try:
+                async for index, event in self.runs[0].indexed():
+                    yield index, event
+            finally:
+                self.cancel()
             return
         queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         done = object()

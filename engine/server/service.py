@@ -206,6 +206,32 @@ class Service:
             return run()
         return start
 
+    def stateless_choices(self, caller_salt: str, encode: Callable[[], list[int] | None], wanted: int | None,
+                          samplings: Sequence[Callable[[int], SamplingParams]],
+                          kind: SessionKind = SessionKind.REGULAR) -> Callable[[threading.Event], Iterator[Any]]:
+        """As `stateless`, for a request's `n` choices as ONE generation (an engine with token
+        prompts: `TokenEngine.generate_choices`): the prompt prefilled once, the choices decoded
+        together; its events are (choice index, event)."""
+        engine, tokens = self.engine, self.tokens
+        if tokens is None:
+            raise ApiError(500, "this engine decodes a request's choices one by one")
+
+        def start(cancel: threading.Event) -> Iterator[Any]:
+            prompt = encode()
+            budget = self.new_tokens(wanted, self.checked_length(prompt))
+            params = [sampling(budget) for sampling in samplings]
+            assert prompt is not None      # a TokenEngine's prompts are token ids
+            sid = str(uuid.uuid4())
+            engine.open(sid, kind, cache_salt=caller_salt)
+
+            def run() -> Iterator[Any]:
+                try:
+                    yield from tokens.generate_choices(sid, prompt, params, cancel)
+                finally:
+                    engine.close(sid)
+            return run()
+        return start
+
     def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
                     tools: list[dict[str, Any]] | None = None) -> Callable[[], list[int] | None]:
         """The prompt's token ids, computed on the engine thread (`tools`: shown by the template);
@@ -247,25 +273,32 @@ class Service:
         return lambda: tokens.encode_prompt(text)
 
     async def submit(self, caller: Caller, start: Callable[[threading.Event], Iterator[Any]],
-                     request: Request) -> "Run":
+                     request: Request, choices: int = 1) -> "Run":
+        """`choices` > 1: `start` makes (choice index, event) pairs of that many replies."""
         job = Job(start, caller.namespace, asyncio.get_running_loop())
         self.scheduler.submit(job)
-        return Run(job, request)
+        return Run(job, request, choices)
 
     def close(self) -> None:
         self.scheduler.close()
 
 
 class Run:
-    """One submitted generation seen from the event loop: its text chunks, then its result."""
+    """One submitted generation seen from the event loop: its text chunks, then its result; or,
+    for a request's choices generated as one (`choices` > 1), each choice's, by choice index."""
 
-    def __init__(self, job: Job, request: Request) -> None:
+    def __init__(self, job: Job, request: Request, choices: int = 1) -> None:
         self.job = job
+        self.choices = choices
         self.submitted = time.perf_counter()
         self.first_event_at: float | None = None
-        self.result: GenerationResult | None = None
+        self.results: dict[int, GenerationResult] = {}
         self._watch = asyncio.ensure_future(self._watch_disconnect(request))
         self._pending: list[Any] = []
+
+    @property
+    def result(self) -> GenerationResult | None:
+        return self.results.get(0)
 
     async def _watch_disconnect(self, request: Request) -> None:
         # After the body is read, the next ASGI message is the disconnect.
@@ -290,31 +323,42 @@ class Run:
             raise to_api_error(item)
         return item
 
+    def _indexed(self, item: Any) -> tuple[int, Any]:
+        """(choice index, event) of an engine event."""
+        return (int(item[0]), item[1]) if self.choices > 1 and isinstance(item, tuple) else (0, item)
+
     async def first(self) -> None:
         """Waits for the first text or the result (errors before any output raise ApiError here)."""
         while True:
             item = await self._next()
             if item is END:
                 raise ApiError(500, "the generation ended without a result")
-            if isinstance(item, (TextChunk, GenerationResult)):
+            if isinstance(self._indexed(item)[1], (TextChunk, GenerationResult)):
                 self._pending.insert(0, item)
                 return
 
     async def events(self) -> AsyncIterator[TextChunk | GenerationResult]:
         """Text chunks and the result; cancels the generation if the consumer stops early."""
+        async for _, event in self.indexed():
+            yield event
+
+    async def indexed(self) -> AsyncIterator[tuple[int, TextChunk | GenerationResult]]:
+        """(choice index, text chunk or result) as they come; cancels the generation if the
+        consumer stops before every result."""
         try:
             while True:
                 item = await self._next()
                 if item is END:
                     return
-                if isinstance(item, GenerationResult):
-                    self.result = item
-                    yield item
-                elif isinstance(item, TextChunk):
-                    yield item
+                index, event = self._indexed(item)
+                if isinstance(event, GenerationResult):
+                    self.results[index] = event
+                    yield index, event
+                elif isinstance(event, TextChunk):
+                    yield index, event
         finally:
             self.stop_watching()
-            if self.result is None:
+            if len(self.results) < self.choices:
                 self.job.cancel.set()
 
     async def collect(self) -> GenerationResult:
@@ -324,10 +368,17 @@ class Run:
             raise ApiError(500, "the generation ended without a result")
         return self.result
 
+    async def collect_all(self) -> list[GenerationResult]:
+        """Every choice's result, by choice index."""
+        async for _ in self.indexed():
+            pass
+        if len(self.results) < self.choices:
+            raise ApiError(500, "the generation ended without a result")
+        return [self.results[i] for i in range(self.choices)]
+
     def stop_watching(self) -> None:
         self._watch.cancel()
 
     def cancel(self) -> None:
         self.job.cancel.set()
         self.stop_watching()
-

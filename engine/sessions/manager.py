@@ -75,6 +75,7 @@ class SessionManager:
         self._open: dict[str, Session] = {}
         self.refs = BlockRefs(self._manifests, self.locks, self.store.root, self._lock)
         self._evictions = 0
+        self._prefilled = 0         # prompt tokens prefilled by every generation (stats())
         self._writer = SerialWriter(self.locks.hold_process)
         self.prefix = PrefixCache(self.store, self.refs, memory_bytes=cache_memory_bytes,
                                   disk_bytes=cache_disk_bytes, max_age_s=cache_max_age_s, clock=clock)
@@ -253,6 +254,16 @@ class SessionManager:
         s = self._get(session_id)
         return self._stream(s, list(prompt_ids), sampling, cancel)
 
+    def generate_choices(self, session_id: str, prompt_ids: Sequence[int], samplings: Sequence[SamplingParams],
+                         cancel: CancelToken | None = None) -> Iterator[tuple[int, StreamEvent]]:
+        """`len(samplings)` replies to one prompt (engine.generation.generate.stream_choices): the
+        prompt prefilled once, the replies decoded together. The session keeps choice 0's."""
+        self._check_running()
+        if not samplings:
+            raise ValueError("no choices asked for")
+        s = self._get(session_id)
+        return self._stream(s, list(prompt_ids), samplings[0], cancel, choices=list(samplings))
+
     def generate_text(self, session_id: str, prompt: str, sampling: SamplingParams | None = None,
                       cancel: CancelToken | None = None) -> Iterator[StreamEvent]:
         """A raw prompt (no chat template)."""
@@ -356,6 +367,7 @@ class SessionManager:
             "memory_bytes": live, "memory_budget_bytes": self.memory_budget,
             "temporary_bytes": temp, "over_budget_by_temporary": live > self.memory_budget and temp > 0,
             "evictions": self._evictions,
+            "prefilled_tokens": self._prefilled,    # prompt tokens computed by every generation so far
             "disk_blocks": len(disk_keys), "disk_block_bytes": sum(self.store.size(k) for k in disk_keys),
             "pending_saves": sum(s.pending_saves for s in sessions),
             "block_tokens": self.block_tokens,
@@ -436,9 +448,12 @@ class SessionManager:
 
     def _stream(self, s: _Session, prompt_or_job: Any, sampling: SamplingParams | None,
                 cancel: CancelToken | None,
-                on_result: Callable[[GenerationResult], None] | None = None) -> Iterator[StreamEvent]:
+                on_result: Callable[[GenerationResult], None] | None = None,
+                choices: list[SamplingParams] | None = None) -> Iterator[Any]:
         """`prompt_or_job`: token ids, or a chat job of the planner (planned here, under the
-        session's lock, against the history the session holds now)."""
+        session's lock, against the history the session holds now). With `choices` (token ids
+        only): (choice index, event) pairs of that many replies; after the last result the
+        session holds choice 0's."""
         if not s.lock.acquire(blocking=False):
             raise SessionBusy(f"session {s.id} is already generating")
         try:
@@ -460,7 +475,7 @@ class SessionManager:
                     origin = KVLocation.DISK
                     t0 = time.perf_counter()
                     # Buffers sized for this turn at once: growing right after would copy them.
-                    max_new = (sampling or SamplingParams()).max_new_tokens
+                    max_new = max(p.max_new_tokens for p in choices or [sampling or SamplingParams()])
                     self.disk.load_from_disk(s, max(len(prompt), len(s.disk_tokens)) + max_new)
                     figures.resume_ms = (time.perf_counter() - t0) * 1000
             if s.repair_note:
@@ -472,17 +487,28 @@ class SessionManager:
                 figures.cache_tokens_memory or figures.cache_tokens_disk) else 0.0
             s.last_used = next_use()
             finished = False
-            events = self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin,
-                                           figures=figures, started=started)
+            events: Iterator[Any]
+            if choices is None:
+                events = self.generator.stream(s.cache, prompt, sampling, cancel, origin=origin,
+                                               figures=figures, started=started)
+            else:
+                events = self.generator.stream_choices(s.cache, prompt, choices, cancel, origin=origin,
+                                                       figures=figures, started=started)
+            results = 0
             try:
                 for event in events:
-                    if isinstance(event, GenerationResult):
+                    result = event[1] if isinstance(event, tuple) else event
+                    if isinstance(result, GenerationResult):
+                        results += 1
+                        with self._lock:
+                            self._prefilled += result.figures.prefilled_tokens
                         if plan is not None:
-                            s.history = self.planner.record(s.history, plan, event.token_ids)
+                            s.history = self.planner.record(s.history, plan, result.token_ids)
                         if on_result is not None:
-                            on_result(event)
-                        self._after_generation(s)      # before the result: a caller may stop there
-                        finished = True
+                            on_result(result)
+                        if results == (1 if choices is None else len(choices)):
+                            self._after_generation(s)      # before the result: a caller may stop there
+                            finished = True
                     yield event
             finally:
                 # Abandoned mid-stream: the decode loop ends now (its cache leaves the batch pool,

@@ -229,9 +229,9 @@ def test_n_choices_are_decoded_together_by_the_batcher(tiny_model, tmp_path):
         client = openai.OpenAI(base_url=handle.url, api_key="unused", max_retries=0, timeout=120)
         r = client.chat.completions.create(model=MODEL, messages=messages(), n=4, max_tokens=32, temperature=0)
         assert len({c.message.content for c in r.choices}) == 1
-        # Four choices, each on a thread of its own, decoding at once: their steps shared runs.
+        # Four choices of one generation, stepped as rows of one batch: their steps shared runs.
         assert batcher.batched_steps > 0 and batcher.batched_rows > batcher.batched_steps
-        # More choices than the scheduler's places (4): the rest wait for one, and all finish.
+        # More choices than the scheduler's places (4): one generation, one place; all finish.
         chunks = list(client.chat.completions.create(model=MODEL, messages=messages(), n=6, max_tokens=6,
                                                      temperature=0, stream=True))
         finished = sorted(ch.index for c in chunks for ch in c.choices if ch.finish_reason)

@@ -246,7 +246,7 @@ UTF8_TEXT = "Emoji 😀🎉👍🏽 and 漢字, 東京は日本の首都です�
 
 
 class _Scripted:
-    """Stands in for engine.generation.generate.Sampler: emits a fixed token script, then EOS."""
+    """Stands in for engine.generation.reply.Sampler: emits a fixed token script, then EOS."""
     script: list[int] = []
     eos = 2
 
@@ -265,7 +265,7 @@ def test_utf8_streaming_never_emits_broken_characters(generator, tiny_model, mon
     # Precondition: some characters really are split over several byte tokens.
     assert sum("\ufffd" in tok.decode([i]) for i in ids) >= 4
     _Scripted.script, _Scripted.eos = ids, tiny_model.eos_token_ids[0]
-    monkeypatch.setattr("engine.generation.generate.Sampler", _Scripted)
+    monkeypatch.setattr("engine.generation.reply.Sampler", _Scripted)
     chunks, result = events(generator, generator.new_cache(), generator.encode_chat(CHAT),
                             greedy(len(ids) + 5))
     assert result.figures.finish_reason == "eos"
@@ -280,7 +280,7 @@ def test_utf8_stop_string_inside_multibyte_run(generator, tiny_model, monkeypatc
     tok = tiny_model.tokenizer
     ids = tok.encode(UTF8_TEXT, add_special_tokens=False).ids
     _Scripted.script, _Scripted.eos = ids, tiny_model.eos_token_ids[0]
-    monkeypatch.setattr("engine.generation.generate.Sampler", _Scripted)
+    monkeypatch.setattr("engine.generation.reply.Sampler", _Scripted)
     chunks, result = events(generator, generator.new_cache(), generator.encode_chat(CHAT),
                             greedy(len(ids) + 5, stop=["🎉👍"]))
     assert result.figures.finish_reason == "stop"
@@ -291,7 +291,7 @@ def test_utf8_stop_string_inside_multibyte_run(generator, tiny_model, monkeypatc
 def test_eos_keeps_every_reply_token_in_the_cache(generator, tiny_model, monkeypatch):
     script = tiny_model.tokenizer.encode(" Paris.", add_special_tokens=False).ids
     _Scripted.script, _Scripted.eos = script, tiny_model.eos_token_ids[0]
-    monkeypatch.setattr("engine.generation.generate.Sampler", _Scripted)
+    monkeypatch.setattr("engine.generation.reply.Sampler", _Scripted)
     prompt = generator.encode_chat(CHAT)
     cache = generator.new_cache()
     result = collect(generator.stream(cache, prompt, greedy(20)))

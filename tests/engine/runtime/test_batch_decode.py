@@ -396,3 +396,31 @@ def test_a_slot_a_pending_snapshot_reads_is_not_handed_to_another_cache(tiny_mod
     np.testing.assert_array_equal(snap.export(0, snap.n), want)
     snap.release()
     np.testing.assert_array_equal(a.export(0, len(a)), want)
+
+
+def test_members_move_down_into_a_hole_keeping_their_kv_and_a_snapshots_slot(tiny_model):
+    """A member leaving from the middle of the pool: the member above it moves down into its slot
+    at the next placement (the sessions decoding together stay one range of slots, one run a step),
+    with its KV; a snapshot still reading the moved member's old slot keeps it (retired)."""
+    gen = Generator(tiny_model)
+    runner = gen.runner
+    pool = KVPool(tiny_model.kv)
+    caches = [gen.new_cache() for _ in range(4)]
+    for i, cache in enumerate(caches):
+        runner.forward(cache, prompt(12 + i, 70 + i))
+    want = [c.export(0, len(c)) for c in caches]
+    assert pool.place(caches) == [0, 1, 2, 3]
+    pool.leave(caches[1])
+    snap = caches[3].snapshot()          # reads slot 3's views
+    slots = pool.place([caches[0], caches[2], caches[3]])
+    assert sorted(slots) == [0, 1, 2] and pool.slot_of(caches[3]) == 1
+    assert 3 in pool.retired
+    for c, w in zip(caches, want, strict=True):
+        np.testing.assert_array_equal(c.export(0, len(c)), w)
+    np.testing.assert_array_equal(snap.export(0, snap.n), want[3])
+    snap.release()
+    # Without a snapshot the moved-from slot is free again.
+    pool.leave(caches[0])
+    assert sorted(pool.place([caches[2], caches[3]])) == [0, 1] and 2 not in pool.retired
+    for c in (caches[2], caches[3]):
+        np.testing.assert_array_equal(c.export(0, len(c)), want[caches.index(c)])

@@ -50,6 +50,12 @@ __attribute__((target("avx2,fma,f16c"))) void q32_quant_block_avx2(const float *
 #define TGT "avx2,fma,f16c"
 #define Q8_VNNI 0
 #define DOT(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+/* Two 4/5-bit code vectors: their maddubs pairs summed as int16 first (|2 * 2*31*127| = 15748 < 32767:
+ * exact), then ONE madd: the same int32 sums as two DOTs, a madd and an add less per activation row. */
+#define DOT2(acc, u1, s1, u2, s2)                                                                          \
+    _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((u1), (s1)),           \
+                                                               _mm256_maddubs_epi16((u2), (s2))),          \
+                                              _mm256_set1_epi16(1)))
 __attribute__((always_inline, target(TGT))) static inline __m256i bits5_avx2(__m256i v, uint32_t bits) {
     /* byte j = 0xFF where bit j is set (llama.cpp's bytes_from_bits_32) */
     const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
@@ -65,6 +71,7 @@ __attribute__((always_inline, target(TGT))) static inline __m256i bits5_avx2(__m
 #undef TGT
 #undef Q8_VNNI
 #undef DOT
+#undef DOT2
 #undef BITS5
 
 /* ---- AVX-VNNI: vpdpbusd (VEX) ---- */
@@ -72,6 +79,7 @@ __attribute__((always_inline, target(TGT))) static inline __m256i bits5_avx2(__m
 #define TGT "avx2,fma,f16c,avxvnni"
 #define Q8_VNNI 1
 #define DOT(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
+#define DOT2(acc, u1, s1, u2, s2) DOT(DOT((acc), (u1), (s1)), (u2), (s2))
 __attribute__((always_inline, target(TGT))) static inline __m256i bits5_avxvnni(__m256i v, uint32_t bits) {
     const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
                                            0x0101010101010101, 0x0000000000000000);
@@ -86,6 +94,7 @@ __attribute__((always_inline, target(TGT))) static inline __m256i bits5_avxvnni(
 #undef TGT
 #undef Q8_VNNI
 #undef DOT
+#undef DOT2
 #undef BITS5
 
 #else

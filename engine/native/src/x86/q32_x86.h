@@ -1,6 +1,6 @@
 /* The q32 family's SIMD tile kernel, written once and compiled per ISA: q32_x86.c includes this
  * file with SFX (name suffix), TGT (gcc/clang target string), DOT(acc, u8, s8) (int32 lanes +=
- * 4-byte dot products) and BITS5(v, bits) (v + 16 where bit j of bits is set, byte j) defined,
+ * 4-byte dot products), DOT2(acc, u1, s1, u2, s2) (two DOTs, for 4/5-bit codes only) and BITS5(v, bits) (v + 16 where bit j of bits is set, byte j) defined,
  * and Q8_VNNI (1 when DOT takes full-range unsigned bytes: VNNI has no int16 saturation).
  * Layouts: q32_layout.h. 256-bit vectors: one pair of blocks is one [A lo|B lo] and one
  * [A hi|B hi] vector, which is how the activations of a pair are stored. */
@@ -46,8 +46,8 @@ INL void NM(pair45)(const int type, const int mt, const uint8_t *A, const uint8_
         const uint8_t *a = act + r * ab;
         __m256i D = q32_has_min(type) ? _mm256_setzero_si256()
                                       : _mm256_loadu_si256((const __m256i *)(a + auxoff));
-        D = DOT(D, lo, _mm256_loadu_si256((const __m256i *)(a + qoff)));
-        D = DOT(D, hi, _mm256_loadu_si256((const __m256i *)(a + qoff + 32)));
+        D = DOT2(D, lo, _mm256_loadu_si256((const __m256i *)(a + qoff)),
+                 hi, _mm256_loadu_si256((const __m256i *)(a + qoff + 32)));
         __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(a + xoff)));
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), sc, acc[r]);
         if (q32_has_min(type))
