@@ -16,29 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import onnxruntime as ort
 
+from bench.harness.common import decode_binding
 from bench.experiments.profile_step import _op_table_runs, _profiled_model, _runs
-from engine.runtime.kvcache import bind_kv_shared
-from engine.runtime.model import LoadedModel, load_model
-
-
-def _binding(model: LoadedModel, b: int, ctx: int, keep: list[Any]) -> Any:
-    kv, session = model.kv, model.session
-    vocab = next(o.shape[2] for o in session.get_outputs() if o.name == model.logits_name)
-    arena = np.zeros((2, kv.n_layers, b, kv.kv_heads, ctx + 8, kv.head_dim), kv.dtype)
-    bd = session.io_binding()
-    logits = np.empty((b, 1, vocab), np.float32)
-    bd.bind_ortvalue_output(model.logits_name, ort.OrtValue.ortvalue_from_numpy(logits))
-    bind_kv_shared(bd, kv, [(ort.OrtValue.ortvalue_from_numpy(arena[0, i]),
-                             ort.OrtValue.ortvalue_from_numpy(arena[1, i])) for i in range(kv.n_layers)])
-    bd.bind_cpu_input("input_ids", np.full((b, 1), 5, np.int64))
-    bd.bind_cpu_input("attention_mask", np.ones((b, ctx + 1), np.int64))
-    if "position_ids" in model.input_names:
-        bd.bind_cpu_input("position_ids", np.full((b, 1), ctx, np.int64))
-    keep.append((arena, logits))
-    return bd
+from engine.runtime.model import load_model
 
 
 def profile(model_dir: Path, ctx: int, steps: int, threads: int) -> dict[str, Any]:
@@ -46,7 +27,7 @@ def profile(model_dir: Path, ctx: int, steps: int, threads: int) -> dict[str, An
     with tempfile.TemporaryDirectory(prefix="amber-profile-batch-") as tmp:
         pm = _profiled_model(model, threads, None, str(Path(tmp) / "ort_profile"))
         keep: list[Any] = []
-        binds = {1: _binding(pm, 1, ctx, keep), 4: _binding(pm, 4, ctx, keep)}
+        binds = {1: decode_binding(pm, 1, ctx, keep), 4: decode_binding(pm, 4, ctx, keep)}
         order: list[int] = []
         for b in (1, 4):            # warm-up, not counted
             pm.session.run_with_iobinding(binds[b])

@@ -395,3 +395,27 @@ def op_library_pair(against: str) -> dict[str, Path] | None:
         print("the native library is not built: python -m engine.native.build", file=sys.stderr)
         return None
     return {"this": this, "other": Path(against)}
+
+
+def decode_binding(model: Any, b: int, ctx: int, keep: list[Any]) -> Any:
+    """An ONNX Runtime IO binding for one bare decode step of `b` rows, each at context `ctx`, with
+    the KV bound in place as engine.runtime.batcher binds it. The numpy buffers the OrtValues view
+    go into `keep` (the bound values do not own them)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from engine.runtime.kvcache import bind_kv_shared
+    kv, session = model.kv, model.session
+    vocab = next(o.shape[2] for o in session.get_outputs() if o.name == model.logits_name)
+    arena = np.zeros((2, kv.n_layers, b, kv.kv_heads, ctx + 8, kv.head_dim), kv.dtype)
+    bd = session.io_binding()
+    logits = np.empty((b, 1, vocab), np.float32)
+    bd.bind_ortvalue_output(model.logits_name, ort.OrtValue.ortvalue_from_numpy(logits))
+    bind_kv_shared(bd, kv, [(ort.OrtValue.ortvalue_from_numpy(arena[0, i]),
+                             ort.OrtValue.ortvalue_from_numpy(arena[1, i])) for i in range(kv.n_layers)])
+    bd.bind_cpu_input("input_ids", np.full((b, 1), 5, np.int64))
+    bd.bind_cpu_input("attention_mask", np.ones((b, ctx + 1), np.int64))
+    if "position_ids" in model.input_names:
+        bd.bind_cpu_input("position_ids", np.full((b, 1), ctx, np.int64))
+    keep.append((arena, logits))
+    return bd

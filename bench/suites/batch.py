@@ -92,28 +92,9 @@ def measure(mgr: Any, prompts: list[list[int]], n_new: int, batched: bool) -> di
 def raw_steps(model: Any, blocks: int, per_block: int = 10, ctx: int = 100) -> dict[str, float]:
     """ms per decode step of the bare ONNX Runtime call at batch 1 and batch 4 (each row at
     context `ctx`, KV bound in place as the batcher binds it), in alternating blocks."""
-    import numpy as np
-    import onnxruntime as ort
-
-    from engine.runtime.kvcache import bind_kv_shared
-    kv, session = model.kv, model.session
-    vocab = next(o.shape[2] for o in session.get_outputs() if o.name == model.logits_name)
-
-    def binding(b: int) -> Any:
-        arena = np.zeros((2, kv.n_layers, b, kv.kv_heads, ctx + 8, kv.head_dim), kv.dtype)
-        bd = session.io_binding()
-        logits = np.empty((b, 1, vocab), np.float32)
-        bd.bind_ortvalue_output(model.logits_name, ort.OrtValue.ortvalue_from_numpy(logits))
-        bind_kv_shared(bd, kv, [(ort.OrtValue.ortvalue_from_numpy(arena[0, i]),
-                                 ort.OrtValue.ortvalue_from_numpy(arena[1, i])) for i in range(kv.n_layers)])
-        bd.bind_cpu_input("input_ids", np.full((b, 1), 5, np.int64))
-        bd.bind_cpu_input("attention_mask", np.ones((b, ctx + 1), np.int64))
-        if "position_ids" in model.input_names:
-            bd.bind_cpu_input("position_ids", np.full((b, 1), ctx, np.int64))
-        keep.append((arena, logits))      # the bound OrtValues do not own these buffers
-        return bd
+    session = model.session
     keep: list[Any] = []
-    binds = {1: binding(1), 4: binding(4)}
+    binds = {b: common.decode_binding(model, b, ctx, keep) for b in (1, 4)}
     times: dict[int, list[float]] = {1: [], 4: []}
     for b in (1, 4):
         session.run_with_iobinding(binds[b])      # warm-up

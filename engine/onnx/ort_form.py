@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -36,7 +35,7 @@ from engine.native import OP_NAME as NATIVE_OP
 from .errors import ModelImportError
 from .fold import LazyValues
 from .linear import ModelGraph
-from .partials import new_partial, unmark
+from .partials import new_partial, publish, source_stamp
 from .weights import convert_tensor
 from .writer import DataWriter
 
@@ -60,11 +59,6 @@ def is_native(model: Any) -> bool:
     return any(n.domain == NATIVE_DOMAIN for n in model.graph.node)
 
 
-def _source_stamp(graph: Path) -> list[object]:
-    data = graph.parent / DATA_FILE
-    files = [graph] + ([data] if data.is_file() else [])
-    return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
-
 
 def _is_current(folder: Path, graph: Path) -> bool:
     try:
@@ -72,7 +66,7 @@ def _is_current(folder: Path, graph: Path) -> bool:
     except (OSError, ValueError):
         return False
     return (isinstance(marker, dict) and marker.get("format") == FORM_FORMAT
-            and marker.get("source") == _source_stamp(graph) and (folder / MODEL_FILE).is_file())
+            and marker.get("source") == source_stamp(graph) and (folder / MODEL_FILE).is_file())
 
 
 def form_dir(model_dir: Path) -> Path:
@@ -235,18 +229,8 @@ def build_ort_form(model_dir: Path | str, graph: Path | None = None, dest: Path 
             writer.close()
             values.close()
         onnx.save_model(model, tmp / MODEL_FILE)
-        (tmp / MARKER).write_text(json.dumps({"format": FORM_FORMAT, "source": _source_stamp(graph)}))
-        unmark(tmp)
-        for p in tmp.iterdir():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-        if folder.exists():
-            old = folder.parent / f".{folder.name}.old-{os.getpid()}"
-            os.replace(folder, old)
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, folder)
+        (tmp / MARKER).write_text(json.dumps({"format": FORM_FORMAT, "source": source_stamp(graph)}))
+        publish(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -41,6 +41,30 @@ def unmark(tmp: Path) -> None:
     (tmp / MARK).unlink(missing_ok=True)
 
 
+def publish(tmp: Path, folder: Path) -> None:
+    """A finished partial into place: unmarked, every file synced, then renamed over `folder`
+    (an existing one is moved aside first and removed after, so a reader never sees half)."""
+    unmark(tmp)
+    for p in tmp.iterdir():
+        with open(p, "rb") as f:
+            os.fsync(f.fileno())
+    if folder.exists():
+        old = folder.parent / f".{folder.name}.old-{os.getpid()}"
+        os.replace(folder, old)
+        os.replace(tmp, folder)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, folder)
+
+
+def source_stamp(graph: Path, data_name: str = "model.onnx.data") -> list[object]:
+    """Identifies the graph (and its data file) a derived folder was made from: a re-import or a
+    new conversion changes it, so the derived folder is stale."""
+    data = graph.parent / data_name
+    files = [graph] + ([data] if data.is_file() else [])
+    return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+
+
 def _amber_made(folder: str) -> bool:
     try:
         names = os.listdir(folder)

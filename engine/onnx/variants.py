@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -42,7 +41,7 @@ from .fold import LazyValues, fold_lazily
 from .graph_scan import op_domains, read_graph
 from .ort_form import PROGRESS_TAG, ensure_ort_form
 from engine.native import OP_DOMAIN as NATIVE_DOMAIN
-from .partials import new_partial, unmark
+from .partials import new_partial, publish, source_stamp
 from .writer import DataWriter
 
 VARIANT_DIR = "gpu"
@@ -93,12 +92,6 @@ def variant_graph(model_dir: Path) -> Path:
     return variant_dir(model_dir) / MODEL_FILE
 
 
-def _source_stamp(graph: Path) -> list[object]:
-    """Identifies the CPU graph the variant was made from (a re-import makes it stale)."""
-    data = graph.parent / DATA_FILE
-    files = [graph] + ([data] if data.is_file() else [])
-    return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
-
 
 def variant_is_current(model_dir: Path, cpu_graph: Path) -> bool:
     """True when gpu/ holds a complete variant made by this format from the current CPU graph."""
@@ -108,7 +101,7 @@ def variant_is_current(model_dir: Path, cpu_graph: Path) -> bool:
     except (OSError, ValueError):
         return False
     return (marker.get("format") == VARIANT_FORMAT and marker.get("variant") == VARIANT_NAME
-            and marker.get("source") == _source_stamp(cpu_graph) and (folder / MODEL_FILE).is_file())
+            and marker.get("source") == source_stamp(cpu_graph) and (folder / MODEL_FILE).is_file())
 
 
 def unplaceable_nodes(graph: onnx.ModelProto, provider: str) -> list[str]:
@@ -403,18 +396,8 @@ def build_variant(model_dir: Path | str, cpu_graph: Path | None = None,
             writer.close()
         onnx.save_model(model, tmp / MODEL_FILE)
         (tmp / MARKER).write_text(json.dumps({"variant": VARIANT_NAME, "format": VARIANT_FORMAT,
-                                              "source": _source_stamp(cpu_graph)}))
-        unmark(tmp)
-        for p in tmp.iterdir():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-        if folder.exists():
-            old = folder.parent / f".{folder.name}.old-{os.getpid()}"
-            os.replace(folder, old)
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, folder)
+                                              "source": source_stamp(cpu_graph)}))
+        publish(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -470,7 +453,7 @@ def ensure_variant(model_dir: Path | str, cpu_graph: Path | None = None,
     marker_ok = False
     try:
         marker = json.loads((spare / MARKER).read_text())
-        marker_ok = (marker.get("format") == VARIANT_FORMAT and marker.get("source") == _source_stamp(cpu_graph)
+        marker_ok = (marker.get("format") == VARIANT_FORMAT and marker.get("source") == source_stamp(cpu_graph)
                      and (spare / MODEL_FILE).is_file())
     except (OSError, ValueError):
         pass
