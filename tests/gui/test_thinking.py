@@ -11,7 +11,8 @@ from PySide6.QtCore import Qt
 
 import pytest
 
-from app.gui.widgets.thinking import ThinkingPanel, estimated_seconds, seconds_text
+from app.gui.models.thinking_time import estimated_seconds, seconds_text
+from app.gui.widgets.thinking import ThinkingPanel
 from app.gui.models.message import reply_of
 from engine.text.reasoning import Reply, split_reasoning
 from engine.text import reasoning as engine_reasoning
