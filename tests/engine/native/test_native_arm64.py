@@ -237,24 +237,49 @@ def test_matmul_has_the_scalar_bits_and_matches_the_oracle(harness, x86, cpu, na
           f"bit-exact with x86 scalar, max relative error {worst:.2e}")
 
 
-def test_silu_mul_has_the_x86_generic_kernels_bits(harness, x86):
-    rng = np.random.default_rng(9)
-    g = np.concatenate([rng.standard_normal(4000) * 6, np.linspace(-20, 20, 999),
-                        [np.nan, np.inf, -np.inf, 0.0, -0.0, 18.0, -18.0]]).astype(np.float32)
-    u = rng.standard_normal(g.size).astype(np.float32)
+def _x86_silu(x86: Lib, path: str, g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The x86-64 library's SwiGLU kernel of one MLAS SiLU path (restored after: it is process-wide)."""
     before = x86.c.amber_silu_path()
-    assert x86.c.amber_set_silu_path(b"generic") == 0
+    if x86.c.amber_set_silu_path(path.encode()) != 0:
+        pytest.skip(f"this CPU cannot run the x86 {path} kernel")
     want = np.zeros_like(g)
     try:
         x86.c.amber_silu_mul(g.ctypes.data, u.ctypes.data, want.ctypes.data, g.size)
-    finally:     # the library is process-wide: later tests must find the path this CPU picked
+    finally:
         assert x86.c.amber_set_silu_path(before) == 0
+    return want
+
+
+def test_silu_mul_has_mlas_arm64_bits_and_the_generic_kernel_when_forced(harness, x86):
+    """arm64's SiLU is MLAS's generic logistic with AArch64's fused multiply-adds: the x86 FMA3
+    kernel's operations lane for lane, so the same bits wherever s = p/q + 1/2 stays within [0, 1]
+    (|g| below the clamp at 18, where the FMA3 kernel may give 1 + 2^-23); beyond it arm64 clamps s
+    to [0, 1], so |y| never exceeds |g * u|. Forced to "generic", the x86 generic kernel's bits."""
+    rng = np.random.default_rng(9)
+    g = np.concatenate([rng.standard_normal(4000) * 6, np.linspace(-17.5, 17.5, 999),
+                        [0.0, -0.0, 1e-30, -1e-30]]).astype(np.float32)
+    g = g[np.abs(g) <= 17.5][:4003]     # an odd count: a tail through the padded lanes
+    u = rng.standard_normal(g.size).astype(np.float32)
+    big = np.concatenate([np.linspace(18, 60, 101), -np.linspace(18, 60, 101)]).astype(np.float32)
+    ub = rng.standard_normal(big.size).astype(np.float32)
+    everything = np.concatenate([g, big, [np.nan, np.inf, -np.inf]]).astype(np.float32)
+    ue = rng.standard_normal(everything.size).astype(np.float32)
+    want_fused = _x86_silu(x86, "fma3", g, u)
+    want_generic = _x86_silu(x86, "generic", everything, ue)
     for cpu in CPUS:
         b = Batch()
-        path, got = b.silu_path(), b.silu_mul(g, u)
+        path, got, got_big = b.silu_path(), b.silu_mul(g, u), b.silu_mul(big, ub)
+        forced, generic = b.set_silu_path("generic"), b.silu_mul(everything, ue)
         replies = b.run(harness, cpu)
-        assert replies[path].text() == "generic"
-        np.testing.assert_array_equal(replies[got].array(0, np.float32), want, err_msg=cpu)
+        assert replies[path].text() == "neon", cpu
+        np.testing.assert_array_equal(replies[got].array(0, np.float32), want_fused, err_msg=cpu)
+        yb = replies[got_big].array(0, np.float32)
+        assert np.all(np.abs(yb) <= np.abs(big * ub)), cpu
+        pos = big > 0   # s is 1 (or one ulp under it) at +18 and beyond, about 1.5e-8 at -18 and beyond
+        np.testing.assert_allclose(yb[pos], (big * ub)[pos], rtol=1e-6, err_msg=cpu)
+        assert np.all(np.abs(yb[~pos]) <= 1e-6 * np.abs(big * ub)[~pos]), cpu
+        assert replies[forced].rc == 0, cpu
+        np.testing.assert_array_equal(replies[generic].array(0, np.float32), want_generic, err_msg=cpu)
 
 
 @pytest.mark.parametrize("cpu", ["cortex-a53", "max"])

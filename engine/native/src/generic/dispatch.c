@@ -110,11 +110,12 @@ int amber_set_isa(const char *name) {
 }
 
 /* ---- SwiGLU's SiLU: the kernel MLAS picks on this CPU (platform.cpp: AVX-512F ->
- * MlasSiluKernelAvx512F, else AVX2 and FMA -> the FMA3 logistic, else the generic one), whatever
- * ISA the matmul kernels were forced to. __builtin_cpu_supports checks the OS saves the registers
- * too (XCR0), as platform.cpp does. ---- */
+ * MlasSiluKernelAvx512F, else AVX2 and FMA -> the FMA3 logistic, else the generic one; on arm64
+ * the generic logistic with NEON's fused multiply-adds), whatever ISA the matmul kernels were
+ * forced to. __builtin_cpu_supports checks the OS saves the registers too (XCR0), as platform.cpp
+ * does. ---- */
 
-enum { PATH_GENERIC = 0, PATH_FMA3 = 1, PATH_AVX512F = 2 };
+enum { PATH_GENERIC = 0, PATH_FMA3 = 1, PATH_AVX512F = 2, PATH_NEON = 3 };
 
 static const struct {
     const char *name;
@@ -128,6 +129,11 @@ static const struct {
     [PATH_FMA3] = {"fma3", amber_silu_mul_generic},
     [PATH_AVX512F] = {"avx512f", amber_silu_mul_generic},
 #endif
+#if AMBER_ARM64
+    [PATH_NEON] = {"neon", amber_silu_mul_neon},
+#else
+    [PATH_NEON] = {"neon", amber_silu_mul_generic},
+#endif
 };
 #define SILU_COUNT ((int)(sizeof SILU / sizeof SILU[0]))
 
@@ -139,7 +145,18 @@ static int best_silu_path(void) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return __builtin_cpu_supports("avx512f") ? PATH_AVX512F : PATH_FMA3;
 #endif
+#if AMBER_ARM64
+    return PATH_NEON;   /* every AArch64 CPU has NEON with fused multiply-adds */
+#endif
     return PATH_GENERIC;
+}
+
+/* The generic kernel runs everywhere; x86's paths up to the best this CPU has; NEON on arm64. */
+static int silu_path_runs(int path) {
+    int best = best_silu_path();
+    if (path == PATH_GENERIC || path == best)
+        return 1;
+    return best != PATH_NEON && path != PATH_NEON && path < best;
 }
 
 static int current_silu_path(void) {
@@ -158,12 +175,10 @@ const char *amber_silu_path(void) { return SILU[current_silu_path()].name; }
 int amber_set_silu_path(const char *name) {
     if (name == NULL)
         return -1;
-    int best = best_silu_path();
     for (int i = 0; i < SILU_COUNT; i++) {
         if (strcmp(name, SILU[i].name) != 0)
             continue;
-        /* the generic kernel is always available; the others only up to what this CPU has */
-        if (i > best)
+        if (!silu_path_runs(i))
             return -1;
         silu_forced = i;
         return 0;

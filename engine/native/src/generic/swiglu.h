@@ -30,4 +30,8 @@ void amber_silu_mul_generic(const float *g, const float *u, float *y, int64_t n)
 void amber_silu_mul_fma3(const float *g, const float *u, float *y, int64_t n);
 void amber_silu_mul_avx512f(const float *g, const float *u, float *y, int64_t n);
 #endif
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+/* arm/swiglu_arm.c: MLAS's generic logistic with AArch64's fused multiply-adds. */
+void amber_silu_mul_neon(const float *g, const float *u, float *y, int64_t n);
+#endif
 #endif
