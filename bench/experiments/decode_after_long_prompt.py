@@ -220,7 +220,7 @@ def main() -> None:
     args = ap.parse_args()
     from bench.suites.engine import model_dir
     if args.paste:
-        print(common.facts_line(common.machine_facts(), common.load_average()))
+        load_before = common.load_average()
         for m in [m for m in args.models.split(",") if m] or [str(model_dir())]:
             r = common.run_worker("bench.experiments.decode_after_long_prompt", "paste",
                                   {"model_dir": m, "threads": common.THREADS, "tokens": args.paste,
@@ -233,6 +233,7 @@ def main() -> None:
                       f"{d['cpu_ms']:.1f} CPU ms; load {d['load']:.2f})")
             if args.json:
                 Path(args.json).write_text(json.dumps(r, indent=1))
+        print(common.facts_line(common.machine_facts(), load_before))
         return
     res, processes = run([m for m in args.models.split(",") if m] or [str(model_dir())], args.rounds, args.steps)
     if args.json:
