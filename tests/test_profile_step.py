@@ -67,7 +67,7 @@ def test_native_form_nodes_in_the_form_table(tmp_path: Path, monkeypatch: pytest
     model = load_model(str(folder), provider="cpu", threads=1)
     out = tmp_path / "prof"
     out.mkdir()
-    res = profile_step.profile_decode(model, ctx=6, steps=3, threads=1, out_dir=out, prefill=80)
+    res = profile_step.profile_decode(model, ctx=6, steps=3, threads=1, out_dir=out, prefill=80, chunk=32)
     forms = res["matmul_forms"]
     assert sum(r["nodes"] for r in forms) == res["optimized_ops"]["GgufMatMul"] > 0
     assert {r["bits"] for r in forms} == {"ggml12", "ggml14"}              # Q4_K and Q6_K rows
@@ -76,3 +76,7 @@ def test_native_form_nodes_in_the_form_table(tmp_path: Path, monkeypatch: pytest
         assert r["bytes"] == r["N"] * native.kernels().amber_row_bytes(ggml_type, r["K"]), r
     assert res["prefill_chunks"] >= 1 and res["prefill"]["runs"] == res["prefill_chunks"]
     assert "GgufMatMul" in res["prefill"]["ops"]
+    # the prefill's runs one by one: 32, 32 and 16 tokens after 0, 32 and 64 cached positions
+    by_chunk = res["prefill_by_chunk"]
+    assert res["prefill_chunks"] == 3 and [c["depth"] for c in by_chunk] == [0, 32, 64]
+    assert all(c["runs"] == 1 and c["run_us"] > 0 and "GgufMatMul" in c["ops"] for c in by_chunk)

@@ -1,5 +1,12 @@
-"""`python -m bench.experiments.decode_after_long_prompt [--models DIR,...] [--rounds N] [--steps N]`:
+"""`python -m bench.experiments.decode_after_long_prompt [--models DIR,...] [--rounds N] [--steps N] [--paste N]`:
 decode right after a long prompt.
+
+`--paste N` (e.g. 8000) instead: a user pasting N tokens into a chat, in one fresh process per
+model: the model loaded, a user message of real-looking text (common.pseudo_text) that the model's
+chat template makes about N tokens, streamed through `Generator.stream` as a chat session does (time
+to the first token, prefill wall and process CPU seconds), then `--steps` greedy decode steps at
+context N and, the cache truncated, at N / 2 (wall and CPU ms a step). Prints one line per figure
+with the load average.
 
 Why bench compare's worker (bench.suites.shapes.worker_amber) saw Amber's decode at context 100, measured
 right after the 2048-token prefills, slower than at context 1000 (0.5B shapes, ONNX Runtime
@@ -155,6 +162,40 @@ def run(models: list[str], rounds: int, steps: int) -> tuple[dict[str, Any], lis
     return results, processes
 
 
+def paste(model_dir: str, threads: int, tokens: int, steps: int) -> dict[str, Any]:
+    """One process: a user message of about `tokens` tokens of real-looking text, through the model's
+    chat template, streamed as a chat session streams it; then decode at its length and half of it."""
+    import numpy as np
+
+    from engine.api import SamplingParams
+    from engine.generation.generate import Generator, collect
+    from engine.runtime.model import load_model
+    t0 = time.perf_counter()
+    gen = Generator(load_model(model_dir, "cpu", threads))
+    load_s = time.perf_counter() - t0
+
+    def chat(words: int) -> list[int]:
+        return gen.encode_chat([{"role": "user", "content": common.pseudo_text(words, 0)}])
+    ids = chat(tokens)
+    ids = chat(max(1, int(tokens * tokens / max(len(ids), 1))))      # words scaled to about `tokens`
+    out: dict[str, Any] = {"load_s": load_s, "tokens": len(ids), "decode": {}}
+    cache = gen.new_cache()
+    c0, w0 = time.process_time(), time.perf_counter()
+    res = collect(gen.stream(cache, ids, SamplingParams(greedy=True, max_new_tokens=1)))
+    out.update(ttft_s=res.figures.ttft_ms / 1000, prefill_s=res.figures.prefill_ms / 1000,
+               wall_s=time.perf_counter() - w0, cpu_s=time.process_time() - c0, load=os.getloadavg()[0])
+    for ctx in (len(ids), len(ids) // 2):
+        cache.truncate(ctx)
+        tok = int(np.argmax(gen.runner.forward(cache, [ids[-1]])))    # warm-up step
+        c0, w0 = time.process_time(), time.perf_counter()
+        for _ in range(steps):
+            tok = int(np.argmax(gen.runner.forward(cache, [tok])))
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        out["decode"][str(ctx)] = {"tok_s": steps / wall, "ms": 1000 * wall / steps, "cpu_ms": 1000 * cpu / steps,
+                                   "load": os.getloadavg()[0]}
+    return out
+
+
 def table(results: dict[str, Any]) -> str:
     lines = []
     for model, per in results.items():
@@ -179,9 +220,27 @@ def main() -> None:
                     "default model; the 0.5B shapes: bench compare --shapes 0.5b converts them)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--paste", type=int, default=0, help="tokens of a pasted prompt: time to the first token "
+                    "and decode at that context and half of it (see above)")
     ap.add_argument("--json", help="also write the raw figures here")
     args = ap.parse_args()
     from bench.suites.engine import model_dir
+    if args.paste:
+        load_before = common.load_average()
+        for m in [m for m in args.models.split(",") if m] or [str(model_dir())]:
+            r = common.run_worker("bench.experiments.decode_after_long_prompt", "paste",
+                                  {"model_dir": m, "threads": common.THREADS, "tokens": args.paste,
+                                   "steps": args.steps}, timeout=1800).data
+            print(f"{Path(m).name}: {r['tokens']}-token paste: first token {r['ttft_s']:.2f} s (prefill "
+                  f"{r['prefill_s']:.2f} s wall, {r['cpu_s']:.2f} CPU s, {r['tokens'] / r['prefill_s']:.0f} tok/s; "
+                  f"load {r['load']:.2f})")
+            for ctx, d in r["decode"].items():
+                print(f"  decode at context {ctx}: {d['tok_s']:.1f} tok/s ({d['ms']:.1f} ms a step, "
+                      f"{d['cpu_ms']:.1f} CPU ms; load {d['load']:.2f})")
+            if args.json:
+                Path(args.json).write_text(json.dumps(r, indent=1))
+        print(common.facts_line(common.machine_facts(), load_before))
+        return
     res, processes = run([m for m in args.models.split(",") if m] or [str(model_dir())], args.rounds, args.steps)
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": res, "processes": processes}, indent=1))

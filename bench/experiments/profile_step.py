@@ -9,7 +9,8 @@ a `KVCache`, engine.generation.Generator for the Python side):
 * The Python per-token path of `Generator.stream` (greedy and sampled): time in the ORT call, the
   sampler, the detokenizer and everything else, per token.
 * With `--prefill N`: the same op table for one N-token prefill (chunked as the runner chunks it, or
-  in `--chunk C`-token chunks).
+  in `--chunk C`-token chunks), and per chunk: its depth (cache positions before it), its run time and
+  the share of it in the attention op vs the rest (how a long prompt's attention grows with depth).
 """
 from __future__ import annotations
 
@@ -99,6 +100,9 @@ def profile_decode(model: LoadedModel, ctx: int, steps: int, threads: int, out_d
         # decode: the `steps` runs after the context's prefill; prefill: the last p_runs runs
         res["decode"] = _op_table_runs(events, runs[n_prefill_runs:n_prefill_runs + steps])
         res["prefill"] = _op_table_runs(events, runs[-p_runs:], per_total=True)
+        step = runner.chunk_len(c2, prefill)
+        res["prefill_by_chunk"] = [{"depth": i * step, **_op_table_runs(events, [r])}
+                                   for i, r in enumerate(runs[-p_runs:])]
     else:
         res["decode"] = op_table(prof, last_runs=steps)
     g = onnx.load(str(opt), load_external_data=False)
@@ -278,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"prefill {a.prefill}: {p['run_us'] / 1e3:.1f} ms ({out['ort']['prefill_chunks']} chunks)")
             for op, v in p["ops"].items():
                 print(f"  {op:34s} {v['us'] / 1e3:9.1f} ms  {100 * v['us'] / total:5.1f} %")
+            print("prefill by chunk: depth, run ms, attention op ms and share of the ops' time:")
+            for c in out["ort"]["prefill_by_chunk"]:
+                ops_us = sum(v["us"] for v in c["ops"].values()) or 1.0
+                att = sum(v["us"] for k, v in c["ops"].items() if "Attention" in k)
+                print(f"  depth {c['depth']:6d}: {c['run_us'] / 1e3:8.1f} ms  attention {att / 1e3:8.1f} ms "
+                      f"{100 * att / ops_us:5.1f} %")
         print("MatMulNBits by form (median per node over the steps):")
         for r in out["ort"]["matmul_forms"]:
             print(f"  K {r['K']:6d} N {r['N']:7d} {r['bits']}-bit/{r['block']:<3d} {r['bytes'] / 1e6:7.2f} MB  "

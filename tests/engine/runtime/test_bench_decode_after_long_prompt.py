@@ -46,3 +46,12 @@ def test_the_machine_counters_count_this_process_cpu_too() -> None:
     busy1, steal1 = bench_decwarm._machine_ms()
     assert busy1 - busy0 >= 200          # 300 ms of this process's CPU, counted in 10 ms ticks
     assert steal1 >= steal0 >= 0
+
+
+def test_a_paste_streams_a_chat_prompt_of_about_its_length_then_decodes_at_it_and_half(tiny_dir) -> None:
+    out = bench_decwarm.paste(str(tiny_dir), 1, 60, 3)
+    n = out["tokens"]
+    assert 30 <= n <= 120      # words scaled to the model's own tokenizer and chat template
+    assert out["ttft_s"] > 0 and out["prefill_s"] > 0 and out["cpu_s"] > 0
+    assert set(out["decode"]) == {str(n), str(n // 2)}
+    assert all(d["tok_s"] > 0 and d["ms"] > 0 and d["cpu_ms"] >= 0 for d in out["decode"].values())
