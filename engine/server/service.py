@@ -192,19 +192,27 @@ class Service:
         def start(cancel: threading.Event) -> Iterator[Any]:
             prompt = encode()
             params = sampling(self.new_tokens(wanted, self.checked_length(prompt)))
-            sid = str(uuid.uuid4())
-            engine.open(sid, kind, cache_salt=caller_salt)
 
-            def run() -> Iterator[Any]:
-                try:
-                    if tokens is not None and prompt is not None:
-                        yield from tokens.generate_tokens(sid, prompt, params, cancel)
-                    else:      # a ChatEngine without token prompts (a remote one): chat messages only
-                        yield from engine.generate(sid, list(messages or []), params, cancel)
-                finally:
-                    engine.close(sid)
-            return run()
+            def generate(sid: str) -> Iterator[Any]:
+                if tokens is not None and prompt is not None:
+                    return tokens.generate_tokens(sid, prompt, params, cancel)
+                # a ChatEngine without token prompts (a remote one): chat messages only
+                return engine.generate(sid, list(messages or []), params, cancel)
+            return self._in_new_session(caller_salt, kind, generate)
         return start
+
+    def _in_new_session(self, caller_salt: str, kind: SessionKind,
+                        generate: Callable[[str], Iterator[Any]]) -> Iterator[Any]:
+        """A session opened now (under the caller's salt) for one generation, closed when it ends."""
+        sid = str(uuid.uuid4())
+        self.engine.open(sid, kind, cache_salt=caller_salt)
+
+        def run() -> Iterator[Any]:
+            try:
+                yield from generate(sid)
+            finally:
+                self.engine.close(sid)
+        return run()
 
     def stateless_choices(self, caller_salt: str, encode: Callable[[], list[int] | None], wanted: int | None,
                           samplings: Sequence[Callable[[int], SamplingParams]],
@@ -212,7 +220,7 @@ class Service:
         """As `stateless`, for a request's `n` choices as ONE generation (an engine with token
         prompts: `TokenEngine.generate_choices`): the prompt prefilled once, the choices decoded
         together; its events are (choice index, event)."""
-        engine, tokens = self.engine, self.tokens
+        tokens = self.tokens
         if tokens is None:
             raise ApiError(500, "this engine decodes a request's choices one by one")
 
@@ -221,15 +229,8 @@ class Service:
             budget = self.new_tokens(wanted, self.checked_length(prompt))
             params = [sampling(budget) for sampling in samplings]
             assert prompt is not None      # a TokenEngine's prompts are token ids
-            sid = str(uuid.uuid4())
-            engine.open(sid, kind, cache_salt=caller_salt)
-
-            def run() -> Iterator[Any]:
-                try:
-                    yield from tokens.generate_choices(sid, prompt, params, cancel)
-                finally:
-                    engine.close(sid)
-            return run()
+            return self._in_new_session(caller_salt, kind,
+                                        lambda sid: tokens.generate_choices(sid, prompt, params, cancel))
         return start
 
     def encode_chat(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
