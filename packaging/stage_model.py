@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.convert import default_model  # noqa: E402
-from engine.runtime.fingerprint import CACHE_FILE, model_fingerprint  # noqa: E402
+from engine.onnx.fingerprint import CACHE_FILE, model_fingerprint  # noqa: E402
 from engine.runtime.model import find_graph  # noqa: E402
 
 

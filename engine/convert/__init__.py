@@ -15,6 +15,7 @@ import onnx
 from .arch import ARCHS
 from .arch_weights import extra_vector_sizes, load_layer
 from engine.onnx.errors import ModelImportError
+from engine.onnx.fingerprint import model_fingerprint
 from .gguf_source import GGUFSource, ModelSpec
 from .graph import build_graph
 from .model_weights import LayerWeights, ModelWeights
@@ -271,6 +272,9 @@ def convert_gguf(src_path: Path | str, dest_dir: Path | str, weights: WeightPoli
             "swiglu": swiglu,
             "seconds": round(time.perf_counter() - started, 2),
             "sizes": size_report(src, writer.bytes_by_tag)})
+        # Hashed now, while the data file is fresh in the page cache: the first load then reads a
+        # cached fingerprint instead of every weight byte (its stamps survive the rename below).
+        model_fingerprint(tmp, tmp / MODEL_FILE)
         unmark(tmp)
         _fsync_tree(tmp)
         if dest.exists():

@@ -91,11 +91,29 @@ def _link_flags(target: str | None = None) -> tuple[str, ...]:
     return WINDOWS_FLAGS if _is_windows(target) else ()
 
 
+def _listing(src_dir: Path) -> list[tuple[str, os.stat_result]]:
+    """(path relative to src_dir with '/', its stat) of every .c and .h file, sorted by that path.
+    os.scandir, one stat a file: every session creation asks for the library's name."""
+    found: list[tuple[str, os.stat_result]] = []
+    pending = [(str(src_dir), "")]
+    while pending:
+        folder, prefix = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for e in entries:
+            if e.is_dir():
+                pending.append((e.path, f"{prefix}{e.name}/"))
+            elif e.name.endswith((".c", ".h")) and e.is_file():
+                found.append((prefix + e.name, e.stat()))
+    return sorted(found, key=lambda item: item[0])
+
+
 def sources(src_dir: Path = SRC_DIR) -> list[Path]:
     """The C sources and headers that make up the library (src_dir and its folders), in a stable
     order."""
-    found = [p for p in src_dir.rglob("*") if p.suffix in (".c", ".h") and p.is_file()]
-    return sorted(found, key=lambda p: p.relative_to(src_dir).as_posix())
+    return [src_dir / rel for rel, _ in _listing(src_dir)]
 
 
 def c_sources(src_dir: Path = SRC_DIR) -> list[Path]:
@@ -117,8 +135,7 @@ def include_flags(src_dir: Path = SRC_DIR) -> list[str]:
 def source_hash(src_dir: Path = SRC_DIR, target: str | None = None) -> str:
     """16 hex digits over the sources' names and bytes, the flags and the platform (or target)."""
     # Keyed by the files' sizes and times, so asking again (every session creation) reads nothing.
-    key = tuple((p.relative_to(src_dir).as_posix(), p.stat().st_mtime_ns, p.stat().st_size)
-                for p in sources(src_dir))
+    key = tuple((rel, st.st_mtime_ns, st.st_size) for rel, st in _listing(src_dir))
     return _hash_of(src_dir, key, target)
 
 

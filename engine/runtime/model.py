@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 
 from engine.base import paths
 from engine.base.oneline import one_line
-from engine.runtime.fingerprint import model_fingerprint
+from engine.onnx.fingerprint import model_fingerprint
 from engine.onnx.graph_scan import op_types, read_graph
 from engine.native.attention import uses_attention
 from engine.runtime.native_ops import graph_is_native, unavailable_reason
@@ -277,7 +277,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
     except Exception as exc:  # noqa: BLE001 - untrusted file: the library raises any kind; reported as one line
         raise ModelLoadError(f"{tok_path}: not a valid tokenizer ({exc})") from None
     try:
-        _uses_gqa(graph)   # checks the external-data references before ONNX Runtime reads them
+        scanned = graph, _scan_attention(graph)   # checks the external-data references before ORT reads them
         reformed = False
         if graph_is_native(graph) and unavailable_reason() is not None:
             # Amber's kernels (GgufMatMul) cannot run here: the folder's ORT form runs instead,
@@ -312,7 +312,7 @@ def load_model(model_dir: Path | str, provider: ProviderChoice = "auto", threads
             reformed = True
             result = create_session(str(cpu_graph), provider, threads, gpu_model_path=gpu_graph)
         graph = Path(result.model_path or cpu_graph)
-        gqa, amber_attention = _scan_attention(graph)
+        gqa, amber_attention = scanned[1] if graph == scanned[0] else _scan_attention(graph)
     except ModelLoadError:
         raise
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime's errors on a bad graph: reported as one line
