@@ -30,6 +30,9 @@ SHAPES: dict[str, dict[str, int]] = {
     # Llama-3.2-1B: arch llama (no q/k/v biases), tied embeddings; its llama3 rope scaling is left out
     # (a per-frequency factor: no cost difference). `llama=1` selects the arch (SHAPES stays int-valued).
     "1b": dict(n_embd=2048, n_layers=16, n_head=32, n_kv=8, head_dim=64, n_ff=8192, vocab=128256, llama=1),
+    # Llama-3.1-8B's layers; tied embeddings like the others (the real model has a separate output
+    # matrix: ~0.4 GB more at Q6_K), so its Q4_K_M is ~4.6 GB instead of 4.9.
+    "8b": dict(n_embd=4096, n_layers=32, n_head=32, n_kv=8, head_dim=128, n_ff=14336, vocab=128256, llama=1),
 }
 QUANTS = ("Q4_K_M", "Q4_0", "Q8_0")
 LLAMA_FTYPE_Q4_K_M = 15

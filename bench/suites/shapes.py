@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -220,8 +221,9 @@ def prepare_gguf(shape: str, quant: str) -> Path:
     dst = root / f"{shape}-{quant}.gguf"
     if dst.is_file():
         return dst
+    quantize_tool = os.environ.get("AMBER_LLAMA_QUANTIZE")   # llama.cpp's C++ llama-quantize (bench.suites.peers)
     side = common.side_python()
-    if side is None:
+    if side is None and not quantize_tool:
         raise RuntimeError("llama-cpp-python is not installed (run `python -m bench deps`)")
     f16 = root / f"{shape}-F16.gguf"
     if not f16.is_file():
@@ -230,9 +232,15 @@ def prepare_gguf(shape: str, quant: str) -> Path:
         _child("write_gguf_worker", {"path": str(part), "shape": shape, "wtype": "F16"}, common.REPO)
         os.replace(part, f16)
     print(f"shapes: quantizing {dst.name} with llama.cpp", flush=True)
-    part = dst.with_suffix(".part")
-    res, _ = _child("quantize_llama_cpp", {"src": str(f16), "dst": str(part), "ftype": FTYPES[quant]},
-                    common.REPO, python=side)
+    # llama-quantize reads a second argument that names a type (as "…Q4_K_M…" would) as the type
+    part = root / f"quantizing-{shape}.tmp"
+    if quantize_tool:
+        rc = subprocess.call([quantize_tool, str(f16), str(part), quant, str(common.THREADS)],
+                             stdout=subprocess.DEVNULL)
+        res = {"rc": rc}
+    else:
+        res, _ = _child("quantize_llama_cpp", {"src": str(f16), "dst": str(part), "ftype": FTYPES[quant]},
+                        common.REPO, python=side)
     if res["rc"] != 0:
         raise RuntimeError(f"llama.cpp quantize {shape} {quant} failed ({res['rc']})")
     os.replace(part, dst)
@@ -256,6 +264,11 @@ def prepare_amber(gguf: Path, kernels: str = "ort") -> tuple[Path, dict[str, Any
     print(f"shapes: converting {gguf.name} with Amber ({kernels} kernels)", flush=True)
     res, rss = _child("convert_worker", {"src": str(gguf), "dest": str(dest), "exact": False, "gpu_variant": False,
                                          "kernels": kernels}, common.REPO)
+    made = json.loads((dest / "amber_import.json").read_text()).get("kernels")
+    if made != kernels:   # the converter falls back to the ORT form where the kernels do not load
+        shutil.rmtree(dest, ignore_errors=True)
+        raise RuntimeError(f"{gguf.name}: asked for the {kernels} form, the converter made the {made} form "
+                           "(is the kernel library built for these sources?)")
     return dest, {"seconds": res["seconds"], "peak_rss_bytes": rss}
 
 
