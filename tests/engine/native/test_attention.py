@@ -37,6 +37,11 @@ CASES = {
     "odd_head_dim": Case(s=4, totals=[12], cap=16, d=24),
     "head_dim_128": Case(s=3, totals=[70], cap=80, hq=2, hkv=1, d=128),
     "custom_scale": Case(s=2, totals=[5], cap=8, scale=0.05),
+    # past the 512-position key windows: a decode step's windows run as tasks of their own
+    "decode_three_windows": Case(cap=1300, totals=[1290], hq=9, hkv=3, d=64),
+    "batch2_decode_windows": Case(b=2, totals=[600, 1090], cap=1100, hq=6, hkv=2, d=64),
+    "prefill_chunk_across_windows": Case(s=40, cap=1100, totals=[1050], hq=9, hkv=3, d=64),
+    "window_decode_long": Case(cap=1300, totals=[1290], window=700, hq=4, hkv=2, d=64),
 }
 
 
@@ -214,6 +219,11 @@ def _run_bound(sess: ort.InferenceSession, step: dict[str, np.ndarray], kv: dict
 
 DECODE_GROUPS = {   # one new position: the AVX-512 path that takes a KV group's rows together
     "default_model_heads": Case(s=2, hq=9, hkv=3, d=64, cap=208, totals=[200]),
+    # beyond one 512-position key window: the step's windows are tasks, folded after; the chunk's
+    # task folds them itself
+    "three_windows": Case(s=2, hq=9, hkv=3, d=64, cap=1300, totals=[1290]),
+    "batch2_windows": Case(b=2, s=2, hq=6, hkv=2, d=64, cap=1100, totals=[600, 1090]),
+    "head_dim_128_windows": Case(s=2, hq=2, hkv=1, d=128, cap=1040, totals=[1030]),
     "window": Case(s=2, hq=9, hkv=3, d=64, cap=80, totals=[70], window=16),
     "head_dim_128": Case(s=2, hq=2, hkv=1, d=128, cap=136, totals=[130]),
     "head_dim_80": Case(s=2, hq=3, hkv=1, d=80, cap=72, totals=[65]),
@@ -251,17 +261,21 @@ PROMPT_SHAPES = {   # (query heads, KV heads, head size) of real models
 }
 
 
-@pytest.mark.parametrize("shape", list(PROMPT_SHAPES))
-def test_a_prompt_has_the_same_bits_in_chunks_of_any_length(native_on, shape):
+PROMPT_CHUNKS = {160: (160, 64, 48, 16), 1200: (1200, 512, 300, 48)}   # prompt length: chunk lengths
+
+
+@pytest.mark.parametrize(("shape", "n"), [(s, 160) for s in PROMPT_SHAPES] + [("default_model", 1200)])
+def test_a_prompt_has_the_same_bits_in_chunks_of_any_length(native_on, shape, n):
     """A prompt prefilled in chunks of 16, 48, 64 or 160 new positions (the runner's chunk length
     follows the model's shape) gives every position the same output and KV bits: the query rows
-    of a chunk are split evenly among the tasks, so none lands in a short task on another path."""
+    of a chunk are split evenly among the tasks, so none lands in a short task on another path;
+    past 512 positions, every row folds its key windows in the same order whatever its chunk."""
     hq, hkv, d = PROMPT_SHAPES[shape]
-    n = 160
+    chunks = PROMPT_CHUNKS[n]
     c = Case(s=n, hq=hq, hkv=hkv, d=d, cap=n, totals=[n])
     f = as_half(feeds(c, np.random.default_rng(41)))
     outs = {}
-    for chunk in (160, 64, 48, 16):
+    for chunk in chunks:
         bufs = {x: np.zeros((1, hkv, n, d), np.float16) for x in ("past_key", "past_value")}   # kept alive
         kv = {x: ort.OrtValue.ortvalue_from_numpy(b) for x, b in bufs.items()}
         parts = []
@@ -272,6 +286,21 @@ def test_a_prompt_has_the_same_bits_in_chunks_of_any_length(native_on, shape):
                     "cos_cache": f["cos_cache"], "sin_cache": f["sin_cache"]}
             parts.append(_run_bound(session(model(replace(c, s=s1 - s0, totals=[s1]), True), 2), step, kv))
         outs[chunk] = (np.concatenate(parts, axis=1), bufs["past_key"], bufs["past_value"])
-    for chunk in (64, 48, 16):
-        for got, want in zip(outs[chunk], outs[160], strict=True):
+    for chunk in chunks[1:]:
+        for got, want in zip(outs[chunk], outs[n], strict=True):
             np.testing.assert_array_equal(got, want, err_msg=f"{shape}: chunks of {chunk}")
+
+
+def test_a_batch_decode_step_has_each_sequences_bits_alone(native_on):
+    """Two sequences of 600 and 1090 positions decoded together (their key windows as tasks of a
+    batch) give each one the bits it gets decoded alone."""
+    c = Case(b=2, hq=9, hkv=3, d=64, cap=1100, totals=[600, 1090])
+    f = as_half(feeds(c, np.random.default_rng(17)))
+    both = session(model(c, True), 2).run(None, f)
+    for i, t in enumerate(c.totals):
+        one = replace(c, b=1, totals=[t])
+        fi = {k: (v[i:i + 1] if k in ("query", "key", "value", "past_key", "past_value", "seqlens_k") else v)
+              for k, v in f.items()}
+        fi["total_sequence_length"] = np.array([t], np.int32)
+        alone = session(model(one, True), 2).run(None, fi)
+        np.testing.assert_array_equal(alone[0][0], both[0][i], err_msg=f"sequence {i}")

@@ -9,6 +9,7 @@
  */
 #ifndef AMBER_ATTN_H
 #define AMBER_ATTN_H
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -27,6 +28,11 @@ typedef struct {
     const uint16_t *past_k, *past_v;   /* [b, hkv, past_cap, d] */
     uint16_t *k_out, *v_out;           /* [b, hkv, cap, d] */
     float *out;                        /* [b, s, hq * d] */
+    /* A decode step's key windows as tasks of their own (attn_splits; 0 or 1: one task a KV head
+     * does every window): each writes its window's softmax state into part (attn_part_floats),
+     * and attn_combine_task folds them. The bits are the same either way. */
+    int64_t splits;
+    float *part;
 } attn_args;
 
 /* Work items of each phase (ORT's thread pool runs them in any order, in parallel). */
@@ -35,6 +41,15 @@ void attn_kv_task(const attn_args *a, int64_t t);        /* writes the new keys/
 int64_t attn_q_block(const attn_args *a);                /* query rows per attention task */
 int64_t attn_tasks(const attn_args *a);
 int attn_task(const attn_args *a, int64_t t);            /* 0, or -1 when out of memory */
+/* Keys are taken in windows of ATTN_WINDOW positions (at multiples of it): a row's online softmax
+ * restarts in each window and the windows' states are folded in order, so a decode step can give
+ * each window a task of its own (a long context on more threads than KV heads) with the bits of
+ * a prompt's row, whose task folds them one after the other. */
+#define ATTN_WINDOW 512
+int64_t attn_splits(const attn_args *a);                 /* windows of the longest sequence (decode), else 1 */
+size_t attn_part_floats(const attn_args *a);             /* floats `part` needs for a->splits */
+int64_t attn_combine_tasks(const attn_args *a);          /* 0 unless a->splits > 1 with part */
+void attn_combine_task(const attn_args *a, int64_t t);
 
 /* One key block against many query vectors (prefill), all in float32: for each row r < nr with
  * keys [a0[r], a1[r]) of the block valid (none when a1 <= a0), scores = q_r . k_j (kt is the
