@@ -107,6 +107,14 @@ bench-deps: $(STAMP) default-model
 bench-sizes: bench-deps
 	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench compare --shapes 135m,0.5b,1b,1.5b
 
+# Amber against llama.cpp's and ik_llama.cpp's own C++ llama-bench (no Python on their side) at 135M,
+# 1B and an 8B-class shape (GGUFs of several GB under the dev home's bench-models/; about an hour on
+# 2 cores). llama.cpp is built from the llama-cpp-python sdist; ik_llama.cpp only where IK names a
+# checkout of it (it is not on PyPI). Writes docs/benchmarks/peers.md.
+.PHONY: bench-peers
+bench-peers: $(STAMP) native default-model
+	AMBER_TEST_HOME=$(DEV_HOME) $(BIN)/python -m bench.suites.peers --shapes 135m,1b,8b --long --write $(if $(IK),--ik-source $(IK))
+
 # The float16 GPU variant on a real CUDA device vs the CPU: one table, appended to
 # docs/BENCHMARKS.md; without CUDA it prints a skip line and exits 0.
 .PHONY: gpu-check

@@ -105,6 +105,8 @@ def build(peer: str, src: Path, home: Path, jobs: int = 2) -> Tools:
     if (out / "amber-stamp.txt").is_file() and (out / "amber-stamp.txt").read_text() == stamp \
             and tools.bench.is_file() and tools.quantize.is_file():
         return tools
+    if shutil.which("cmake") is None or shutil.which("c++") is None:
+        raise ToolsError(f"{peer}: building it needs cmake and a C++ compiler (apt install cmake g++)")
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     steps = [["cmake", "-S", str(src), "-B", str(out), *gen, *options],
              ["cmake", "--build", str(out), "-j", str(jobs), "--target", *TARGETS]]
