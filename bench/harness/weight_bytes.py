@@ -34,6 +34,20 @@ def worker_bandwidth(mib: int = 1024, runs: int = 5, threads: int = 2) -> dict[s
             best = max(best, 2 * src.nbytes / (time.perf_counter() - start))
         out[f"copy_{t}t_bytes_per_s"] = best
     out["bytes_per_s"] = max(v for k, v in out.items() if k.startswith("copy_"))
+    # Read only (a decode step only reads its weights): float64 sums of the same array, one slice a
+    # thread; numpy's fastest plain reduction here (bitwise-or and max read slower).
+    for t in sorted({1, max(1, threads)}):
+        bounds = [(int(p[0]), int(p[-1]) + 1) for p in np.array_split(np.arange(n), t)]
+        best = 0.0
+        for _ in range(runs):
+            ths = [threading.Thread(target=lambda lo, hi: float(src[lo:hi].sum()), args=b) for b in bounds]
+            start = time.perf_counter()
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join()
+            best = max(best, src.nbytes / (time.perf_counter() - start))
+        out[f"read_{t}t_bytes_per_s"] = best
     return out
 
 

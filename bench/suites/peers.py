@@ -258,6 +258,12 @@ def render(res: dict[str, Any]) -> str:
         lines += [f"{peer} not measured: {why}", ""]
     bw = res["bandwidth"]
     lines += [f"Memory bandwidth (numpy copy, read + write bytes, best of the run): {bw / 1e9:.1f} GB/s.", ""]
+    reads = [b.get(f"read_{common.THREADS}t_bytes_per_s", 0.0) for b in res.get("bandwidth_runs", [])]
+    if max(reads, default=0.0) > 0:
+        lines += [f"Read only (numpy float64 sums, {common.THREADS} threads, best of the run): "
+                  f"{max(reads) / 1e9:.1f} GB/s; "
+                  "a decode step only reads its weights, so its bytes × tok/s can approach this, never the copy's "
+                  "read + write figure.", ""]
     head = ["model", "figure", "Amber", *peers, *[f"Amber ÷ {p}" for p in peers]]
     rows = []
     for m in res["models"]:
