@@ -128,7 +128,7 @@ def _amber_rows(data: dict[str, Any], steps: int) -> list[dict[str, Any]]:
 # ---- one model ------------------------------------------------------------------------------------
 def measure(shape: str, peers: list[llama_tools.Tools], rounds: int, long: bool, tmp: Path) -> dict[str, Any]:
     from bench.suites import shapes
-    gguf = shapes.prepare_gguf(shape, "Q4_K_M")
+    gguf = shapes.prepare_gguf(shape, "Q4_K_M", quantize_tool=peers[0].quantize)
     folder, conv = shapes.prepare_amber(gguf, "native")
     cfg = json.loads((folder / "config.json").read_text())
     vocab = int(cfg.get("vocab_size", shapes.VOCAB_135M))
@@ -160,7 +160,11 @@ def measure(shape: str, peers: list[llama_tools.Tools], rounds: int, long: bool,
                 print(f"peers: {label} {tools.peer} {config}: {_say(run['rows'])}, peak RSS "
                       f"{run['peak_rss_bytes'] / 2**20:.0f} MiB (load average {common.load_average():.2f})", flush=True)
                 loads.append(common.load_average())
-    return {"shape": shape, "long": long, "gguf": gguf.name, "sizes": sizes, "convert": conv,
+    probe: dict[str, float] = {}
+    for tools in peers if not long else ():
+        for config in ("default", "-rtr 1") if tools.peer == "ik_llama.cpp" else ("default",):
+            probe[f"{tools.peer} {config}"] = median(load_probe(tools, gguf, config)["wall_s"] for _ in range(rounds))
+    return {"shape": shape, "long": long, "gguf": gguf.name, "sizes": sizes, "convert": conv, "load_probe": probe,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg": [min(loads), max(loads)],
             "figures": {peer: best_figures(runs) for peer, runs in engines.items()},
             "errors": [r["error"] for runs in engines.values() for r in runs if "error" in r]}
@@ -214,31 +218,18 @@ def run(shapes_: list[str], ik_source: Path | None, rounds: int, long: bool) -> 
         except llama_tools.ToolsError as exc:
             skipped["ik_llama.cpp"] = str(exc)
             print(f"peers: {exc}", flush=True)
-    os.environ.setdefault("AMBER_LLAMA_QUANTIZE", str(peers[0].quantize))
     facts = common.machine_facts()
     bw = [common.run_worker("bench.harness.weight_bytes", "worker_bandwidth", {"threads": common.THREADS}).data]
     models = []
     with tempfile.TemporaryDirectory() as tmp:
         for shape in shapes_:
-            res = measure(shape, peers, rounds, long=False, tmp=Path(tmp))
-            gguf = Path(shapes_module().prepare_gguf(shape, "Q4_K_M"))
-            res["load_probe"] = {}
-            for tools in peers:
-                for config in ("default", "-rtr 1") if tools.peer == "ik_llama.cpp" else ("default",):
-                    walls = [load_probe(tools, gguf, config)["wall_s"] for _ in range(rounds)]
-                    res["load_probe"][f"{tools.peer} {config}"] = median(walls)
-            models.append(res)
+            models.append(measure(shape, peers, rounds, long=False, tmp=Path(tmp)))
             if long and shape == "135m":
                 models.append(measure(shape, peers, 1, long=True, tmp=Path(tmp)))
     bw.append(common.run_worker("bench.harness.weight_bytes", "worker_bandwidth", {"threads": common.THREADS}).data)
     return {"facts": facts, "bandwidth": max(b["bytes_per_s"] for b in bw), "bandwidth_runs": bw,
             "peers": [{"peer": t.peer, "source": t.source, "options": t.options} for t in peers],
             "skipped": skipped, "models": models}
-
-
-def shapes_module() -> Any:
-    from bench.suites import shapes
-    return shapes
 
 
 def _share(bytes_per_token: int, tok_s: float, bandwidth: float) -> float:

@@ -205,8 +205,9 @@ def worker_extract_135m(into: str) -> dict[str, Any]:
 
 
 # ---- preparing the models -------------------------------------------------------------------------
-def prepare_gguf(shape: str, quant: str) -> Path:
-    """The GGUF of (shape, quant), made once: F16 random weights, then llama.cpp's quantizer."""
+def prepare_gguf(shape: str, quant: str, quantize_tool: Path | None = None) -> Path:
+    """The GGUF of (shape, quant), made once: F16 random weights, then llama.cpp's quantizer (its
+    C++ `llama-quantize` at `quantize_tool`, else through the side venv's Python binding)."""
     from bench.suites.convert import _child
     root = models_root()
     if shape == "135m":
@@ -221,7 +222,6 @@ def prepare_gguf(shape: str, quant: str) -> Path:
     dst = root / f"{shape}-{quant}.gguf"
     if dst.is_file():
         return dst
-    quantize_tool = os.environ.get("AMBER_LLAMA_QUANTIZE")   # llama.cpp's C++ llama-quantize (bench.suites.peers)
     side = common.side_python()
     if side is None and not quantize_tool:
         raise RuntimeError("llama-cpp-python is not installed (run `python -m bench deps`)")

@@ -41,10 +41,9 @@ def model_fingerprint(model_dir: Path, graph: Path, variant: str = "") -> str:
     files = _hashed_files(model_dir, graph)
     stamp = _stamp(files)
     caches = _caches(model_dir, graph, variant)
-    for cache in caches:
-        found = _read_cache(cache, stamp)
-        if found is not None:
-            return found
+    found = _lookup(caches, stamp)
+    if found is not None:
+        return found
     fp = _hash(files, variant)
     for cache in caches:
         try:
@@ -58,12 +57,7 @@ def model_fingerprint(model_dir: Path, graph: Path, variant: str = "") -> str:
 def cached_fingerprint(model_dir: Path, graph: Path, variant: str = "") -> str | None:
     """The cached fingerprint when its stamp still matches the files, else None (nothing is read
     but the cache and the files' sizes and times)."""
-    stamp = _stamp(_hashed_files(model_dir, graph))
-    for cache in _caches(model_dir, graph, variant):
-        found = _read_cache(cache, stamp)
-        if found is not None:
-            return found
-    return None
+    return _lookup(_caches(model_dir, graph, variant), _stamp(_hashed_files(model_dir, graph)))
 
 
 def _caches(model_dir: Path, graph: Path, variant: str) -> list[Path]:
@@ -76,13 +70,15 @@ def _caches(model_dir: Path, graph: Path, variant: str) -> list[Path]:
         return [beside]
 
 
-def _read_cache(cache: Path, stamp: list[list[object]]) -> str | None:
-    try:
-        cached = json.loads(cache.read_text())
+def _lookup(caches: list[Path], stamp: list[list[object]]) -> str | None:
+    """The first cache whose stamp matches the files'."""
+    for cache in caches:
+        try:
+            cached = json.loads(cache.read_text())
+        except (OSError, ValueError):
+            continue
         if isinstance(cached, dict) and cached.get("stamp") == stamp and isinstance(cached.get("fingerprint"), str):
             return str(cached["fingerprint"])
-    except (OSError, ValueError):
-        pass
     return None
 
 

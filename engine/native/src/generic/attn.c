@@ -311,6 +311,10 @@ static void run_keys(const attn_args *a, const key_pass *kp, int64_t j_lo, int64
     }
 }
 
+/* Window w's keys within [lo, hi). */
+static int64_t window_lo(int64_t w, int64_t lo) { return w * ATTN_WINDOW > lo ? w * ATTN_WINDOW : lo; }
+static int64_t window_hi(int64_t w, int64_t hi) { return (w + 1) * ATTN_WINDOW < hi ? (w + 1) * ATTN_WINDOW : hi; }
+
 static void reset(soft_state st, int64_t nr, int64_t d) {
     for (int64_t r = 0; r < nr; r++) {
         st.mx[r] = -INFINITY;
@@ -373,10 +377,7 @@ int attn_task(const attn_args *a, int64_t t) {
         float *pt = a->part + (((b * a->hkv + h) * splits + sp) * nr) * (d + 2);
         soft_state out = {pt, pt + nr, pt + 2 * nr};
         reset(out, nr, d);
-        int64_t j_lo = sp * ATTN_WINDOW > lo_all ? sp * ATTN_WINDOW : lo_all;
-        int64_t j_hi = (sp + 1) * ATTN_WINDOW < hi_all ? (sp + 1) * ATTN_WINDOW : hi_all;
-        if (j_lo < j_hi)
-            run_keys(a, &kp, j_lo, j_hi, out);
+        run_keys(a, &kp, window_lo(sp, lo_all), window_hi(sp, hi_all), out);
         free(heap);
         free(ra);
         return 0;
@@ -386,14 +387,10 @@ int attn_task(const attn_args *a, int64_t t) {
         total = (soft_state){run, run + nr, run + 2 * nr};
         reset(total, nr, d);
     }
-    for (int64_t w = w_first; w <= w_last; w++) {
-        int64_t j_lo = w * ATTN_WINDOW > lo_all ? w * ATTN_WINDOW : lo_all;
-        int64_t j_hi = (w + 1) * ATTN_WINDOW < hi_all ? (w + 1) * ATTN_WINDOW : hi_all;
+    for (int64_t w = w_first; w <= w_last; w++) {   /* one window unless `several` */
         reset(st, nr, d);
-        run_keys(a, &kp, j_lo, several ? j_hi : hi_all, st);
-        if (!several)
-            break;
-        for (int64_t r = 0; r < nr; r++)
+        run_keys(a, &kp, window_lo(w, lo_all), window_hi(w, hi_all), st);
+        for (int64_t r = 0; r < nr && several; r++)
             fold(&total.mx[r], &total.sum[r], total.acc + r * d, mx[r], sum[r], acc + r * d, d);
     }
     for (int64_t s = s0; s < s1; s++)
