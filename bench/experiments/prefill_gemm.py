@@ -1,6 +1,6 @@
-"""Prefill GgufMatMul nodes at the 0.5B / 1B shapes: `python -m bench.experiments.prefill_gemm`.
+"""Prefill GgufMatMul nodes at the 135M / 0.5B / 1B shapes: `python -m bench.experiments.prefill_gemm`.
 
-One ai.amber.GgufMatMul node per (type, K, N) that the Qwen2.5-0.5B and Llama-3.2-1B GGUFs at
+One ai.amber.GgufMatMul node per (type, K, N) that SmolLM2-135M at Q4_1, the Qwen2.5-0.5B and Llama-3.2-1B GGUFs at
 Q4_0 and Q4_K_M hold, and Qwen2.5-1.5B's Q4_K_M K-quant nodes (llama.cpp's quantizer: 0.5B Q4_K_M
 is Q5_0/Q8_0 with a Q6_K ffn_down),
 m prompt rows (512 = one prefill chunk), 2 intra-op threads with spinning off, timed in process
@@ -27,6 +27,8 @@ from tests.support.native_op import gguf_matmul_model, random_rows
 
 # (label, ggml type, K, N): the prompt-time matmuls of one layer
 SHAPES: tuple[tuple[str, int, int, int], ...] = (
+    ("135M Q4_1 gate/up", 3, 576, 1536),
+    ("135M Q4_1 down", 3, 1536, 576),
     ("0.5B Q4_0 gate/up", 2, 896, 4864),
     ("0.5B Q4_0 down", 2, 4864, 896),
     ("0.5B Q4_0 q/o", 2, 896, 896),

@@ -112,3 +112,29 @@ def test_row_stride_wider_than_the_output(lib, simd, name):
         assert (y[:, n:] == -7.0).all(), isa
         assert (np.abs(y[:, :n] - ref) <= 1e-5 * scale + 1e-30).all(), isa
     lib.set_isa(lib.best)
+
+
+@pytest.mark.parametrize("name", list(Q32_TYPES))
+def test_every_code_at_its_maximum_against_full_activations(lib, simd, name):
+    """Every code at its largest magnitude (4-bit 15, 5-bit 31, Q8_0 -128) against rows of one value
+    (every q = +127 or -127): the largest integer sums a block can make, where a path that adds
+    products in int16 beyond what int16 holds would wrap."""
+    qtype = Q32_TYPES[name]
+    m, k, n = 40, 32 * 6, 16
+    rng = np.random.default_rng(qtype)
+    w = random_blocks(qtype, n, k, rng).reshape(n, k // 32, -1)
+    first_code = {2: 2, 3: 4, 6: 2, 7: 4, 8: 2}[qtype]   # after d (and m)
+    w[:, :, first_code:] = 0x80 if qtype == 8 else 0xFF
+    w = w.reshape(n, -1)
+    wf = dequantize(w, GGMLQuantizationType(qtype)).astype(np.float64).reshape(n, k)
+    for sign in (1.0, -1.0):
+        x = np.full((m, k), 0.75 * sign, np.float32)
+        x[1::2] *= 3.0
+        act = lib.quantize(qtype, x)
+        a = dequant_act(qtype, act, k)
+        ref, scale = a @ wf.T, np.abs(a) @ np.abs(wf).T
+        for isa in simd:
+            lib.set_isa(isa)
+            y = lib.matmul(qtype, act, w, k, n)
+            assert (np.abs(y - ref) <= 1e-5 * scale + 1e-30).all(), isa
+    lib.set_isa(lib.best)

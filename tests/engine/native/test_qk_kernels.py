@@ -328,3 +328,25 @@ def test_decode_rows_stream_across_rows_with_the_same_bits(lib, typ, isa):
             assert gemm(lib, typ, act, 1, raw, k, n0, n1, part, n) == 0
             np.testing.assert_array_equal(part[n0:n1], ys[0, n0:n1])
             assert np.all(part[:n0] == -5.0) and np.all(part[n1:] == -5.0)
+
+
+# bytes of each type's quantized levels (set to all ones: every level at its maximum)
+LEVEL_BYTES = {Q4_K: slice(16, 144), Q5_K: slice(16, 176), Q6_K: slice(0, 192)}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("typ", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+def test_every_level_at_its_maximum_against_full_activations(lib, typ, isa):
+    """Every level at its maximum (15, 31, 63) against rows of one value (every q = +127 or -127):
+    the largest integer sums a sub-block can make, where a path that adds products in int16 beyond
+    what int16 holds would wrap. Decode rows and the packed prefill path (m = 40, N = 16)."""
+    _use_isa(lib, isa)
+    rng = np.random.default_rng(typ)
+    n, k = 16, 512
+    raw = random_blocks(typ, n * k // 256, rng)
+    raw[:, LEVEL_BYTES[typ]] = 0xFF
+    for sign in (1.0, -1.0):
+        for m in (1, 4, 40):
+            x = np.full((m, k), 0.75 * sign, np.float32)
+            x[1::2] *= 3.0   # rows of other scales: still one q each
+            check_case(lib, typ, raw, x, n, k)

@@ -21,12 +21,10 @@
 #define P8_SFX avx2
 #define P8_TGT "avx2,fma,f16c"
 #define P8_VNNI 0
-#define P8_DOT(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
 #include "q32_pack256_body.h"
 #undef P8_SFX
 #undef P8_TGT
 #undef P8_VNNI
-#undef P8_DOT
 
 #define P8_SFX avxvnni
 #define P8_TGT "avx2,fma,f16c,avxvnni"

@@ -1,11 +1,11 @@
 /* The q32 family's packed prefill path at 256-bit width, written once and compiled per ISA:
- * q32_pack256.c includes this file with P8_SFX (name suffix), P8_TGT (target string), P8_DOT(acc,
- * u8, s8) (int32 lanes += 4-byte dot products) and P8_VNNI (1 when P8_DOT takes full-range
- * unsigned bytes) defined. q32_pack512.c's layout at half width: 8 weight rows decoded per K
+ * q32_pack256.c includes this file with P8_SFX (name suffix), P8_TGT (target string) and P8_VNNI
+ * (1 for AVX-VNNI, which also defines P8_DOT(acc, u8, s8): int32 lanes += 4-byte dot products of
+ * full-range unsigned bytes). q32_pack512.c's layout at half width: 8 weight rows decoded per K
  * segment into a scratch with one output per 32-bit lane; the float operations per output and
  * their order are q32_pack512.c's, and the int32 block dots are exact, so every packed path gives
- * the same bits. Without VNNI, Q8_0 uses the sign trick (|w| x sign(a, w): maddubs' int16 pairs
- * cannot overflow). */
+ * the same bits. Without VNNI, maddubs + madd (Q8_0 with the sign trick, |w| x sign(a, w), so its
+ * int16 pairs cannot overflow). */
 #define P8_CAT2(a, b) a##_##b
 #define P8_CAT(a, b) P8_CAT2(a, b)
 #define P8_NM(x) P8_CAT(x, P8_SFX)
@@ -100,22 +100,40 @@ P8_INL void P8_NM(p8_dot)(const int type, const int mt, const uint8_t *act, int6
         __m256i D[P8_MT];
         for (int r = 0; r < mt; r++)
             D[r] = _mm256_set1_epi32(-off * (int32_t)q32_ld32(as + r * ab + b * 4));
+#if P8_VNNI
         for (int g = 0; g < 8; g++) {
             const __m256i W = _mm256_loadu_si256((const __m256i *)(const void *)(blk + g * 32));
             const int64_t qa = g < 4 ? lo + 4 * g : hi + 4 * (g - 4);
-#if !P8_VNNI
-            const __m256i S = type == T_Q8_0 ? _mm256_loadu_si256((const __m256i *)(const void *)(blk + P8_SIGN + g * 32))
-                                             : _mm256_setzero_si256();
-#endif
-            for (int r = 0; r < mt; r++) {
-                __m256i a = _mm256_set1_epi32((int)q32_ld32(act + r * ab + qa));
-#if !P8_VNNI
-                if (type == T_Q8_0)
-                    a = _mm256_sign_epi8(a, S);
-#endif
-                D[r] = P8_DOT(D[r], W, a);
-            }
+            for (int r = 0; r < mt; r++)
+                D[r] = P8_DOT(D[r], W, _mm256_set1_epi32((int)q32_ld32(act + r * ab + qa)));
         }
+#else
+        /* vpmaddubsw's int16 pair sums of ch groups added as int16, then one vpmaddwd: a lane holds
+         * 2*ch products of a code <= L and |q| <= 127, exact while 2*ch*L*127 <= 32767 (4-bit codes
+         * L = 15: all 8 groups; 5-bit L = 31: 4; Q8_0's |w| <= 128: 1). The loop is bound by how many
+         * instructions it issues: this drops a vpmaddwd and an add per group and row, for the same
+         * int32 sums. */
+        const int ch = type == T_Q8_0 ? 1 : q32_is5(type) ? 4 : 8;
+        for (int g0 = 0; g0 < 8; g0 += ch) {
+            __m256i s16[P8_MT];
+            for (int r = 0; r < mt; r++) s16[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int g = g0; g < g0 + ch; g++) {
+                const __m256i W = _mm256_loadu_si256((const __m256i *)(const void *)(blk + g * 32));
+                const int64_t qa = g < 4 ? lo + 4 * g : hi + 4 * (g - 4);
+                const __m256i S = type == T_Q8_0 ? _mm256_loadu_si256((const __m256i *)(const void *)(blk + P8_SIGN + g * 32))
+                                                 : _mm256_setzero_si256();
+                for (int r = 0; r < mt; r++) {
+                    __m256i a = _mm256_set1_epi32((int)q32_ld32(act + r * ab + qa));
+                    if (type == T_Q8_0)
+                        a = _mm256_sign_epi8(a, S);
+                    s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(W, a));
+                }
+            }
+            for (int r = 0; r < mt; r++)
+                D[r] = _mm256_add_epi32(D[r], _mm256_madd_epi16(s16[r], _mm256_set1_epi16(1)));
+        }
+#endif
         const __m256 dw = _mm256_loadu_ps((const float *)(const void *)(blk + P8_D));
         for (int r = 0; r < mt; r++) {
             const float da = q32_ldf(ad + r * ab + b * 4);

@@ -2,9 +2,9 @@
  * by qk_pack256.c with:
  *   QK_TGT                the function attribute (target ISA)
  *   QK_SFX                the name suffix
- *   QK_DPBUSD(acc, w, a)  acc + the 4-byte dot products of u8 w and s8 a per 32-bit lane:
- *                         one vpdpbusd with AVX-VNNI; vpmaddubsw + vpmaddwd(1) + add on AVX2
- *                         (u8 levels <= 63: a pair's sum 2*63*128 cannot saturate int16)
+ *   QK_I16                1 on AVX2 (vpmaddubsw int16 pairs; see the second p8_block_), 0 with
+ *   QK_DPBUSD(acc, w, a)  acc + the 4-byte dot products of u8 w and s8 a per 32-bit lane (one
+ *                         vpdpbusd with AVX-VNNI)
  * 8 weight rows a pack, one per 32-bit lane of a 256-bit register. */
 #define QK_CAT2(a, b) a##b
 #define QK_CAT(a, b) QK_CAT2(a, b)
@@ -108,25 +108,35 @@ static QK_TGT void QK_N(p8_pack_)(int type, const uint8_t *const *x, struct pk8_
     QK_N(p8_transpose_)(s0);
     QK_N(p8_transpose_)(s1);
     _mm256_storeu_ps(p->d, _mm256_loadu_ps(dh));
-    if (type == QK_Q6_K) {
-        for (int j = 0; j < 8; j++) {
-            _mm256_storeu_si256((__m256i *)p->sc[j], s0[j]);
+    _mm256_storeu_ps(p->dmin, type == QK_Q6_K ? _mm256_setzero_ps() : _mm256_loadu_ps(dm));   /* Q6_K: unused */
+    for (int j = 0; j < 8; j++) {
+#if QK_I16   /* int16 pairs for vpmaddwd: sc[j] = (sc_j, sc_j); mn[t] = (mn_t, mn_t) or Q6_K's (sc_2t, sc_2t+1) */
+        const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+        if (type == QK_Q6_K) {
+            _mm256_storeu_si256((__m256i *)p->sc[j], _mm256_or_si256(_mm256_and_si256(s0[j], lo16), _mm256_slli_epi32(s0[j], 16)));
+            _mm256_storeu_si256((__m256i *)p->sc[8 + j], _mm256_or_si256(_mm256_and_si256(s1[j], lo16), _mm256_slli_epi32(s1[j], 16)));
+            const __m256i *h = j < 4 ? s0 + 2 * j : s1 + 2 * j - 8;
+            _mm256_storeu_si256((__m256i *)p->mn[j], _mm256_or_si256(_mm256_and_si256(h[0], lo16), _mm256_slli_epi32(h[1], 16)));
+        } else {
+            _mm256_storeu_si256((__m256i *)p->sc[j], _mm256_or_si256(s0[j], _mm256_slli_epi32(s0[j], 16)));
+            _mm256_storeu_si256((__m256i *)p->mn[j], _mm256_or_si256(s1[j], _mm256_slli_epi32(s1[j], 16)));
+        }
+#else
+        _mm256_storeu_si256((__m256i *)p->sc[j], s0[j]);
+        if (type == QK_Q6_K)
             _mm256_storeu_si256((__m256i *)p->sc[8 + j], s1[j]);
-        }
-        _mm256_storeu_ps(p->dmin, _mm256_setzero_ps());   /* unused; never read uninitialised */
-    } else {
-        _mm256_storeu_ps(p->dmin, _mm256_loadu_ps(dm));
-        for (int j = 0; j < 8; j++) {
-            _mm256_storeu_si256((__m256i *)p->sc[j], s0[j]);
+        else
             _mm256_storeu_si256((__m256i *)p->mn[j], s1[j]);
-        }
+#endif
     }
 }
 
 /* acc[i][0..7] += the super-block's dot of activation rows a[i] with the pack (exact int32 per
  * lane, then qk_tail45/qk_tail6's float operations lane by lane). */
+#if !QK_I16
 QK_INL void QK_N(p8_block_)(const struct pk8_sb *p, const uint8_t *const *a, const int mt, const int q6,
-                            float *acc) {
+                            const int ch, float *acc) {
+    (void)ch;
     const int ns = q6 ? 16 : 8, gps = q6 ? 4 : 8;
     __m256i isum[P8T];
     for (int i = 0; i < mt; i++) isum[i] = _mm256_setzero_si256();
@@ -170,25 +180,87 @@ QK_INL void QK_N(p8_block_)(const struct pk8_sb *p, const uint8_t *const *a, con
         _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), t));
     }
 }
+#else
+/* The same int32 sums on AVX2 in fewer instructions (the loop is bound by how many it issues):
+ * vpmaddubsw's int16 pair sums of ch groups are added as int16, then one vpmaddwd against the
+ * sub-block scale as an int16 pair widens and scales them at once (instead of a vpmaddwd by 1 and
+ * an add per group and row, and a vpmulld per sub-block and row). A lane holds 2*ch products of a level <= L and an activation |q| <= 127: exact while
+ * 2*ch*L*127 <= 32767 (Q4_K L = 15: ch = 8, a whole sub-block; Q5_K L = 31: 4; Q6_K L = 63: 2).
+ * The mins (Q4_K/Q5_K) and Q6_K's -32 offset are vpmaddwd's of bsum pairs against pairs of mins or
+ * scales; integer sums in another order are the same integers, so the bits are the same. */
+QK_INL void QK_N(p8_block_)(const struct pk8_sb *p, const uint8_t *const *a, const int mt, const int q6,
+                            const int ch, float *acc) {
+    const int ns = q6 ? 16 : 8, gps = q6 ? 4 : 8;
+    __m256i isum[P8T];
+    for (int i = 0; i < mt; i++) isum[i] = _mm256_setzero_si256();
+    for (int j = 0; j < ns; j++) {
+        const __m256i scv = _mm256_loadu_si256((const __m256i *)p->sc[j]);
+        for (int g0 = j * gps; g0 < (j + 1) * gps; g0 += ch) {
+            __m256i s16[P8T];
+            for (int i = 0; i < mt; i++) s16[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int g = g0; g < g0 + ch; g++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)p->lev[g]);
+#pragma GCC unroll 4
+                for (int i = 0; i < mt; i++) {
+                    int32_t v;
+                    memcpy(&v, a[i] + Q8K_Q + 4 * g, 4);
+                    s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(w, _mm256_set1_epi32(v)));
+                }
+            }
+            for (int i = 0; i < mt; i++) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], scv));
+        }
+    }
+    __m256i corr[P8T];   /* sum over 16-value groups t of bsum_t times its min (Q4_K/Q5_K) or scale (Q6_K) */
+    for (int i = 0; i < mt; i++) corr[i] = _mm256_setzero_si256();
+    for (int t = 0; t < 8; t++) {
+        const __m256i mv = _mm256_loadu_si256((const __m256i *)p->mn[t]);
+        for (int i = 0; i < mt; i++) {
+            int32_t v;
+            memcpy(&v, a[i] + Q8K_BSUMS + 4 * t, 4);
+            corr[i] = _mm256_add_epi32(corr[i], _mm256_madd_epi16(mv, _mm256_set1_epi32(v)));
+        }
+    }
+    const __m256 dv = _mm256_loadu_ps(p->d), dminv = _mm256_loadu_ps(p->dmin);
+    for (int i = 0; i < mt; i++) {
+        __m256 t;
+        if (q6) {   /* the -32 of every level */
+            t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr[i], 5))), dv);
+        } else {
+            t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), dv);
+            t = _mm256_sub_ps(t, _mm256_mul_ps(_mm256_cvtepi32_ps(corr[i]), dminv));
+        }
+        t = _mm256_mul_ps(t, _mm256_set1_ps(qk_act_d(a[i])));
+        float *o = acc + (size_t)i * P8R;
+        _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), t));
+    }
+}
+#endif
 
+/* ch: p8_block_'s int16 groups for the type (Q6_K 2, Q5_K 4, Q4_K 8). */
 static QK_TGT void QK_N(p8_rows_)(const struct pk8_sb *p, int kc, const uint8_t *act, int64_t ab, int64_t b0,
-                                  int mt, int q6, float *acc) {
+                                  int mt, int q6, int ch, float *acc) {
     const uint8_t *a[P8T];
     for (int b = 0; b < kc; b++) {
         for (int i = 0; i < mt; i++) a[i] = act + i * ab + (b0 + b) * Q8K_BYTES;
-#define P8_CASE(t) case t: if (q6) QK_N(p8_block_)(p + b, a, t, 1, acc); else QK_N(p8_block_)(p + b, a, t, 0, acc); break;
+#define P8_TYPES(t)                                                                                 \
+    if (q6) QK_N(p8_block_)(p + b, a, t, 1, 2, acc);                                                \
+    else if (QK_I16 && ch == 4) QK_N(p8_block_)(p + b, a, t, 0, 4, acc);                            \
+    else QK_N(p8_block_)(p + b, a, t, 0, 8, acc);
         switch (mt) {
-        P8_CASE(1) P8_CASE(2) P8_CASE(3)
-        default: if (q6) QK_N(p8_block_)(p + b, a, P8T, 1, acc); else QK_N(p8_block_)(p + b, a, P8T, 0, acc); break;
+        case 1: P8_TYPES(1) break;
+        case 2: P8_TYPES(2) break;
+        case 3: P8_TYPES(3) break;
+        default: P8_TYPES(P8T) break;
         }
-#undef P8_CASE
+#undef P8_TYPES
     }
 }
 
 QK_TGT int QK_N(qk_gemm_packed256_)(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                                     int64_t n0, int64_t tiles, float *y, int64_t ldy) {
     const int64_t nb = k / QK_BLOCK, rb = nb * qk_block_bytes(type), ab = nb * Q8K_BYTES;
-    const int q6 = type == QK_Q6_K;
+    const int q6 = type == QK_Q6_K, ch = q6 ? 2 : type == QK_Q5_K ? 4 : 8;
     struct pk8_sb *pack = malloc(sizeof(struct pk8_sb) * P8KC);
     float *acc = malloc(sizeof(float) * P8R * (size_t)m);
     if (pack == NULL || acc == NULL) {
@@ -208,7 +280,7 @@ QK_TGT int QK_N(qk_gemm_packed256_)(int type, const uint8_t *act, int64_t m, con
             }
             for (int64_t i0 = 0; i0 < m; i0 += P8T) {
                 const int mt = m - i0 < P8T ? (int)(m - i0) : P8T;
-                QK_N(p8_rows_)(pack, kc, act + i0 * ab, ab, b0, mt, q6, acc + i0 * P8R);
+                QK_N(p8_rows_)(pack, kc, act + i0 * ab, ab, b0, mt, q6, ch, acc + i0 * P8R);
             }
         }
         for (int64_t i = 0; i < m; i++) memcpy(y + i * ldy + nt, acc + i * P8R, sizeof(float) * P8R);
