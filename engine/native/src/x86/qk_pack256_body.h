@@ -184,8 +184,9 @@ QK_INL void QK_N(p8_block_)(const struct pk8_sb *p, const uint8_t *const *a, con
 /* The same int32 sums on AVX2 in fewer instructions (the loop is bound by how many it issues):
  * vpmaddubsw's int16 pair sums of ch groups are added as int16, then one vpmaddwd against the
  * sub-block scale as an int16 pair widens and scales them at once (instead of a vpmaddwd by 1 and
- * an add per group and row, and a vpmulld per sub-block and row). A lane holds 2*ch products of a level <= L and an activation |q| <= 127: exact while
- * 2*ch*L*127 <= 32767 (Q4_K L = 15: ch = 8, a whole sub-block; Q5_K L = 31: 4; Q6_K L = 63: 2).
+ * an add per group and row, and a vpmulld per sub-block and row). A lane holds 2*ch products of
+ * a level <= L and an activation |q| <= 127: exact while 2*ch*L*127 <= 32767 (Q4_K L = 15: ch = 8,
+ * a whole sub-block; Q5_K L = 31: 4; Q6_K L = 63: 2).
  * The mins (Q4_K/Q5_K) and Q6_K's -32 offset are vpmaddwd's of bsum pairs against pairs of mins or
  * scales; integer sums in another order are the same integers, so the bits are the same. */
 QK_INL void QK_N(p8_block_)(const struct pk8_sb *p, const uint8_t *const *a, const int mt, const int q6,
