@@ -7,47 +7,48 @@ from pathlib import Path
 from typing import Any
 
 
-def worker_bandwidth(mib: int = 1024, runs: int = 5, threads: int = 2) -> dict[str, Any]:
-    """Memory bandwidth from large numpy copies (read + write bytes per second, as STREAM's copy
-    counts them), with 1 and `threads` threads (numpy releases the GIL while copying); best of runs."""
+def _best_rate(work: Any, n: int, threads: int, nbytes: int, runs: int) -> float:
+    """Best of runs of `nbytes` / wall time for work(lo, hi) over [0, n) cut into one slice a thread."""
     import threading
 
+    import numpy as np
+    bounds = [(int(p[0]), int(p[-1]) + 1) for p in np.array_split(np.arange(n), threads)]
+    best = 0.0
+    for _ in range(runs):
+        ths = [threading.Thread(target=work, args=b) for b in bounds]
+        start = time.perf_counter()
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        best = max(best, nbytes / (time.perf_counter() - start))
+    return best
+
+
+def worker_bandwidth(mib: int = 1024, runs: int = 5, threads: int = 2) -> dict[str, Any]:
+    """Memory bandwidth from large numpy copies (read + write bytes per second, as STREAM's copy
+    counts them), with 1 and `threads` threads (numpy releases the GIL while copying); best of runs.
+    Also read only (a decode step only reads its weights): float64 sums of the same array, numpy's
+    fastest plain reduction here (bitwise-or and max read slower)."""
     import numpy as np
     n = (mib << 20) // 8
     src = np.ones(n, dtype=np.float64)
     dst = np.empty_like(src)
     np.copyto(dst, src)           # fault both in
     out: dict[str, Any] = {"bytes_per_copy": 2 * src.nbytes}
-    for t in sorted({1, max(1, threads)}):
-        parts = np.array_split(np.arange(n), t)
-        bounds = [(int(p[0]), int(p[-1]) + 1) for p in parts]
-        best = 0.0
-        for _ in range(runs):
-            def copy(lo: int, hi: int) -> None:
-                np.copyto(dst[lo:hi], src[lo:hi])
-            ths = [threading.Thread(target=copy, args=b) for b in bounds]
-            start = time.perf_counter()
-            for th in ths:
-                th.start()
-            for th in ths:
-                th.join()
-            best = max(best, 2 * src.nbytes / (time.perf_counter() - start))
-        out[f"copy_{t}t_bytes_per_s"] = best
+    counts = sorted({1, max(1, threads)})
+
+    def copy(lo: int, hi: int) -> None:
+        np.copyto(dst[lo:hi], src[lo:hi])
+
+    def read(lo: int, hi: int) -> None:
+        float(src[lo:hi].sum())
+
+    for t in counts:
+        out[f"copy_{t}t_bytes_per_s"] = _best_rate(copy, n, t, 2 * src.nbytes, runs)
     out["bytes_per_s"] = max(v for k, v in out.items() if k.startswith("copy_"))
-    # Read only (a decode step only reads its weights): float64 sums of the same array, one slice a
-    # thread; numpy's fastest plain reduction here (bitwise-or and max read slower).
-    for t in sorted({1, max(1, threads)}):
-        bounds = [(int(p[0]), int(p[-1]) + 1) for p in np.array_split(np.arange(n), t)]
-        best = 0.0
-        for _ in range(runs):
-            ths = [threading.Thread(target=lambda lo, hi: float(src[lo:hi].sum()), args=b) for b in bounds]
-            start = time.perf_counter()
-            for th in ths:
-                th.start()
-            for th in ths:
-                th.join()
-            best = max(best, src.nbytes / (time.perf_counter() - start))
-        out[f"read_{t}t_bytes_per_s"] = best
+    for t in counts:
+        out[f"read_{t}t_bytes_per_s"] = _best_rate(read, n, t, src.nbytes, runs)
     return out
 
 
