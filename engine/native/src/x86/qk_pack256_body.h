@@ -238,15 +238,15 @@ QK_INL void QK_N(p8_block_)(const struct pk8_sb *p, const uint8_t *const *a, con
 }
 #endif
 
-/* ch: p8_block_'s int16 groups for the type (Q6_K 2, Q5_K 4, Q4_K 8). */
+/* p8_block_ with the type's constants: Q6_K, and on AVX2 each type's int16 groups (Q6_K 2, Q5_K 4, Q4_K 8). */
 static QK_TGT void QK_N(p8_rows_)(const struct pk8_sb *p, int kc, const uint8_t *act, int64_t ab, int64_t b0,
-                                  int mt, int q6, int ch, float *acc) {
+                                  int mt, int type, float *acc) {
     const uint8_t *a[P8T];
     for (int b = 0; b < kc; b++) {
         for (int i = 0; i < mt; i++) a[i] = act + i * ab + (b0 + b) * Q8K_BYTES;
 #define P8_TYPES(t)                                                                                 \
-    if (q6) QK_N(p8_block_)(p + b, a, t, 1, 2, acc);                                                \
-    else if (QK_I16 && ch == 4) QK_N(p8_block_)(p + b, a, t, 0, 4, acc);                            \
+    if (type == QK_Q6_K) QK_N(p8_block_)(p + b, a, t, 1, 2, acc);                                   \
+    else if (QK_I16 && type == QK_Q5_K) QK_N(p8_block_)(p + b, a, t, 0, 4, acc);                    \
     else QK_N(p8_block_)(p + b, a, t, 0, 8, acc);
         switch (mt) {
         case 1: P8_TYPES(1) break;
@@ -261,7 +261,6 @@ static QK_TGT void QK_N(p8_rows_)(const struct pk8_sb *p, int kc, const uint8_t 
 QK_TGT int QK_N(qk_gemm_packed256_)(int type, const uint8_t *act, int64_t m, const uint8_t *w, int64_t k,
                                     int64_t n0, int64_t tiles, float *y, int64_t ldy) {
     const int64_t nb = k / QK_BLOCK, rb = nb * qk_block_bytes(type), ab = nb * Q8K_BYTES;
-    const int q6 = type == QK_Q6_K, ch = q6 ? 2 : type == QK_Q5_K ? 4 : 8;
     struct pk8_sb *pack = malloc(sizeof(struct pk8_sb) * P8KC);
     float *acc = malloc(sizeof(float) * P8R * (size_t)m);
     if (pack == NULL || acc == NULL) {
@@ -281,7 +280,7 @@ QK_TGT int QK_N(qk_gemm_packed256_)(int type, const uint8_t *act, int64_t m, con
             }
             for (int64_t i0 = 0; i0 < m; i0 += P8T) {
                 const int mt = m - i0 < P8T ? (int)(m - i0) : P8T;
-                QK_N(p8_rows_)(pack, kc, act + i0 * ab, ab, b0, mt, q6, ch, acc + i0 * P8R);
+                QK_N(p8_rows_)(pack, kc, act + i0 * ab, ab, b0, mt, type, acc + i0 * P8R);
             }
         }
         for (int64_t i = 0; i < m; i++) memcpy(y + i * ldy + nt, acc + i * P8R, sizeof(float) * P8R);
