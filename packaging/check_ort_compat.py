@@ -45,8 +45,8 @@ import side_venv  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 # What the engine imports (not the GUI): installed next to the ORT under test, at the project's pins.
-ENGINE_PACKAGES = ("numpy", "onnx", "gguf", "tokenizers", "jinja2", "xxhash", "platformdirs", "psutil", "filelock",
-                   "llguidance")
+ENGINE_PACKAGES = ("numpy", "onnx", "ml_dtypes", "gguf", "tokenizers", "jinja2", "xxhash", "platformdirs", "psutil",
+                   "filelock", "llguidance")
 PROMPT = "What is the capital of France? Answer in one sentence."
 CONTINUATION = (" The capital of France is Paris, a city on the Seine. It has been the seat of the French"
                 " government for most of the last thousand years, and today it is known for its museums,"

@@ -20,6 +20,7 @@ from .model_weights import LayerWeights, ModelWeights
 from .native_form import OP_DOMAIN as NATIVE_DOMAIN
 from .native_attention import use_native_attention
 from .native_swiglu import use_native_swiglu
+from engine.onnx.graph_scan import AMBER_PRODUCER
 from engine.onnx.linear import MS, ModelGraph
 from engine.onnx.weights import concat_rows
 from engine.onnx.writer import DataWriter
@@ -139,7 +140,7 @@ def build_graph(spec: ModelSpec, weights: ModelWeights, accuracy_level: int = 0,
     opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)]
     if g.native:
         opsets.append(helper.make_opsetid(NATIVE_DOMAIN, 1))
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="amber", ir_version=IR_VERSION)
+    model = helper.make_model(graph, opset_imports=opsets, producer_name=AMBER_PRODUCER, ir_version=IR_VERSION)
     if g.native:   # ai.amber.Attention over float16 KV where the op supports every layer
         use_native_attention(model, hd)
         use_native_swiglu(model)   # gate|up + SiLU + Mul as one GgufMatMul (its SwiGLU epilogue)

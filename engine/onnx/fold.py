@@ -17,6 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .errors import ModelImportError
+from .graph_scan import FOLDABLE
 
 
 def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
@@ -103,8 +104,6 @@ def _bound(v: Any) -> int:
     return int(max(min(int(v), INT64_SAFE), -INT64_SAFE))
 
 
-FOLDABLE = {"Cast", "Reshape", "Mul", "Add", "Sub", "Transpose", "BitShift", "BitwiseAnd", "BitwiseOr",
-            "Unsqueeze", "Concat", "Gather", "Expand", "Div", "Round", "Clip", "Equal", "Where", "Slice"}
 INT64_SAFE = 1 << 62       # Slice's "to the end" (INT64_MAX) as a Python slice bound
 
 

@@ -27,10 +27,10 @@ from onnx import TensorProto, helper
 from engine.base import paths
 from engine.onnx.errors import ModelImportError
 from engine.onnx.fold import LazyValues, fold_lazily
+from engine.onnx.graph_scan import AMBER_PRODUCER
 from engine.onnx.writer import ALIGN
 from engine.runtime.host.malloc import fix_mmap_threshold, keep_heap, restore_trim_threshold, trim_heap
 
-PRODUCER = "amber"         # only graphs Amber wrote: their weight-prep nodes use fold.py's ops
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 PLACEHOLDER_FILE = "amber_prefolded.bin"   # named by the stand-ins; never opened (the values are injected)
 
@@ -110,7 +110,7 @@ def prefold(model_path: Path, spill: _Spill,
     handed in: those they formed (appended to `spill` in that order), then stored ones (appended
     to `stored`); None when the graph is not Amber's or has nothing to fold."""
     proto = onnx.load(str(model_path), load_external_data=False)
-    if proto.producer_name != PRODUCER:
+    if proto.producer_name != AMBER_PRODUCER:   # their weight-prep nodes use fold.py's ops
         return None
     values = LazyValues(proto, Path(model_path).parent)
     order = [n for n in proto.graph.node]

@@ -6,12 +6,13 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import onnxruntime as ort
 
 from ..base import cuda_libs
-from . import native_ops, prefold
+from ..onnx.graph_scan import external_bytes, read_graph, weight_preparation
+from . import native_ops
 from .host.spin import spin_entries
 
 ProviderChoice = Literal["auto", "cpu", "gpu"]
@@ -191,6 +192,36 @@ def _cpu(model_path: str, threads: int | None, reason: str | None) -> SessionRes
         why = native_ops.unavailable_reason()
         if why is not None or not native_ops.register(so):
             raise RuntimeError(native_ops.unavailable_message(Path(model_path), why or "it failed to register"))
-    # Amber's graphs: the weight preparation runs in numpy, one tensor at a time (prefold.py).
-    session = prefold.cpu_session(model_path, so, [CPU])
+    session = _cpu_session(model_path, so)
     return SessionResult(session, session.get_providers()[0], reason, model_path)
+
+
+def _cpu_session(model_path: str, so: ort.SessionOptions) -> ort.InferenceSession:
+    """Amber's graphs that widen stored weights at load: their weight preparation runs in numpy,
+    one tensor at a time (prefold.py). A graph with none, or only casts of small tables (the
+    default model's native form: its embedding scales, 1.7 MB of float16, cast and reshaped), is ONNX Runtime's to
+    fold: the same bits, without importing onnx (and ml_dtypes with it: ~15 MiB a process)."""
+    try:
+        folds = _worth_prefolding(read_graph(Path(model_path)))
+    except (OSError, ValueError):
+        folds = False     # ONNX Runtime's own error then names what is wrong with the file
+    if not folds:
+        return ort.InferenceSession(model_path, so, providers=[CPU])
+    from . import prefold  # noqa: PLC0415 - onnx is imported only where it forms weights
+    return prefold.cpu_session(model_path, so, [CPU])
+
+
+# ONNX Runtime's constant folding keeps each folded value (and the intermediates of a chain) until
+# its pass ends: for casts and reshapes (neither widens a table into more values) of this much
+# stored data that is a few MiB at most.
+ORT_FOLDS = frozenset({"Cast", "Reshape"})
+ORT_FOLDS_MAX_BYTES = 16 << 20
+
+
+def _worth_prefolding(proto: Any) -> bool:
+    nodes = weight_preparation(proto)
+    if not nodes:
+        return False
+    if any(n.op_type not in ORT_FOLDS for n in nodes):
+        return True
+    return external_bytes(proto, {i for n in nodes for i in n.input}) > ORT_FOLDS_MAX_BYTES

@@ -1,7 +1,9 @@
 """engine.runtime.prefold: the weight-preparation values of Amber's graphs formed in
 numpy at load and handed to ONNX Runtime, against ONNX Runtime folding the same graph itself: the
 same logits for every compact form in both modes, the numpy reference in exact mode, no
-preparation node left, no temporary file left behind, and foreign graphs left alone."""
+preparation node left, no temporary file left behind, and foreign graphs left alone. Also which
+graphs the loader prefolds: the nodes the graph scan (no onnx) finds are those fold.py takes, and
+only graphs that widen tables pay for importing onnx."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,18 +14,20 @@ import onnxruntime as ort
 import pytest
 
 from engine.convert import EXACT, FAST
-from engine.runtime import prefold
-from engine.runtime.providers import create_session
+from engine.onnx.fold import LazyValues, fold_lazily
+from engine.onnx.graph_scan import read_graph, weight_preparation
+from engine.runtime import prefold, providers
+from engine.runtime.providers import create_session, session_options
 from tests.support.reference_model import Runner, prompt, reference_logits
 from test_convert_forms import FORMS, IDS, converted  # noqa: F401 - the module-scoped fixture
 
 
 class PrefoldedRunner(Runner):
-    """The test runner on the session Amber makes (providers.create_session → prefold)."""
+    """The test runner on a session whose weights prefold formed (whatever the graph)."""
 
     def __init__(self, folder: Path) -> None:
         super().__init__(folder)
-        self.session = create_session(str(folder / "model.onnx"), "cpu", 2).session
+        self.session = prefold.cpu_session(str(folder / "model.onnx"), session_options(2), ["CPUExecutionProvider"])
 
 
 @pytest.fixture(autouse=True)
@@ -104,3 +108,35 @@ def test_no_writable_scratch_folder_falls_back_to_onnxruntime(converted, tmp_pat
     assert not hasattr(ours.session, "amber_prefolded")
     b, _ = ours.run(ids)
     assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("cfg", FORMS, ids=IDS)
+def test_the_scan_finds_the_nodes_fold_takes_and_the_loader_prefolds_what_widens(converted, cfg, spill_here):   # noqa: F811
+    _, folder = converted(cfg, FAST)
+    graph = folder / "model.onnx"
+    proto = onnx.load(str(graph), load_external_data=False)
+    values = LazyValues(proto, folder)
+    fold_lazily(proto, values)
+    scanned = weight_preparation(read_graph(graph))
+    assert [n.output[0] for n in scanned] == list(values.recipes)
+    widens = any(n.op_type not in providers.ORT_FOLDS for n in scanned)
+    session = create_session(str(graph), "cpu", 2).session
+    assert hasattr(session, "amber_prefolded") == widens
+
+
+def test_small_casts_are_left_to_onnxruntime_and_large_ones_prefolded(converted, monkeypatch, spill_here):   # noqa: F811
+    """The tied Q8_0 form prepares only its embedding's scales (a cast and a reshape), as the
+    default model's native form does: ONNX Runtime folds those, to the same logits; past the size
+    limit prefold forms them."""
+    model, folder = converted(FORMS[4], FAST)
+    graph = folder / "model.onnx"
+    assert {n.op_type for n in weight_preparation(read_graph(graph))} == {"Cast", "Reshape"}
+    ids = prompt(model, 9)
+    left = create_session(str(graph), "cpu", 2).session
+    assert not hasattr(left, "amber_prefolded")
+    monkeypatch.setattr(providers, "ORT_FOLDS_MAX_BYTES", 0)
+    folded = create_session(str(graph), "cpu", 2).session
+    assert hasattr(folded, "amber_prefolded")
+    a, b = Runner(folder), Runner(folder)
+    a.session, b.session = left, folded
+    assert np.array_equal(a.run(ids)[0], b.run(ids)[0])

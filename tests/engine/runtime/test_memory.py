@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -17,6 +18,7 @@ from engine.runtime.host import residency
 from engine.runtime import runner as runner_mod
 from engine.onnx.graph_scan import op_types, read_graph
 from engine.runtime.model import ModelLoadError, load_model
+from engine.runtime.native_ops import graph_is_native
 from engine.runtime.model_config import ConfigError, check_external_data
 from engine.runtime.providers import session_options
 from engine.runtime.runner import Runner
@@ -190,9 +192,10 @@ def test_a_prompt_leaves_no_embedding_pages_mapped_and_decode_still_matches(tiny
 
 
 # ---- the graph read without onnx -------------------------------------------------------------------
-def _facts(proto) -> tuple[set[str], list[tuple[str, int, dict[str, str]]]]:
+def _facts(proto) -> tuple[Any, ...]:
     inits = [(t.name, t.data_location, {e.key: e.value for e in t.external_data}) for t in proto.graph.initializer]
-    return op_types(proto), inits
+    nodes = [(n.op_type, n.domain, list(n.input), list(n.output)) for n in proto.graph.node]
+    return proto.producer_name, nodes, inits
 
 
 def test_the_graph_reads_as_onnx_reads_it(tiny_dir, default_model_dir) -> None:
@@ -201,6 +204,25 @@ def test_the_graph_reads_as_onnx_reads_it(tiny_dir, default_model_dir) -> None:
         assert _facts(read_graph(graph)) == _facts(onnx.load(str(graph), load_external_data=False))
         # ORT's GroupQueryAttention, or Amber's own ai.amber.Attention in native conversions
         assert {"GroupQueryAttention", "Attention"} & op_types(read_graph(graph))
+
+
+def test_generating_with_the_default_model_imports_no_onnx(default_model_dir) -> None:
+    """The default model's native form prepares only small casts at load (ONNX Runtime folds
+    them): a process that loads and runs it never imports onnx or ml_dtypes."""
+    graph = default_model_dir / "model.onnx"
+    if not graph_is_native(graph):
+        pytest.skip("the default model is in its ONNX Runtime form here (prefold imports onnx for it)")
+    code = ("import sys\n"
+            "from engine.runtime.model import load_model\n"
+            "from engine.runtime.runner import Runner\n"
+            "model = load_model(sys.argv[1], provider='cpu', threads=1)\n"
+            "runner = Runner(model)\n"
+            "runner.forward(runner.new_cache(), [1, 2, 3])\n"
+            "print(sorted(m for m in ('onnx', 'ml_dtypes', 'engine.runtime.prefold') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(default_model_dir)], capture_output=True, text=True,
+                         timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_second_graph_message_merges_as_protobuf_merges(tiny_dir, tmp_path) -> None:
