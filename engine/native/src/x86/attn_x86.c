@@ -268,7 +268,87 @@ static T2 void block8(const attn_block *b) {
     }
 }
 
-static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8, block8, NULL, NULL};
+/* ---------------- AVX2, decode: the query rows of one KV group share one key range ---------------- */
+
+/* dot8 on one float16 key (converted in a register: the same floats as to_float8's). */
+static inline T2 float dot8h8(const float *q, const uint16_t *k, int64_t d) {
+    __m256 s = _mm256_setzero_ps();
+    for (int64_t i = 0; i < d; i += 8)
+        s = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), s);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+/* NR (<= 3) query rows against m keys/values read as float16 (kh, vh: [m][d], d % 16 == 0): per row
+ * what attn.c's row loop does with dots8, its max, exp_sum8 and accum8, in the same order, so the
+ * same bits; each key and value is converted once for the NR rows, in registers (the row loop
+ * converts the block into memory, then reads it back once a row). Three rows by four keys fill the
+ * 16 registers (12 sums, 4 keys; the query is an FMA's memory operand). */
+static inline T2 void group8_t(const int NR, const uint16_t *kh, const uint16_t *vh, int64_t m, int64_t d,
+                               const float *qs, float *acc, float *mx, float *sum, float *sc) {
+    int64_t j = 0;
+    for (; j + 4 <= m; j += 4) {   /* dots8's groups of four keys */
+        __m256 a[3][4];
+        for (int r = 0; r < NR; r++)
+            for (int t = 0; t < 4; t++) a[r][t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < d; i += 8) {
+            __m256 k[4];
+            for (int t = 0; t < 4; t++)
+                k[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kh + (j + t) * d + i)));
+            for (int r = 0; r < NR; r++)
+                for (int t = 0; t < 4; t++) a[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(qs + r * d + i), k[t], a[r][t]);
+        }
+        for (int r = 0; r < NR; r++)
+            _mm_storeu_ps(sc + r * KB_T + j, hsum4x8(a[r][0], a[r][1], a[r][2], a[r][3]));
+    }
+    for (; j < m; j++)
+        for (int r = 0; r < NR; r++) sc[r * KB_T + j] = dot8h8(qs + r * d, kh + j * d, d);
+    float corr[3];
+    for (int r = 0; r < NR; r++) {
+        float *s = sc + r * KB_T;
+        float bm = s[0];   /* the row loop's max, as it takes it */
+        for (int64_t jj = 1; jj < m; jj++)
+            bm = s[jj] > bm ? s[jj] : bm;
+        const float nm = bm > mx[r] ? bm : mx[r];
+        corr[r] = mx[r] == -INFINITY ? 0.0f : exp1(mx[r] - nm);
+        const float ps = exp_sum8(s, m, nm);
+        sum[r] = sum[r] * corr[r] + ps;
+        mx[r] = nm;
+    }
+    for (int64_t i = 0; i < d; i += 16) {   /* accum8's lanes, 16 dims of every row at a time */
+        __m256 a[3][2];
+        for (int r = 0; r < NR; r++) {
+            const __m256 c = _mm256_set1_ps(corr[r]);
+            for (int t = 0; t < 2; t++) a[r][t] = _mm256_mul_ps(_mm256_loadu_ps(acc + r * d + i + 8 * t), c);
+        }
+        for (int64_t jj = 0; jj < m; jj++) {
+            __m256 v[2];
+            for (int t = 0; t < 2; t++)
+                v[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vh + jj * d + i + 8 * t)));
+            for (int r = 0; r < NR; r++) {
+                const __m256 p = _mm256_set1_ps(sc[r * KB_T + jj]);
+                for (int t = 0; t < 2; t++) a[r][t] = _mm256_fmadd_ps(p, v[t], a[r][t]);
+            }
+        }
+        for (int r = 0; r < NR; r++)
+            for (int t = 0; t < 2; t++) _mm256_storeu_ps(acc + r * d + i + 8 * t, a[r][t]);
+    }
+}
+
+static T2 void group8(const uint16_t *kh, const uint16_t *vh, int64_t m, int64_t d, int64_t nr,
+                      const float *qs, float *acc, float *mx, float *sum, float *sc) {
+    for (int64_t r0 = 0; r0 < nr; r0 += 3) {
+        const int64_t o = r0 * d;
+        switch (nr - r0 < 3 ? nr - r0 : 3) {
+        case 1: group8_t(1, kh, vh, m, d, qs + o, acc + o, mx + r0, sum + r0, sc); break;
+        case 2: group8_t(2, kh, vh, m, d, qs + o, acc + o, mx + r0, sum + r0, sc); break;
+        default: group8_t(3, kh, vh, m, d, qs + o, acc + o, mx + r0, sum + r0, sc); break;
+        }
+    }
+}
+
+static const attn_ops AVX2 = {to_float8, to_half8, dots8, accum8, exp_sum8, block8, group8, NULL};
 const attn_ops *attn_ops_avx2(void) { return &AVX2; }
 
 /* ---------------- AVX-512 ---------------- */
