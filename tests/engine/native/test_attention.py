@@ -217,7 +217,7 @@ def _run_bound(sess: ort.InferenceSession, step: dict[str, np.ndarray], kv: dict
     return out
 
 
-DECODE_GROUPS = {   # one new position: the AVX-512 path that takes a KV group's rows together
+DECODE_GROUPS = {   # one new position: the AVX2 and AVX-512 paths that take a KV group's rows together
     "default_model_heads": Case(s=2, hq=9, hkv=3, d=64, cap=208, totals=[200]),
     # beyond one 512-position key window: the step's windows are tasks, folded after; the chunk's
     # task folds them itself
