@@ -307,3 +307,30 @@ def test_native_form_bytes_are_the_ggufs_matrices_once(tmp_path: Path, tied: boo
     stored = bench_shapes.onnx_decode_bytes(str(folder))["decode_bytes"]
     emb_rows = int(tensors["token_embd.weight"].shape[-1])
     assert stored - got["kernel_bytes"] >= int(tensors["token_embd.weight"].n_bytes) * (emb_rows - 1) // emb_rows
+
+
+def test_amber_worker_refuses_to_measure_another_form_than_the_folders(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A native folder loads its ONNX Runtime form where Amber's kernels cannot run (here: turned
+    off by AMBER_KERNELS=ort, as a stale library would): the bench worker must stop with the reason
+    instead of writing that form's figures as Amber's; with the kernels on it measures."""
+    import json
+
+    from engine import config, native
+    from engine.convert import FAST, convert_gguf
+    from tests.support.tiny_gguf import TinyConfig, variant, write_tiny_gguf
+    if not native.supports(2):
+        pytest.skip("the native kernels are not built here")
+    write_tiny_gguf(tmp_path / "m.gguf", variant(TinyConfig(), wtype="Q4_0", seed=43))
+    folder = convert_gguf(tmp_path / "m.gguf", tmp_path / "conv", accuracy_level=FAST, gpu_variant=False,
+                          kernels="native")
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps([5, 6, 7, 8, 9, 10, 11, 12]))
+    args = dict(model_dir=str(folder), threads=1, tokens_file=str(tokens), prefill_sizes=[4],
+                decode_contexts=[4], decode_steps=2, runs=1)
+    out = bench_shapes.worker_amber(**args)
+    assert len(out["decode"]["4"]) == 1 and out["prefill"]["4"]
+    monkeypatch.setenv(config.KERNELS, "ort")
+    with pytest.raises(bench_shapes.FormError, match=r"ONNX Runtime form .*AMBER_KERNELS=ort turns them off"):
+        bench_shapes.worker_amber(**args)
+    assert (folder / "ort" / "model.onnx").is_file()   # the engine itself did load that form

@@ -133,6 +133,7 @@ def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
     ids = json.loads(Path(tokens_file).read_text())
     t0 = time.perf_counter()
     model = load_model(model_dir, "cpu", threads)
+    _require_the_folders_form(Path(model_dir), model.graph)
     out: dict[str, Any] = {"load_s": time.perf_counter() - t0, "provider": model.provider,
                            "rss_after_load": _status_bytes("VmRSS"), "prefill": {}, "decode": {}}
     # The spin entries this process's session was made with (engine/runtime/host/spin.py: auto depends
@@ -189,6 +190,22 @@ def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
         out.setdefault("greedy", {})[str(ctx)] = seq[:16]
     out["rss_hwm"] = _status_bytes("VmHWM")
     return out
+
+
+class FormError(RuntimeError):
+    """The engine loaded another form of the folder than the one being measured."""
+
+
+def _require_the_folders_form(model_dir: Path, loaded: Path | None) -> None:
+    """A native folder whose kernels cannot run here (say, the library not built for the current
+    sources) loads its ONNX Runtime form instead: a user still gets replies, but figures taken that
+    way are not Amber's native path, so a bench stops and says why."""
+    from engine.runtime.model import find_graph
+    from engine.runtime.native_ops import graph_is_native, unavailable_reason
+    if loaded is None or not graph_is_native(find_graph(model_dir)) or graph_is_native(loaded):
+        return
+    raise FormError(f"{model_dir}: the engine ran its ONNX Runtime form ({loaded}), not Amber's kernels: "
+                    f"{unavailable_reason() or 'the session refused the native graph'} (`make native` builds them)")
 
 
 def worker_bytes(gguf: str, folder: str) -> dict[str, Any]:
