@@ -133,9 +133,9 @@ def worker_amber(model_dir: str, threads: int, tokens_file: str, prefill_sizes: 
     ids = json.loads(Path(tokens_file).read_text())
     t0 = time.perf_counter()
     model = load_model(model_dir, "cpu", threads)
-    _require_the_folders_form(Path(model_dir), model.graph)
     out: dict[str, Any] = {"load_s": time.perf_counter() - t0, "provider": model.provider,
                            "rss_after_load": _status_bytes("VmRSS"), "prefill": {}, "decode": {}}
+    _require_the_folders_form(Path(model_dir), model.graph)   # after the load's clock: it reads both graphs
     # The spin entries this process's session was made with (engine/runtime/host/spin.py: auto depends
     # on the load when the model loads), so a figure says which setting produced it.
     so = model.session.get_session_options()
